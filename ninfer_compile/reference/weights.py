@@ -1,0 +1,380 @@
+"""Weight sources for the reference model.
+
+A `WeightSource` hands out NInfer logical tensors by canonical object name
+(`text/layers/3/attention/query_key`, ...). Every floating tensor comes back as float32 in its
+logical shape (grouped formats dequantized as scale x code, BF16/FP32 widened exactly); I32
+tensors stay int32. Row views (`query = query_key[0:Q]`) are taken by the model, not here, so a
+source only ever deals with whole physical objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from ..errors import ArtifactError
+
+
+@runtime_checkable
+class WeightSource(Protocol):
+    """Anything that returns a logical tensor for a NInfer object name."""
+
+    def get(self, name: str) -> torch.Tensor:  # float32 (I32 objects: int32)
+        ...
+
+
+def _as_reference_dtype(name: str, t: torch.Tensor) -> torch.Tensor:
+    """float32 for every floating tensor; int32 stays int32 (e.g. draft-head token ids)."""
+    if t.dtype == torch.int32:
+        return t
+    if t.dtype in (torch.int64, torch.int16, torch.int8, torch.uint8):
+        raise ArtifactError(f"{name}: integer tensor of dtype {t.dtype} is not a NInfer logical tensor")
+    return t.to(torch.float32)
+
+
+class DictWeights:
+    """Weights held in memory: `{ninfer_name: tensor}` (e.g. from `convert_state_dict`)."""
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor]):
+        self._tensors = {k: _as_reference_dtype(k, v.detach()) for k, v in tensors.items()}
+
+    def get(self, name: str) -> torch.Tensor:
+        try:
+            return self._tensors[name]
+        except KeyError:
+            raise ArtifactError(f"weights: no object named {name!r}") from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tensors
+
+    def names(self) -> list[str]:
+        return list(self._tensors)
+
+
+class ArtifactWeights:
+    """Weights read from an open `Artifact` (dequantized on first use, then cached).
+
+    `cache=False` re-reads on every `get`; the reference model keeps the tensors it resolved, so
+    that only matters for callers who want to bound memory on large artifacts.
+    """
+
+    def __init__(self, artifact, *, cache: bool = True):
+        self.artifact = artifact
+        self._cache: dict[str, torch.Tensor] | None = {} if cache else None
+
+    def get(self, name: str) -> torch.Tensor:
+        if self._cache is not None and name in self._cache:
+            return self._cache[name]
+        t = _as_reference_dtype(name, self.artifact.load(name))
+        if self._cache is not None:
+            self._cache[name] = t
+        return t
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.artifact.by_name
+
+
+# ---------------------------------------------------------------------------------------------
+# Model layout: dimensions, object names, fused row views.
+#
+# Both the torch reference (model.py, mtp.py) and the float64 oracle (oracle_jax.py) read their
+# weights through `load_text_weights` / `load_mtp_weights`, so the two implementations share the
+# binding (which rows of which object mean what) and nothing of the math.
+# ---------------------------------------------------------------------------------------------
+
+from dataclasses import dataclass, field  # noqa: E402
+import re  # noqa: E402
+
+
+@dataclass(frozen=True)
+class HybridDims:
+    """The concrete dimensions and numeric parameters the hybrid text/MTP math needs."""
+
+    vocab_rows: int
+    hidden: int
+    layers: int
+    intermediate: int
+    attn_heads: int
+    kv_heads: int
+    head_dim: int
+    rotary_dim: int
+    gdn_k_heads: int
+    gdn_k_dim: int
+    gdn_v_heads: int
+    gdn_v_dim: int
+    conv_kernel: int
+    rms_eps: float
+    rope_theta: float
+    layer_kinds: tuple[str, ...]
+    has_mtp: bool
+    # The L2 norm of GDN q/k uses a fixed epsilon (HF `l2norm`, FLA): not the RMSNorm epsilon.
+    l2_eps: float = 1e-6
+
+    @property
+    def q_width(self) -> int:
+        return self.attn_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def gdn_k_width(self) -> int:
+        return self.gdn_k_heads * self.gdn_k_dim
+
+    @property
+    def gdn_v_width(self) -> int:
+        return self.gdn_v_heads * self.gdn_v_dim
+
+    @property
+    def conv_channels(self) -> int:
+        return 2 * self.gdn_k_width + self.gdn_v_width
+
+    @classmethod
+    def from_spec(cls, spec) -> "HybridDims":
+        """Read a resolved `ModelSpec` (dims, params, layer_kinds, parts)."""
+        d = dict(spec.dims)
+        p = dict(getattr(spec, "params", {}) or {})
+        need = ["vocab_rows", "hidden", "layers", "intermediate", "attn_heads", "kv_heads", "head_dim",
+                "gdn_k_heads", "gdn_k_dim", "gdn_v_heads", "gdn_v_dim", "conv_kernel"]
+        missing = [k for k in need if k not in d]
+        if missing:
+            raise ArtifactError(f"model spec {getattr(spec, 'model_id', '?')}: missing dims {missing}")
+        rotary = d.get("rotary_dim")
+        if rotary is None:
+            rotary = int(d["head_dim"] * float(p.get("partial_rotary_factor", 0.25)))
+        kinds = tuple(spec.layer_kinds)
+        if len(kinds) != d["layers"] or any(k not in ("attention", "gdn") for k in kinds):
+            raise ArtifactError(f"model spec {getattr(spec, 'model_id', '?')}: bad layer_kinds {kinds}")
+        if d["attn_heads"] % d["kv_heads"] or d["gdn_v_heads"] % d["gdn_k_heads"]:
+            raise ArtifactError("model spec: head counts must divide (attn_heads/kv_heads, gdn_v/gdn_k)")
+        if rotary % 2 or rotary > d["head_dim"]:
+            raise ArtifactError(f"model spec: rotary_dim {rotary} must be even and <= head_dim")
+        parts = dict(getattr(spec, "parts", {}) or {})
+        return cls(
+            vocab_rows=d["vocab_rows"], hidden=d["hidden"], layers=d["layers"],
+            intermediate=d["intermediate"], attn_heads=d["attn_heads"], kv_heads=d["kv_heads"],
+            head_dim=d["head_dim"], rotary_dim=int(rotary), gdn_k_heads=d["gdn_k_heads"],
+            gdn_k_dim=d["gdn_k_dim"], gdn_v_heads=d["gdn_v_heads"], gdn_v_dim=d["gdn_v_dim"],
+            conv_kernel=d["conv_kernel"], rms_eps=float(p.get("rms_eps", 1e-6)),
+            rope_theta=float(p.get("rope_theta", 1e7)), layer_kinds=kinds,
+            has_mtp=bool(parts.get("mtp", False)),
+        )
+
+
+# Role spellings a contract may use for each logical slice (the first is NInfer's wording).
+_ROLE_NAMES = {
+    "query": ("query", "q"),
+    "key": ("key", "k"),
+    "gate": ("output_gate", "gate", "attention_gate"),
+    "value": ("value", "v"),
+    "z": ("z", "output_z"),
+    "mlp_gate": ("gate", "mlp_gate"),
+    "mlp_up": ("up", "mlp_up"),
+}
+
+
+def _pattern_matches(pattern: str, name: str) -> bool:
+    if pattern == name:
+        return True
+    if "{" not in pattern:
+        return False
+    rx = "^" + re.sub(r"\\\{[a-z_]+\\\}", r"\\d+", re.escape(pattern)) + "$"
+    return re.match(rx, name) is not None
+
+
+def row_slice(spec, parent: str, role: str, begin: int, count: int) -> tuple[int, int]:
+    """Rows `[begin, begin+count)` of `parent` for `role`, checked against the contract's views.
+
+    The default comes from the dimensions (NInfer's fused row order); when the contract declares a
+    view for this parent/role it must agree, otherwise the binding here is wrong for that model.
+    """
+    views = getattr(spec, "views", None) or {}
+    names = _ROLE_NAMES.get(role, (role,))
+    for key, view in views.items():
+        vparent, vrole = key if isinstance(key, tuple) else (getattr(view, "parent", None), getattr(view, "role", None))
+        if vrole not in names or vparent is None or not _pattern_matches(vparent, parent):
+            continue
+        vb, vc = int(view.row_begin), int(view.row_count)
+        # "gate" is ambiguous between the attention output gate and the MLP gate: match by range.
+        if (vb, vc) != (begin, count):
+            if role in ("gate", "mlp_gate") and vrole == "gate":
+                continue
+            raise ArtifactError(
+                f"{parent}: contract view {vrole!r} is rows [{vb},{vb + vc}), the reference expects "
+                f"[{begin},{begin + count})")
+        return vb, vc
+    return begin, count
+
+
+def _rows(source: WeightSource, spec, parent: str, slices: list[tuple[str, int]]):
+    """Split `parent` along rows into consecutive logical slices `[(role, count), ...]`."""
+    t = source.get(parent)
+    total = sum(c for _, c in slices)
+    if t.dim() != 2 or t.shape[0] != total:
+        raise ArtifactError(f"{parent}: shape {tuple(t.shape)}, expected {total} rows")
+    out, begin = {}, 0
+    for role, count in slices:
+        b, c = row_slice(spec, parent, role, begin, count)
+        out[role] = t[b:b + c]
+        begin += count
+    return out
+
+
+def _vec(source: WeightSource, name: str, n: int) -> torch.Tensor:
+    t = source.get(name)
+    if tuple(t.shape) != (n,):
+        raise ArtifactError(f"{name}: shape {tuple(t.shape)}, expected ({n},)")
+    return t
+
+
+def _mat(source: WeightSource, name: str, n: int, k: int) -> torch.Tensor:
+    t = source.get(name)
+    if tuple(t.shape) != (n, k):
+        raise ArtifactError(f"{name}: shape {tuple(t.shape)}, expected ({n}, {k})")
+    return t
+
+
+@dataclass
+class AttentionWeights:
+    """One full-attention mixer in logical form (all [N, K] row-major, float32)."""
+
+    query: torch.Tensor   # [Hq*D, H]
+    key: torch.Tensor     # [Hkv*D, H]
+    gate: torch.Tensor    # [Hq*D, H]   per-head output gate
+    value: torch.Tensor   # [Hkv*D, H]
+    query_norm: torch.Tensor  # [D]  zero-centred (1+w)
+    key_norm: torch.Tensor    # [D]  zero-centred (1+w)
+    output: torch.Tensor  # [H, Hq*D]
+
+
+@dataclass
+class GDNWeights:
+    """One Gated DeltaNet mixer in logical form."""
+
+    query: torch.Tensor      # [Hk*Dk, H]
+    key: torch.Tensor        # [Hk*Dk, H]
+    value: torch.Tensor      # [Hv*Dv, H]
+    z: torch.Tensor          # [Hv*Dv, H]
+    a: torch.Tensor          # [Hv, H]
+    b: torch.Tensor          # [Hv, H]
+    a_log: torch.Tensor      # [Hv]
+    dt_bias: torch.Tensor    # [Hv]
+    convolution: torch.Tensor  # [kernel, C] tap-major, C = [q | k | v] channels
+    norm: torch.Tensor       # [Dv]  plain weight (no 1+w)
+    output: torch.Tensor     # [H, Hv*Dv]
+
+
+@dataclass
+class LayerWeights:
+    kind: str                                   # "attention" | "gdn"
+    input_norm: torch.Tensor                    # [H]  (1+w)
+    post_attention_norm: torch.Tensor           # [H]  (1+w)
+    mlp_gate: torch.Tensor                      # [I, H]
+    mlp_up: torch.Tensor                        # [I, H]
+    mlp_down: torch.Tensor                      # [H, I]
+    attention: AttentionWeights | None = None
+    gdn: GDNWeights | None = None
+
+
+@dataclass
+class TextWeights:
+    embedding: torch.Tensor     # [V, H]
+    final_norm: torch.Tensor    # [H]  (1+w)
+    output_head: torch.Tensor   # [V, H]
+    layers: list[LayerWeights] = field(default_factory=list)
+
+
+@dataclass
+class MTPWeights:
+    input_projection: torch.Tensor  # [H, 2H]  applied to concat(e, h)
+    embedding_norm: torch.Tensor    # [H]  (1+w)
+    hidden_norm: torch.Tensor       # [H]  (1+w)
+    layer: LayerWeights             # one full-attention layer
+    final_norm: torch.Tensor        # [H]  (1+w)
+
+
+def _mlp(source, spec, dims: HybridDims, prefix: str):
+    gu = _rows(source, spec, f"{prefix}/mlp/gate_up",
+               [("mlp_gate", dims.intermediate), ("mlp_up", dims.intermediate)])
+    down = _mat(source, f"{prefix}/mlp/down", dims.hidden, dims.intermediate)
+    return gu["mlp_gate"], gu["mlp_up"], down
+
+
+def load_layer_weights(source: WeightSource, spec, dims: HybridDims, layer: int) -> LayerWeights:
+    """Bind text layer `layer` (names `text/layers/{l}/...`) to its logical tensors."""
+    p = f"text/layers/{layer}"
+    H = dims.hidden
+    gate, up, down = _mlp(source, spec, dims, p)
+    lw = LayerWeights(
+        kind=dims.layer_kinds[layer],
+        input_norm=_vec(source, f"{p}/input_norm", H),
+        post_attention_norm=_vec(source, f"{p}/post_attention_norm", H),
+        mlp_gate=gate, mlp_up=up, mlp_down=down,
+    )
+    if lw.kind == "attention":
+        qk = _rows(source, spec, f"{p}/attention/query_key", [("query", dims.q_width), ("key", dims.kv_width)])
+        gv = _rows(source, spec, f"{p}/attention/gate_value", [("gate", dims.q_width), ("value", dims.kv_width)])
+        lw.attention = AttentionWeights(
+            query=qk["query"], key=qk["key"], gate=gv["gate"], value=gv["value"],
+            query_norm=_vec(source, f"{p}/attention/query_norm", dims.head_dim),
+            key_norm=_vec(source, f"{p}/attention/key_norm", dims.head_dim),
+            output=_mat(source, f"{p}/attention/output", H, dims.q_width),
+        )
+    else:
+        qk = _rows(source, spec, f"{p}/gdn/query_key", [("query", dims.gdn_k_width), ("key", dims.gdn_k_width)])
+        vz = _rows(source, spec, f"{p}/gdn/value_z", [("value", dims.gdn_v_width), ("z", dims.gdn_v_width)])
+        lw.gdn = GDNWeights(
+            query=qk["query"], key=qk["key"], value=vz["value"], z=vz["z"],
+            a=_mat(source, f"{p}/gdn/a_projection", dims.gdn_v_heads, H),
+            b=_mat(source, f"{p}/gdn/b_projection", dims.gdn_v_heads, H),
+            a_log=_vec(source, f"{p}/gdn/a_log", dims.gdn_v_heads),
+            dt_bias=_vec(source, f"{p}/gdn/dt_bias", dims.gdn_v_heads),
+            convolution=_mat(source, f"{p}/gdn/convolution", dims.conv_kernel, dims.conv_channels),
+            norm=_vec(source, f"{p}/gdn/norm", dims.gdn_v_dim),
+            output=_mat(source, f"{p}/gdn/output", H, dims.gdn_v_width),
+        )
+    return lw
+
+
+def load_text_weights(source: WeightSource, spec, dims: HybridDims | None = None) -> TextWeights:
+    """Bind every text object of `spec` to logical float32 tensors (views are zero-copy slices)."""
+    dims = dims or HybridDims.from_spec(spec)
+    return TextWeights(
+        embedding=_mat(source, "text/token_embedding", dims.vocab_rows, dims.hidden),
+        final_norm=_vec(source, "text/final_norm", dims.hidden),
+        output_head=_mat(source, "text/output_head", dims.vocab_rows, dims.hidden),
+        layers=[load_layer_weights(source, spec, dims, l) for l in range(dims.layers)],
+    )
+
+
+def load_mtp_weights(source: WeightSource, spec, dims: HybridDims | None = None) -> MTPWeights:
+    """Bind the `mtp/` objects. The MTP layer's attention input is one parent with rows
+    `[query, key, output_gate, value]`; its embedding and output head alias the text ones."""
+    dims = dims or HybridDims.from_spec(spec)
+    H = dims.hidden
+    p = "mtp/layer"
+    qkgv = _rows(source, spec, f"{p}/attention/query_key_gate_value",
+                 [("query", dims.q_width), ("key", dims.kv_width), ("gate", dims.q_width), ("value", dims.kv_width)])
+    gate, up, down = _mlp(source, spec, dims, p)
+    layer = LayerWeights(
+        kind="attention",
+        input_norm=_vec(source, f"{p}/input_norm", H),
+        post_attention_norm=_vec(source, f"{p}/post_attention_norm", H),
+        mlp_gate=gate, mlp_up=up, mlp_down=down,
+        attention=AttentionWeights(
+            query=qkgv["query"], key=qkgv["key"], gate=qkgv["gate"], value=qkgv["value"],
+            query_norm=_vec(source, f"{p}/attention/query_norm", dims.head_dim),
+            key_norm=_vec(source, f"{p}/attention/key_norm", dims.head_dim),
+            output=_mat(source, f"{p}/attention/output", H, dims.q_width),
+        ),
+    )
+    return MTPWeights(
+        input_projection=_mat(source, "mtp/input_projection", H, 2 * H),
+        embedding_norm=_vec(source, "mtp/embedding_norm", H),
+        hidden_norm=_vec(source, "mtp/hidden_norm", H),
+        layer=layer,
+        final_norm=_vec(source, "mtp/final_norm", H),
+    )
