@@ -10,6 +10,7 @@ source only ever deals with whole physical objects.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -83,10 +84,6 @@ class ArtifactWeights:
 # weights through `load_text_weights` / `load_mtp_weights`, so the two implementations share the
 # binding (which rows of which object mean what) and nothing of the math.
 # ---------------------------------------------------------------------------------------------
-
-from dataclasses import dataclass, field  # noqa: E402
-import re  # noqa: E402
-
 
 @dataclass(frozen=True)
 class HybridDims:
@@ -164,46 +161,34 @@ class HybridDims:
         )
 
 
-# Role spellings a contract may use for each logical slice (the first is NInfer's wording).
+# Role names of the contract's row views (graphs/*.yaml `views:`), per logical slice.
 _ROLE_NAMES = {
-    "query": ("query", "q"),
-    "key": ("key", "k"),
-    "gate": ("output_gate", "gate", "attention_gate"),
-    "value": ("value", "v"),
-    "z": ("z", "output_z"),
-    "mlp_gate": ("gate", "mlp_gate"),
-    "mlp_up": ("up", "mlp_up"),
+    "query": ("query",),
+    "key": ("key",),
+    "gate": ("gate", "output_gate"),
+    "value": ("value",),
+    "z": ("z",),
+    "mlp_gate": ("gate",),
+    "mlp_up": ("up",),
 }
-
-
-def _pattern_matches(pattern: str, name: str) -> bool:
-    if pattern == name:
-        return True
-    if "{" not in pattern:
-        return False
-    rx = "^" + re.sub(r"\\\{[a-z_]+\\\}", r"\\d+", re.escape(pattern)) + "$"
-    return re.match(rx, name) is not None
 
 
 def row_slice(spec, parent: str, role: str, begin: int, count: int) -> tuple[int, int]:
     """Rows `[begin, begin+count)` of `parent` for `role`, checked against the contract's views.
 
     The default comes from the dimensions (NInfer's fused row order); when the contract declares a
-    view for this parent/role it must agree, otherwise the binding here is wrong for that model.
+    view for this parent/role (`spec.views[(parent, role)]`) it must agree, otherwise the binding
+    here would be wrong for that model.
     """
     views = getattr(spec, "views", None) or {}
-    names = _ROLE_NAMES.get(role, (role,))
-    for key, view in views.items():
-        vparent, vrole = key if isinstance(key, tuple) else (getattr(view, "parent", None), getattr(view, "role", None))
-        if vrole not in names or vparent is None or not _pattern_matches(vparent, parent):
+    for name in _ROLE_NAMES.get(role, (role,)):
+        view = views.get((parent, name))
+        if view is None:
             continue
         vb, vc = int(view.row_begin), int(view.row_count)
-        # "gate" is ambiguous between the attention output gate and the MLP gate: match by range.
         if (vb, vc) != (begin, count):
-            if role in ("gate", "mlp_gate") and vrole == "gate":
-                continue
             raise ArtifactError(
-                f"{parent}: contract view {vrole!r} is rows [{vb},{vb + vc}), the reference expects "
+                f"{parent}: contract view {name!r} is rows [{vb},{vb + vc}), the reference expects "
                 f"[{begin},{begin + count})")
         return vb, vc
     return begin, count

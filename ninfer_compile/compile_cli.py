@@ -1,0 +1,167 @@
+"""`ninfer-compile ARTIFACT --sm N` — compile an artifact into a plan directory for one GPU arch.
+
+Reads only the artifact's JSON directory (no payload bytes), matches it to its model contract,
+lowers one graph per extent (a prefill chunk; decode T = C x (K+1) per concurrency C), runs the
+pass pipeline (passes/pipeline.py) with the route table for the sm, plans memory and writes
+`ARTIFACT.smN.plan/` atomically: plan.json, memory.txt, kernels/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import CompileError, ContractError
+from .ir.graph import Graph
+from .ir.lower import KV_DTYPES, LowerOptions, lower_all
+from .passes.context import PassContext
+from .passes.pipeline import PASS_NAMES, check_disabled, run_pipeline
+from .plan.manifest import build_manifest
+from .plan.memory import MemoryReport, check_budget, memory_report, report_text
+from .plan.writer import write_plan
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("artifact", type=Path, help="the .ninfer artifact")
+    parser.add_argument("--sm", type=int, required=True, help="target compute capability, e.g. 86, 89, 90, 120")
+    parser.add_argument("-o", "--output", type=Path, default=None, help="plan directory (default ARTIFACT.smN.plan)")
+    parser.add_argument("--routes", type=Path, default=None, help="route table (default routes/smN.yaml)")
+    parser.add_argument("--contract", type=Path, default=None, help="model contract YAML")
+    parser.add_argument("--concurrency", default="1", help="decode concurrencies C, comma separated (default 1)")
+    parser.add_argument("--draft-tokens", type=int, default=0, help="draft window K; decode T = C x (K+1)")
+    parser.add_argument("--prefill-chunk", type=int, default=1024, help="prefill extent T (default 1024)")
+    parser.add_argument("--max-context", type=int, default=4096, help="KV cache positions per slot (default 4096)")
+    parser.add_argument("--kv-dtype", default="bf16", help=f"KV cache dtype: {'|'.join(KV_DTYPES)}")
+    parser.add_argument("--memory-budget", type=float, default=None, metavar="GiB",
+                        help="fail unless weights + KV + state + workspace fit")
+    parser.add_argument("--explain", action="store_true", help="print every op's route and table row")
+    parser.add_argument("--dump-ir", type=Path, default=None, metavar="DIR",
+                        help="write the IR after lowering and every pass (txt, yaml, dot per extent)")
+    parser.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
+                        help=f"switch a pass off (repeatable): {', '.join(PASS_NAMES)}")
+
+
+def _concurrency(text: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(v) for v in str(text).split(",") if v.strip() != "")
+    except ValueError:
+        raise CompileError(f"--concurrency must be comma-separated integers, got {text!r}") from None
+    if not vals:
+        raise CompileError("--concurrency needs at least one value")
+    return vals
+
+
+@dataclass
+class Compiled:
+    graphs: list[Graph]
+    manifest: dict[str, Any]
+    memory: MemoryReport
+    memory_txt: str
+
+
+def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None, contract: Path | None = None,
+                     opts: LowerOptions, budget_gib: float | None = None, disabled: list[str] = (),
+                     dump_dir: Path | None = None) -> Compiled:
+    from .artifact import Artifact
+    from .contracts import check_artifact, find_contract
+    from .routes import table_for_sm
+
+    disabled_set = check_disabled(disabled)
+    if budget_gib is not None and not budget_gib > 0:
+        raise CompileError(f"--memory-budget must be a positive number of GiB, got {budget_gib}")
+    table = table_for_sm(sm, routes)
+    with Artifact.open(artifact_path) as art:
+        con = find_contract(art.path, art.model_id, contract)
+        if con.model_id != art.model_id:
+            raise ContractError(f"contract {con.source or contract} is for model {con.model_id!r}, the artifact "
+                                f"{Path(artifact_path).name} is {art.model_id!r}")
+        spec = con.resolve_for(art)
+        check_artifact(art, spec)
+        objects = dict(art.by_name)
+        directory_sha256 = art.directory_sha256()
+        model_id = art.model_id
+    ctx = PassContext(spec=spec, objects=objects, table=table)
+    graphs = [run_pipeline(g, ctx, disabled_set, dump_dir) for g in lower_all(spec, opts)]
+    mem = memory_report(graphs, objects, spec, slots=opts.slots, max_context=opts.max_context,
+                        kv_dtype=opts.kv_dtype)
+    check_budget(mem, budget_gib)
+    options = {"concurrency": sorted(set(opts.concurrency)), "draft_tokens": opts.draft_tokens,
+               "prefill_chunk": opts.prefill_chunk, "max_context": opts.max_context, "kv_dtype": opts.kv_dtype,
+               "memory_budget_gib": budget_gib, "prefill_logits": opts.prefill_logits,
+               "slots": opts.slots}
+    table_ref = str(routes) if routes is not None else f"routes/{table.name}"
+    contract_ref = str(contract) if contract is not None else (
+        f"graphs/{model_id}.yaml" if con.source and Path(con.source).parent.name == "graphs"
+        else Path(con.source or f"{model_id}.yaml").name)
+    manifest = build_manifest(
+        graphs, model_id=model_id, artifact_file=Path(artifact_path).name, directory_sha256=directory_sha256,
+        contract=contract_ref, sm=sm, table=table, table_ref=table_ref, options=options,
+        enabled=[p for p in PASS_NAMES if p not in disabled_set], disabled=sorted(disabled_set), memory=mem)
+    return Compiled(graphs, manifest, mem, report_text(mem, budget_gib))
+
+
+def _shape(s) -> str:
+    return "[" + ",".join(str(d) for d in s) + "]"
+
+
+def explain(compiled: Compiled, out=None) -> None:
+    out = out or sys.stdout
+    for g in compiled.graphs:
+        e = g.extent
+        print(f"# extent {e.name}: {e.phase}, T={e.t}, C={e.concurrency}, K={e.draft_tokens}, "
+              f"cuda_graph={g.meta.get('cuda_graph', {}).get('capture', False)}", file=out)
+        for op in g.ops():
+            if op.kind in ("input", "output", "reshape", "split"):
+                continue
+            outs = [g.tensors[t] for t in op.outputs.values() if g.tensors[t].role != "state"]
+            shape = _shape(outs[0].shape) if outs else "-"
+            w = op.inputs.get("weight") or op.inputs.get("table")
+            if w is not None:
+                shape = f"{_shape(g.tensors[w].shape)}->{shape}"
+            if op.route is not None:
+                from .passes.select_routes import op_t
+
+                params = ",".join(f"{k}={v}" for k, v in sorted(op.route.params.items())) or "-"
+                epi = op.attrs.get("epilogue")
+                kind = op.kind + (f"+{epi}" if epi and epi != "none" else "")
+                print(f"{e.name}\t{op.name}\t{kind}\t{shape}\tT={op_t(g, op)}\t{op.route.route}\t{params}\t"
+                      f"{op.route.source}", file=out)
+            else:
+                print(f"{e.name}\t{op.name}\t{op.kind}\t{shape}\tT={e.t}\t(builtin)\t-\t-", file=out)
+
+
+def run(args) -> int:
+    opts = LowerOptions(prefill_chunk=args.prefill_chunk, concurrency=_concurrency(args.concurrency),
+                        draft_tokens=args.draft_tokens, max_context=args.max_context, kv_dtype=args.kv_dtype)
+    out_dir = args.output or Path(f"{args.artifact}.sm{args.sm}.plan")
+    dump_tmp = None
+    try:
+        if args.dump_ir is not None:
+            parent = args.dump_ir.parent if str(args.dump_ir.parent) else Path(".")
+            if not parent.is_dir():
+                raise CompileError(f"--dump-ir {args.dump_ir}: parent directory does not exist")
+            dump_tmp = Path(tempfile.mkdtemp(prefix=f".{args.dump_ir.name}.tmp-", dir=parent))
+        compiled = compile_artifact(args.artifact, args.sm, routes=args.routes, contract=args.contract, opts=opts,
+                                    budget_gib=args.memory_budget, disabled=args.disable_pass, dump_dir=dump_tmp)
+        write_plan(out_dir, compiled.manifest, compiled.memory_txt)
+        if dump_tmp is not None:
+            if args.dump_ir.exists():
+                shutil.rmtree(args.dump_ir)
+            dump_tmp.rename(args.dump_ir)
+            dump_tmp = None
+    finally:
+        if dump_tmp is not None:
+            shutil.rmtree(dump_tmp, ignore_errors=True)
+    if args.explain:
+        explain(compiled)
+    m = compiled.memory
+    print(f"wrote {out_dir}: {len(compiled.graphs)} extents, "
+          f"{sum(len(x['launches']) for x in compiled.manifest['extents'].values())} launches, "
+          f"needs {m.total} bytes (weights {m.weights}, KV {m.kv}, state {m.state}, workspace {m.workspace})",
+          file=sys.stderr)
+    return 0

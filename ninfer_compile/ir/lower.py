@@ -1,0 +1,442 @@
+"""Lowering: a resolved `ModelSpec` → one IR graph per extent.
+
+An extent is the number of token columns T one step processes:
+
+- prefill: one chunk of `prefill_chunk` columns of one sequence (phase `prefill`);
+- decode: concurrency C times (draft window K + 1) columns, one extent per requested C.
+
+The text model is lowered per extent; when the contract has the MTP part the MTP draft head is
+lowered as its own graph for the same extents (`mtp_<extent>`), fed by the text graph's `hidden`
+output. Lowering emits the *unfused* model schedule (model doc §3-§7) in logical form: every
+projection is its own `linear` over a logical weight (a whole object or a role of a fused parent),
+residual adds and the SwiGLU product are structural ops, and weights are not yet bound to artifact
+objects (`bind_weights` does that). Persistent state (KV cache, GDN conv / recurrent state) appears
+as `state` tensors: an updating op consumes version n and produces version n+1 of one buffer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import CompileError, NinferError
+from .graph import Graph
+from .types import Extent, Op, TensorType
+
+KV_DTYPES = ("bf16", "int8")
+KV_INT8_GROUP = 64
+
+
+@dataclass(frozen=True)
+class LowerOptions:
+    prefill_chunk: int = 1024
+    concurrency: tuple[int, ...] = (1,)
+    draft_tokens: int = 0
+    max_context: int = 4096
+    kv_dtype: str = "bf16"
+    # "last": the prefill head evaluates only the rows named by the `logit_rows` input (one row,
+    # the chunk's last live column); "all": every column (parity tests compare full logits).
+    prefill_logits: str = "last"
+    sampling: bool = True
+    mtp: bool = True  # lower the MTP graph when the contract has the part
+
+    @property
+    def slots(self) -> int:
+        return max(self.concurrency)
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The dimensions lowering needs, read from a ModelSpec."""
+
+    vocab_rows: int
+    hidden: int
+    layers: int
+    intermediate: int
+    attn_heads: int
+    kv_heads: int
+    head_dim: int
+    rotary_dim: int
+    gdn_k_heads: int
+    gdn_k_dim: int
+    gdn_v_heads: int
+    gdn_v_dim: int
+    conv_kernel: int
+    rms_eps: float
+    rope_theta: float
+    l2_eps: float
+    layer_kinds: tuple[str, ...]
+    has_mtp: bool
+
+    @classmethod
+    def from_spec(cls, spec) -> Dims:
+        from ..reference.weights import HybridDims
+
+        try:
+            h = HybridDims.from_spec(spec)
+        except NinferError as exc:
+            raise CompileError(f"contract {getattr(spec, 'model_id', '?')}: {exc}") from None
+        return cls(**{f: getattr(h, f) for f in cls.__dataclass_fields__})
+
+    @property
+    def q_width(self) -> int:
+        return self.attn_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def gdn_k_width(self) -> int:
+        return self.gdn_k_heads * self.gdn_k_dim
+
+    @property
+    def gdn_v_width(self) -> int:
+        return self.gdn_v_heads * self.gdn_v_dim
+
+    @property
+    def conv_channels(self) -> int:
+        return 2 * self.gdn_k_width + self.gdn_v_width
+
+
+# ------------------------------------------------------------------------------ extents
+
+
+def plan_extents(spec, opts: LowerOptions) -> list[Extent]:
+    """The extents to compile (validated): prefill first, then decode by concurrency."""
+    if opts.prefill_chunk < 1:
+        raise CompileError(f"--prefill-chunk must be >= 1, got {opts.prefill_chunk}")
+    if opts.draft_tokens < 0:
+        raise CompileError(f"--draft-tokens must be >= 0, got {opts.draft_tokens}")
+    if not opts.concurrency:
+        raise CompileError("--concurrency needs at least one value")
+    for c in opts.concurrency:
+        if c < 1:
+            raise CompileError(f"--concurrency values must be >= 1, got {c}")
+    if opts.kv_dtype not in KV_DTYPES:
+        raise CompileError(f"--kv-dtype must be one of {', '.join(KV_DTYPES)}, got {opts.kv_dtype}")
+    if opts.max_context < 1:
+        raise CompileError(f"--max-context must be >= 1, got {opts.max_context}")
+    if opts.prefill_chunk > opts.max_context:
+        raise CompileError(f"prefill chunk {opts.prefill_chunk} exceeds --max-context {opts.max_context}")
+    k = opts.draft_tokens
+    if k + 1 > opts.max_context:
+        raise CompileError(f"draft window {k}+1 exceeds --max-context {opts.max_context}")
+    out = [Extent(name=f"prefill_t{opts.prefill_chunk}", phase="prefill", t=opts.prefill_chunk)]
+    for c in sorted(set(opts.concurrency)):
+        t = c * (k + 1)
+        if t > opts.prefill_chunk:
+            raise CompileError(
+                f"decode extent C={c} x (K={k}+1) = T {t} exceeds the prefill chunk "
+                f"{opts.prefill_chunk} (the widest extent the workspace is planned for)")
+        out.append(Extent(name=f"decode_c{c}_k{k}", phase="decode", t=t, concurrency=c, draft_tokens=k))
+    dims = Dims.from_spec(spec)
+    if dims.has_mtp and opts.mtp:
+        out += [e.model_copy(update={"name": f"mtp_{e.name}", "graph": "mtp"}) for e in list(out)]
+    return out
+
+
+# ------------------------------------------------------------------------------ builder
+
+
+class _Builder:
+    def __init__(self, spec, dims: Dims, extent: Extent, opts: LowerOptions):
+        self.spec = spec
+        self.d = dims
+        self.T = extent.t
+        self.opts = opts
+        self.g = Graph(extent, meta={
+            "model_id": spec.model_id,
+            "passes": [],
+            "kv_dtype": opts.kv_dtype,
+            "max_context": opts.max_context,
+            "slots": opts.slots,
+        })
+        self._state_version: dict[str, int] = {}
+
+    # tensors
+    def act(self, name: str, shape: tuple[int, ...], dtype: str = "bf16", role: str = "activation") -> str:
+        self.g.add_tensor(TensorType(name=name, shape=tuple(shape), dtype=dtype, role=role))
+        return name
+
+    def weight(self, obj: str, role: str | None = None, rows: tuple[int, int] | None = None) -> str:
+        exp = (getattr(self.spec, "objects", None) or {}).get(obj)
+        if exp is None:
+            raise CompileError(f"contract {self.spec.model_id}: no object {obj}")
+        shape = tuple(exp.shape)
+        logical_rows = None
+        if role is not None:
+            from ..reference.weights import row_slice
+
+            try:
+                b, c = row_slice(self.spec, obj, role, rows[0], rows[1])
+            except NinferError as exc:
+                raise CompileError(str(exc)) from None
+            logical_rows = (role, b, c)
+            shape = (c, *shape[1:])
+        name = f"w:{obj}" + (f"[{role}]" if role else "")
+        self.g.add_tensor(TensorType(name=name, shape=shape, dtype=exp.format, role="weight",
+                                     logical=obj, logical_rows=logical_rows))
+        return name
+
+    def state(self, buffer: str, shape: tuple[int, ...], dtype: str) -> str:
+        """The current version of a persistent buffer (the root on first use)."""
+        v = self._state_version.get(buffer)
+        if v is None:
+            self._state_version[buffer] = 0
+            self.g.add_tensor(TensorType(name=buffer, shape=shape, dtype=dtype, role="state", buffer=buffer))
+            return buffer
+        return buffer if v == 0 else f"{buffer}@{v}"
+
+    def next_state(self, buffer: str) -> str:
+        cur = self.g.tensors[self.state(buffer, (), "")]
+        v = self._state_version[buffer] + 1
+        self._state_version[buffer] = v
+        name = f"{buffer}@{v}"
+        self.g.add_tensor(cur.model_copy(update={"name": name}))
+        return name
+
+    def op(self, kind: str, name: str, inputs: dict[str, str], outputs: dict[str, str], **attrs: Any) -> Op:
+        return self.g.add_op(Op(name=name, kind=kind, inputs=inputs, outputs=outputs, attrs=attrs))
+
+    # composite pieces ----------------------------------------------------------------
+    def linear(self, name: str, x: str, w: str, out_n: int, out: str | None = None) -> str:
+        out = out or f"{name}.out"
+        self.act(out, (self.T, out_n))
+        self.op("linear", name, {"x": x, "weight": w}, {"out": out}, epilogue="none")
+        return out
+
+    def rmsnorm(self, name: str, x: str, w: str) -> str:
+        out = self.act(f"{name}.out", self.g.tensors[x].shape)
+        self.op("rmsnorm", name, {"x": x, "weight": w}, {"out": out}, eps=self.d.rms_eps)
+        return out
+
+    def add(self, name: str, a: str, b: str) -> str:
+        out = self.act(f"{name}.out", self.g.tensors[a].shape)
+        self.op("add", name, {"a": a, "b": b}, {"out": out})
+        return out
+
+    def reshape(self, name: str, x: str, shape: tuple[int, ...]) -> str:
+        out = self.act(f"{name}.out", shape, self.g.tensors[x].dtype)
+        self.op("reshape", name, {"x": x}, {"out": out}, shape=list(shape))
+        return out
+
+    def attention_layer(self, p: str, tag: str, x: str, h: str, qkgv: list[tuple[str, str]], kv: str) -> str:
+        """Gated full attention. `qkgv` = [(object, role)] for query, key, gate, value."""
+        d, T = self.d, self.T
+        widths = [d.q_width, d.kv_width, d.q_width, d.kv_width]
+        offs = _offsets(qkgv, widths)
+        ws = [self.weight(o, r, rows) for (o, r), rows in zip(qkgv, offs)]
+        q = self.linear(f"{tag}.q_proj", h, ws[0], d.q_width)
+        k = self.linear(f"{tag}.k_proj", h, ws[1], d.kv_width)
+        gate = self.linear(f"{tag}.gate_proj", h, ws[2], d.q_width)
+        v = self.linear(f"{tag}.v_proj", h, ws[3], d.kv_width)
+        q3 = self.reshape(f"{tag}.q_heads", q, (T, d.attn_heads, d.head_dim))
+        k3 = self.reshape(f"{tag}.k_heads", k, (T, d.kv_heads, d.head_dim))
+        g3 = self.reshape(f"{tag}.gate_heads", gate, (T, d.attn_heads, d.head_dim))
+        v3 = self.reshape(f"{tag}.v_heads", v, (T, d.kv_heads, d.head_dim))
+        qn = self.act(f"{tag}.q_norm.out", self.g.tensors[q3].shape)
+        self.op("head_rmsnorm", f"{tag}.q_norm", {"x": q3, "weight": self.weight(f"{p}/attention/query_norm")},
+                {"out": qn}, eps=d.rms_eps)
+        kn = self.act(f"{tag}.k_norm.out", self.g.tensors[k3].shape)
+        self.op("head_rmsnorm", f"{tag}.k_norm", {"x": k3, "weight": self.weight(f"{p}/attention/key_norm")},
+                {"out": kn}, eps=d.rms_eps)
+        qr = self.act(f"{tag}.q_rope.out", self.g.tensors[qn].shape)
+        self.op("rope", f"{tag}.q_rope", {"x": qn, "positions": "positions"}, {"out": qr},
+                rotary_dim=d.rotary_dim, theta=d.rope_theta)
+        kr = self.act(f"{tag}.k_rope.out", self.g.tensors[kn].shape)
+        self.op("rope", f"{tag}.k_rope", {"x": kn, "positions": "positions"}, {"out": kr},
+                rotary_dim=d.rotary_dim, theta=d.rope_theta)
+        # KV cache
+        slots, ctx = self.opts.slots, self.opts.max_context
+        cache_shape = (slots, ctx, d.kv_heads, d.head_dim)
+        kvd = self.opts.kv_dtype
+        names = ["k_cache", "v_cache"] + (["k_scale", "v_scale"] if kvd == "int8" else [])
+        ins, outs = {}, {}
+        for n in names:
+            buf = f"{kv}/{n}"
+            if n.endswith("scale"):
+                self.state(buf, (slots, ctx, d.kv_heads, d.head_dim // KV_INT8_GROUP), "f16")
+            else:
+                self.state(buf, cache_shape, "bf16" if kvd == "bf16" else "i8")
+            ins[n] = self.state(buf, (), "")
+            outs[n] = self.next_state(buf)
+        self.op("kv_append", f"{tag}.kv_append",
+                {"k": kr, "v": v3, "positions": "positions", "slots": "slots", **ins}, outs, kv_dtype=kvd)
+        a = self.act(f"{tag}.attention.out", (T, d.q_width))
+        self.op("attention", f"{tag}.attention",
+                {"q": qr, "gate": g3, **outs, "positions": "positions", "slots": "slots"}, {"out": a},
+                scale=1.0 / math.sqrt(d.head_dim), kv_dtype=kvd)
+        o = self.linear(f"{tag}.o_proj", a, self.weight(f"{p}/attention/output"), d.hidden)
+        return self.add(f"{tag}.residual", x, o)
+
+    def gdn_layer(self, p: str, tag: str, x: str, h: str, layer: int) -> str:
+        d, T = self.d, self.T
+        qk, vz = f"{p}/gdn/query_key", f"{p}/gdn/value_z"
+        q = self.linear(f"{tag}.q_proj", h, self.weight(qk, "query", (0, d.gdn_k_width)), d.gdn_k_width)
+        k = self.linear(f"{tag}.k_proj", h, self.weight(qk, "key", (d.gdn_k_width, d.gdn_k_width)), d.gdn_k_width)
+        v = self.linear(f"{tag}.v_proj", h, self.weight(vz, "value", (0, d.gdn_v_width)), d.gdn_v_width)
+        z = self.linear(f"{tag}.z_proj", h, self.weight(vz, "z", (d.gdn_v_width, d.gdn_v_width)), d.gdn_v_width)
+        a = self.linear(f"{tag}.a_proj", h, self.weight(f"{p}/gdn/a_projection"), d.gdn_v_heads)
+        b = self.linear(f"{tag}.b_proj", h, self.weight(f"{p}/gdn/b_projection"), d.gdn_v_heads)
+        C = d.conv_channels
+        qkv = self.act(f"{tag}.qkv", (T, C))
+        self.op("concat", f"{tag}.qkv_concat", {"x0": q, "x1": k, "x2": v}, {"out": qkv}, axis=1)
+        buf = f"gdn/{layer}/conv_state"
+        self.state(buf, (self.opts.slots, d.conv_kernel - 1, C), "bf16")
+        cin = self.state(buf, (), "")
+        cout = self.next_state(buf)
+        conv = self.act(f"{tag}.conv.out", (T, C))
+        self.op("conv1d", f"{tag}.conv", {"x": qkv, "weight": self.weight(f"{p}/gdn/convolution"),
+                                          "conv_state": cin, "positions": "positions", "slots": "slots"},
+                {"out": conv, "conv_state": cout}, activation="silu")
+        qc, kc, vc = (self.act(f"{tag}.conv.{n}", (T, w)) for n, w in
+                      (("q", d.gdn_k_width), ("k", d.gdn_k_width), ("v", d.gdn_v_width)))
+        self.op("split", f"{tag}.conv_split", {"x": conv}, {"out0": qc, "out1": kc, "out2": vc},
+                axis=1, sizes=[d.gdn_k_width, d.gdn_k_width, d.gdn_v_width])
+        q3 = self.reshape(f"{tag}.q_heads", qc, (T, d.gdn_k_heads, d.gdn_k_dim))
+        k3 = self.reshape(f"{tag}.k_heads", kc, (T, d.gdn_k_heads, d.gdn_k_dim))
+        v3 = self.reshape(f"{tag}.v_heads", vc, (T, d.gdn_v_heads, d.gdn_v_dim))
+        g = self.act(f"{tag}.gating.g", (T, d.gdn_v_heads), "f32")
+        beta = self.act(f"{tag}.gating.beta", (T, d.gdn_v_heads), "f32")
+        self.op("gdn_gating", f"{tag}.gating",
+                {"a": a, "b": b, "a_log": self.weight(f"{p}/gdn/a_log"), "dt_bias": self.weight(f"{p}/gdn/dt_bias")},
+                {"g": g, "beta": beta})
+        sbuf = f"gdn/{layer}/recurrent_state"
+        self.state(sbuf, (self.opts.slots, d.gdn_v_heads, d.gdn_k_dim, d.gdn_v_dim), "f32")
+        sin = self.state(sbuf, (), "")
+        sout = self.next_state(sbuf)
+        o = self.act(f"{tag}.delta_rule.out", (T, d.gdn_v_heads, d.gdn_v_dim))
+        self.op("gated_delta_rule", f"{tag}.delta_rule",
+                {"q": q3, "k": k3, "v": v3, "g": g, "beta": beta, "state": sin, "positions": "positions",
+                 "slots": "slots"},
+                {"out": o, "state": sout}, scale=1.0 / math.sqrt(d.gdn_k_dim), l2_eps=d.l2_eps)
+        z3 = self.reshape(f"{tag}.z_heads", z, (T, d.gdn_v_heads, d.gdn_v_dim))
+        on = self.act(f"{tag}.gated_norm.out", (T, d.gdn_v_width))
+        self.op("gated_rmsnorm", f"{tag}.gated_norm", {"x": o, "z": z3, "weight": self.weight(f"{p}/gdn/norm")},
+                {"out": on}, eps=d.rms_eps)
+        out = self.linear(f"{tag}.o_proj", on, self.weight(f"{p}/gdn/output"), d.hidden)
+        return self.add(f"{tag}.residual", x, out)
+
+    def mlp(self, p: str, tag: str, x: str) -> str:
+        d = self.d
+        h = self.rmsnorm(f"{tag}.post_norm", x, self.weight(f"{p}/post_attention_norm"))
+        gu = f"{p}/mlp/gate_up"
+        gate = self.linear(f"{tag}.gate_proj", h, self.weight(gu, "mlp_gate", (0, d.intermediate)), d.intermediate)
+        up = self.linear(f"{tag}.up_proj", h, self.weight(gu, "mlp_up", (d.intermediate, d.intermediate)),
+                         d.intermediate)
+        act = self.act(f"{tag}.swiglu.out", (self.T, d.intermediate))
+        self.op("swiglu", f"{tag}.swiglu", {"gate": gate, "up": up}, {"out": act})
+        down = self.linear(f"{tag}.down_proj", act, self.weight(f"{p}/mlp/down"), d.hidden)
+        return self.add(f"{tag}.mlp_residual", x, down)
+
+    def inputs(self, extra: dict[str, tuple[tuple[int, ...], str]] | None = None) -> None:
+        T = self.T
+        outs = {"ids": self.act("ids", (T,), "i32", "input"),
+                "positions": self.act("positions", (T,), "i32", "input"),
+                "slots": self.act("slots", (T,), "i32", "input")}
+        for n, (shape, dt) in (extra or {}).items():
+            outs[n] = self.act(n, shape, dt, "input")
+        self.op("input", "inputs", {}, outs)
+
+    def head(self, x: str, final_norm: str, extra_outputs: dict[str, str]) -> None:
+        """Final norm, output head over the selected rows, sampling, outputs."""
+        d, T = self.d, self.T
+        hidden = self.rmsnorm("final_norm", x, self.weight(final_norm))
+        rows_in = hidden
+        if self.g.extent.phase == "prefill" and self.opts.prefill_logits == "last":
+            rows_in = self.act("head_rows", (1, d.hidden))
+            self.op("select_rows", "select_rows", {"x": hidden, "rows": "logit_rows"}, {"out": rows_in})
+        R = self.g.tensors[rows_in].shape[0]
+        logits = self.act("logits", (R, d.vocab_rows), "bf16", "output")
+        self.op("linear", "lm_head", {"x": rows_in, "weight": self.weight("text/output_head")},
+                {"out": logits}, epilogue="none")
+        outs = {"logits": logits}
+        if self.opts.sampling:
+            ids = self.act("next_ids", (R,), "i32", "output")
+            self.op("sampling", "sampling", {"logits": logits}, {"ids": ids}, mode="runtime")
+            outs["ids"] = ids
+        for k, v in extra_outputs.items():
+            outs[k] = v if k != "hidden" else hidden
+        self.op("output", "outputs", outs, {})
+
+
+def _offsets(parts: list[tuple[str, str]], widths: list[int]) -> list[tuple[int, int]]:
+    """Default row ranges of consecutive roles within their parents (NInfer fused row order)."""
+    out, pos = [], {}
+    for (obj, _), w in zip(parts, widths):
+        b = pos.get(obj, 0)
+        out.append((b, w))
+        pos[obj] = b + w
+    return out
+
+
+# ------------------------------------------------------------------------------ entry points
+
+
+def lower_text(spec, extent: Extent, opts: LowerOptions, dims: Dims | None = None) -> Graph:
+    d = dims or Dims.from_spec(spec)
+    b = _Builder(spec, d, extent, opts)
+    extra = {"logit_rows": ((1,), "i32")} if extent.phase == "prefill" and opts.prefill_logits == "last" else {}
+    b.inputs(extra)
+    x = b.act("embed.out", (extent.t, d.hidden))
+    b.op("embedding", "embed", {"ids": "ids", "table": b.weight("text/token_embedding")}, {"out": x})
+    for layer, kind in enumerate(d.layer_kinds):
+        p, tag = f"text/layers/{layer}", f"l{layer}"
+        h = b.rmsnorm(f"{tag}.input_norm", x, b.weight(f"{p}/input_norm"))
+        if kind == "attention":
+            qk, gv = f"{p}/attention/query_key", f"{p}/attention/gate_value"
+            x = b.attention_layer(p, f"{tag}.attn", x, h, [(qk, "query"), (qk, "key"), (gv, "gate"), (gv, "value")],
+                                  f"kv/{layer}")
+        else:
+            x = b.gdn_layer(p, f"{tag}.gdn", x, h, layer)
+        x = b.mlp(p, f"{tag}.mlp", x)
+    b.head(x, "text/final_norm", {"hidden": "hidden"} if (d.has_mtp and opts.mtp) else {})
+    return b.g
+
+
+def lower_mtp(spec, extent: Extent, opts: LowerOptions, dims: Dims | None = None) -> Graph:
+    d = dims or Dims.from_spec(spec)
+    if not d.has_mtp:
+        raise CompileError(f"contract {spec.model_id} has no MTP part")
+    b = _Builder(spec, d, extent, opts)
+    T = extent.t
+    extra = {"hidden": ((T, d.hidden), "bf16")}
+    if extent.phase == "prefill" and opts.prefill_logits == "last":
+        extra["logit_rows"] = ((1,), "i32")
+    b.inputs(extra)
+    e = b.act("embed.out", (T, d.hidden))
+    b.op("embedding", "embed", {"ids": "ids", "table": b.weight("text/token_embedding")}, {"out": e})
+    en = b.rmsnorm("mtp.embedding_norm", e, b.weight("mtp/embedding_norm"))
+    hn = b.rmsnorm("mtp.hidden_norm", "hidden", b.weight("mtp/hidden_norm"))
+    cat = b.act("mtp.concat.out", (T, 2 * d.hidden))
+    b.op("concat", "mtp.concat", {"x0": en, "x1": hn}, {"out": cat}, axis=1)
+    x = b.linear("mtp.input_projection", cat, b.weight("mtp/input_projection"), d.hidden)
+    p = "mtp/layer"
+    h = b.rmsnorm("mtp.input_norm", x, b.weight(f"{p}/input_norm"))
+    qkgv = f"{p}/attention/query_key_gate_value"
+    x = b.attention_layer(p, "mtp.attn", x, h, [(qkgv, "query"), (qkgv, "key"), (qkgv, "gate"), (qkgv, "value")],
+                          "mtp_kv")
+    x = b.mlp(p, "mtp.mlp", x)
+    b.head(x, "mtp/final_norm", {})
+    return b.g
+
+
+def lower(spec, extent: Extent, opts: LowerOptions, dims: Dims | None = None) -> Graph:
+    return (lower_mtp if extent.graph == "mtp" else lower_text)(spec, extent, opts, dims)
+
+
+def lower_all(spec, opts: LowerOptions) -> list[Graph]:
+    dims = Dims.from_spec(spec)
+    return [lower(spec, e, opts, dims) for e in plan_extents(spec, opts)]
+
+
+def extent_summary(g: Graph) -> dict[str, Any]:
+    e = g.extent
+    return {"graph": e.graph, "phase": e.phase, "t": e.t, "concurrency": e.concurrency,
+            "draft_tokens": e.draft_tokens}
+
+
+__all__ = ["Dims", "KV_DTYPES", "LowerOptions", "lower", "lower_all", "lower_mtp", "lower_text",
+           "plan_extents", "extent_summary", "field"]

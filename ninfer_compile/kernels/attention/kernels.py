@@ -1,0 +1,170 @@
+"""Triton kernels of gated GQA attention over a (bf16 or int8-g64) KV cache.
+
+attn_decode_kernel   grid (T, Hkv, NSPLIT): one program = one column, one KV head with its
+                     G query heads packed as the M rows of the dots (GP >= 16 rows), one split of
+                     SPLIT cache rows (flash-decoding). With NSPLIT == 1 it normalises, gates and
+                     stores directly; otherwise it writes (acc, m, l) partials to the workspace
+                     and attn_decode_reduce_kernel (grid (T, Hq)) merges the splits.
+attn_prefill_kernel  grid (cdiv(T, BM), Hq): flash attention of BM consecutive columns of one
+                     sequence against its cache rows 0..position (causal per row).
+Softmax runs in base 2 (q pre-scaled by scale * log2 e); output x sigmoid(gate) in the epilogue.
+"""
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _dot(a, b, F32: tl.constexpr):
+    """bf16 tensor-core dot; F32 (the CPU interpreter, whose bf16 dot is wrong in Triton 3.9)
+    upcasts both operands to float32 first."""
+    if F32:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32))
+    else:
+        return tl.dot(a, b)
+
+
+@triton.jit
+def _load_kv(c_ptr, sc_ptr, s, n, nmask, h, Hkv, D, max_ctx, od, QUANT: tl.constexpr):
+    """Cache rows n ([BN]) of KV head h -> [BN, BD] bf16."""
+    row = (s * max_ctx + n.to(tl.int64)) * Hkv + h
+    m = nmask[:, None] & (od < D)[None, :]
+    x = tl.load(c_ptr + row[:, None] * D + od[None, :], mask=m, other=0.0)
+    if QUANT:
+        sc = tl.load(sc_ptr + row[:, None] * (D // 64) + (od // 64)[None, :], mask=m, other=0.0)
+        x = (x.to(tl.float32) * sc.to(tl.float32)).to(tl.bfloat16)
+    return x
+
+
+@triton.jit
+def attn_decode_kernel(
+    q_ptr, gate_ptr, kc_ptr, vc_ptr, ks_ptr, vs_ptr, pos_ptr, slots_ptr, out_ptr, ws_ptr,
+    Hq, Hkv, G, D, max_ctx, qk_scale,
+    stride_qt, stride_qh, stride_gt, stride_gh, stride_ot,
+    NSPLIT, SPLIT,
+    GP: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr, QUANT: tl.constexpr, DIRECT: tl.constexpr,
+    F32: tl.constexpr,
+):
+    t = tl.program_id(0)
+    kvh = tl.program_id(1)
+    sp = tl.program_id(2)
+    s = tl.load(slots_ptr + t).to(tl.int64)
+    ctx = tl.load(pos_ptr + t) + 1
+    start = sp * SPLIT
+    end = tl.minimum(start + SPLIT, ctx)
+    gi = tl.arange(0, GP)
+    od = tl.arange(0, BD)
+    gmask = gi < G
+    qh = kvh * G + gi
+    dmask = od < D
+    q = tl.load(q_ptr + t * stride_qt + qh[:, None] * stride_qh + od[None, :],
+                mask=gmask[:, None] & dmask[None, :], other=0.0)
+    q = (q.to(tl.float32) * qk_scale).to(tl.bfloat16)
+    m_i = tl.full([GP], -float("inf"), tl.float32)
+    l_i = tl.zeros([GP], tl.float32)
+    acc = tl.zeros([GP, BD], tl.float32)
+    for n0 in range(start, end, BN):
+        n = n0 + tl.arange(0, BN)
+        nmask = n < end
+        k = _load_kv(kc_ptr, ks_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, QUANT)
+        v = _load_kv(vc_ptr, vs_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, QUANT)
+        sc = _dot(q, tl.trans(k), F32)  # [GP, BN]
+        sc = tl.where(nmask[None, :], sc, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(sc, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(sc - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + _dot(p.to(tl.bfloat16), v, F32)
+        m_i = m_new
+    if DIRECT:
+        gt = tl.load(gate_ptr + t * stride_gt + qh[:, None] * stride_gh + od[None, :],
+                     mask=gmask[:, None] & dmask[None, :], other=0.0).to(tl.float32)
+        o = acc / l_i[:, None] / (1.0 + tl.exp(-gt))
+        tl.store(out_ptr + t * stride_ot + qh[:, None] * D + od[None, :], o.to(out_ptr.dtype.element_ty),
+                 mask=gmask[:, None] & dmask[None, :])
+    else:
+        if start < ctx:
+            base = ((t * Hq + qh) * NSPLIT + sp) * (D + 2)  # [GP]
+            tl.store(ws_ptr + base[:, None] + od[None, :], acc, mask=gmask[:, None] & dmask[None, :])
+            tl.store(ws_ptr + base + D, m_i, mask=gmask)
+            tl.store(ws_ptr + base + D + 1, l_i, mask=gmask)
+
+
+@triton.jit
+def attn_decode_reduce_kernel(
+    gate_ptr, pos_ptr, out_ptr, ws_ptr,
+    Hq, D, stride_gt, stride_gh, stride_ot, NSPLIT, SPLIT,
+    BD: tl.constexpr, BS: tl.constexpr,
+):
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    ctx = tl.load(pos_ptr + t) + 1
+    nvalid = tl.cdiv(ctx, SPLIT)
+    od = tl.arange(0, BD)
+    dmask = od < D
+    base = (t * Hq + h) * NSPLIT * (D + 2)
+    m_run = tl.max(tl.full([BS], -float("inf"), tl.float32), axis=0)
+    l_run = tl.sum(tl.zeros([BS], tl.float32), axis=0)
+    acc = tl.zeros([BD], tl.float32)
+    for s0 in range(0, nvalid, BS):
+        si = s0 + tl.arange(0, BS)
+        smask = si < nvalid
+        m = tl.load(ws_ptr + base + si * (D + 2) + D, mask=smask, other=-float("inf"))
+        l = tl.load(ws_ptr + base + si * (D + 2) + D + 1, mask=smask, other=0.0)
+        a = tl.load(ws_ptr + base + si[:, None] * (D + 2) + od[None, :], mask=smask[:, None] & dmask[None, :],
+                    other=0.0)
+        m_new = tl.maximum(m_run, tl.max(m, axis=0))
+        w = tl.where(smask, tl.exp2(m - m_new), 0.0)
+        alpha = tl.exp2(m_run - m_new)
+        l_run = l_run * alpha + tl.sum(l * w, axis=0)
+        acc = acc * alpha + tl.sum(a * w[:, None], axis=0)
+        m_run = m_new
+    gt = tl.load(gate_ptr + t * stride_gt + h * stride_gh + od, mask=dmask, other=0.0).to(tl.float32)
+    o = acc / l_run / (1.0 + tl.exp(-gt))
+    tl.store(out_ptr + t * stride_ot + h * D + od, o.to(out_ptr.dtype.element_ty), mask=dmask)
+
+
+@triton.jit
+def attn_prefill_kernel(
+    q_ptr, gate_ptr, kc_ptr, vc_ptr, ks_ptr, vs_ptr, pos_ptr, slots_ptr, out_ptr,
+    T, Hkv, G, D, max_ctx, qk_scale,
+    stride_qt, stride_qh, stride_gt, stride_gh, stride_ot,
+    BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, QUANT: tl.constexpr, F32: tl.constexpr,
+):
+    mb = tl.program_id(0)
+    h = tl.program_id(1)
+    kvh = h // G
+    rows = mb * BM + tl.arange(0, BM)
+    rmask = rows < T
+    s = tl.load(slots_ptr + mb * BM).to(tl.int64)
+    pos = tl.load(pos_ptr + rows, mask=rmask, other=-1)
+    end = tl.max(pos, axis=0) + 1
+    od = tl.arange(0, BD)
+    dmask = od < D
+    qm = rmask[:, None] & dmask[None, :]
+    q = tl.load(q_ptr + rows[:, None] * stride_qt + h * stride_qh + od[None, :], mask=qm, other=0.0)
+    q = (q.to(tl.float32) * qk_scale).to(tl.bfloat16)
+    m_i = tl.full([BM], -float("inf"), tl.float32)
+    l_i = tl.zeros([BM], tl.float32)
+    acc = tl.zeros([BM, BD], tl.float32)
+    for n0 in range(0, end, BN):
+        n = n0 + tl.arange(0, BN)
+        nmask = n < end
+        k = _load_kv(kc_ptr, ks_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, QUANT)
+        v = _load_kv(vc_ptr, vs_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, QUANT)
+        sc = _dot(q, tl.trans(k), F32)  # [BM, BN]
+        ok = (n[None, :] <= pos[:, None]) & nmask[None, :]
+        sc = tl.where(ok, sc, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(sc, axis=1))
+        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(sc - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + _dot(p.to(tl.bfloat16), v, F32)
+        m_i = m_new
+    gt = tl.load(gate_ptr + rows[:, None] * stride_gt + h * stride_gh + od[None, :], mask=qm, other=0.0)
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    o = acc / l_safe[:, None] / (1.0 + tl.exp(-gt.to(tl.float32)))
+    tl.store(out_ptr + rows[:, None] * stride_ot + h * D + od[None, :], o.to(out_ptr.dtype.element_ty), mask=qm)

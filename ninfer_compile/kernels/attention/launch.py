@@ -1,0 +1,107 @@
+"""Launchers of gated GQA attention over the KV cache (preallocated outputs; return None).
+
+attention_decode   T <= DECODE_MAX_T columns, each with its own slot/position (columns may share a
+                   slot, e.g. verification); split-KV over SPLIT-row slices of the cache. With more
+                   than one split it needs a float32 workspace of decode_workspace_numel(...).
+attention_prefill  any T columns of ONE sequence (slot slots[0], consecutive positions), after
+                   kv_append has written their K/V: each attends causally to cache rows 0..pos.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+
+from ninfer_compile.errors import RouteError
+
+from ..kv_cache.launch import check_cache
+from .kernels import LOG2E, attn_decode_kernel, attn_decode_reduce_kernel, attn_prefill_kernel
+
+DECODE_MAX_T = 64
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _check(name, q, gate, k_cache, v_cache, k_scale, v_scale, positions, slots, out):
+    T, Hq, D = q.shape
+    Hkv = k_cache.shape[2] if k_cache.dim() == 4 else -1
+    if gate.shape != q.shape or out.shape != (T, Hq * D) or Hkv <= 0 or Hq % Hkv:
+        raise RouteError(f"{name}: shapes q{tuple(q.shape)} gate{tuple(gate.shape)} out{tuple(out.shape)} "
+                         f"cache{tuple(k_cache.shape)} (Hq must be a multiple of Hkv)")
+    if positions.shape != (T,) or slots.shape != (T,):
+        raise RouteError(f"{name}: positions/slots must be [T={T}] int32")
+    for n, t in (("q", q), ("gate", gate), ("out", out)):
+        if t.stride(-1) != 1:
+            raise RouteError(f"{name}: operand {n} must have a contiguous last axis")
+    quant = check_cache(name, k_cache, v_cache, k_scale, v_scale, Hkv, D)
+    return T, Hq, D, Hkv, quant
+
+
+def decode_splits(max_ctx: int, split_tokens: int) -> int:
+    return triton.cdiv(max_ctx, split_tokens)
+
+
+def decode_workspace_numel(T: int, Hq: int, D: int, max_ctx: int, split_tokens: int = 512) -> int:
+    """float32 elements of the split-KV partials: [T, Hq, NSPLIT, D + 2]."""
+    ns = decode_splits(max_ctx, split_tokens)
+    return 0 if ns == 1 else T * Hq * ns * (D + 2)
+
+
+def attention_decode(q, gate, k_cache, v_cache, positions, slots, out, scale=None, workspace=None,
+                     k_scale=None, v_scale=None, split_tokens: int = 512, block_n: int = 64,
+                     num_warps: int = 4) -> None:
+    """out[T, Hq*D] = attention of q[T,Hq,D] over each column's slot prefix, x sigmoid(gate)."""
+    T, Hq, D, Hkv, quant = _check("attention_decode", q, gate, k_cache, v_cache, k_scale, v_scale,
+                                  positions, slots, out)
+    if not 1 <= T <= DECODE_MAX_T:
+        raise RouteError(f"attention_decode: T={T} outside the route domain [1, {DECODE_MAX_T}]")
+    if split_tokens % block_n:
+        raise RouteError(f"attention_decode: split_tokens {split_tokens} must be a multiple of block_n {block_n}")
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    max_ctx = k_cache.shape[1]
+    ns = decode_splits(max_ctx, split_tokens)
+    G = Hq // Hkv
+    gp = max(16, triton.next_power_of_2(G))
+    bd = max(16, triton.next_power_of_2(D))
+    direct = ns == 1
+    if not direct:
+        need = decode_workspace_numel(T, Hq, D, max_ctx, split_tokens)
+        if workspace is None or workspace.dtype != torch.float32 or workspace.numel() < need:
+            raise RouteError(f"attention_decode: needs a float32 workspace of >= {need} elements")
+    ws = out if direct else workspace
+    ksc = k_scale if quant else k_cache
+    vsc = v_scale if quant else v_cache
+    attn_decode_kernel[(T, Hkv, ns)](
+        q, gate, k_cache, v_cache, ksc, vsc, positions, slots, out, ws,
+        Hq, Hkv, G, D, max_ctx, scale * LOG2E,
+        q.stride(0), q.stride(1), gate.stride(0), gate.stride(1), out.stride(0),
+        ns, split_tokens,
+        GP=gp, BD=bd, BN=block_n, QUANT=quant, DIRECT=direct, F32=_interpreting(), num_warps=num_warps,
+    )
+    if not direct:
+        attn_decode_reduce_kernel[(T, Hq)](
+            gate, positions, out, workspace, Hq, D, gate.stride(0), gate.stride(1), out.stride(0),
+            ns, split_tokens, BD=bd, BS=16, num_warps=4,
+        )
+
+
+def attention_prefill(q, gate, k_cache, v_cache, positions, slots, out, scale=None,
+                      k_scale=None, v_scale=None, block_m: int = 64, block_n: int = 32,
+                      num_warps: int = 8) -> None:
+    """Causal flash attention of T columns of one sequence over its cache prefix (any T)."""
+    T, Hq, D, Hkv, quant = _check("attention_prefill", q, gate, k_cache, v_cache, k_scale, v_scale,
+                                  positions, slots, out)
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    bd = max(16, triton.next_power_of_2(D))
+    bm = min(block_m, max(16, triton.next_power_of_2(T)))
+    attn_prefill_kernel[(triton.cdiv(T, bm), Hq)](
+        q, gate, k_cache, v_cache, k_scale if quant else k_cache, v_scale if quant else v_cache,
+        positions, slots, out, T, Hkv, Hq // Hkv, D, k_cache.shape[1], scale * LOG2E,
+        q.stride(0), q.stride(1), gate.stride(0), gate.stride(1), out.stride(0),
+        BM=bm, BN=block_n, BD=bd, QUANT=quant, F32=_interpreting(), num_warps=num_warps,
+    )

@@ -1,0 +1,102 @@
+"""Triton kernels of the causal depthwise conv1d (+SiLU) with a per-slot rolling state.
+
+Grid (T, cdiv(C, BLOCK_C)): one program per (column, channel block). The K taps are a
+[KP, BLOCK_C] block (KP = next power of two >= K); tap j reads the input at lag d = K-1-j, from
+x when the column has at least d same-slot predecessors in this launch (n_prev), else from the
+slot's state row K-1-(d-n_prev); inputs at negative positions are zero.
+
+`conv1d_kernel` with FUSE_STATE=True also rolls the state in the same program: valid only when
+every column has its own slot (decode). The prefill path runs `conv1d_kernel` (FUSE_STATE=False)
+then `conv1d_state_kernel`, in which only the last column of each slot's run writes that slot's
+state, after all reads of the old state have completed (stream order).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _n_prev(slots_ptr, t, s, K: tl.constexpr):
+    """Number of consecutive same-slot columns right before column t (capped at K-1)."""
+    n = t * 0
+    alive = t * 0 + 1
+    for d in tl.static_range(1, K):
+        tp = t - d
+        sp = tl.load(slots_ptr + tl.maximum(tp, 0))
+        ok = ((tp >= 0) & (sp == s)).to(tl.int32)
+        alive = alive * ok
+        n += alive
+    return n
+
+
+@triton.jit
+def _lagged(x_ptr, state_ptr, t, s, p, n_prev, d, cols, cmask, stride_xt, stride_ss, stride_sk,
+            K: tl.constexpr):
+    """Inputs at lags d ([R] int tensor) for channels cols -> [R, BLOCK_C] fp32 (zero where d < 0)."""
+    from_x = d <= n_prev
+    valid = ((p - d) >= 0) & (d >= 0) & (d < K)
+    m = cmask[None, :] & valid[:, None]
+    xrow = tl.maximum(t - d, 0)
+    vx = tl.load(x_ptr + xrow[:, None] * stride_xt + cols[None, :], mask=m & from_x[:, None], other=0.0)
+    srow = tl.minimum(tl.maximum(K - 1 - (d - n_prev), 0), K - 2)
+    vs = tl.load(state_ptr + s * stride_ss + srow[:, None] * stride_sk + cols[None, :],
+                 mask=m & (d > n_prev)[:, None], other=0.0)
+    return vx.to(tl.float32) + vs.to(tl.float32)
+
+
+@triton.jit
+def conv1d_kernel(
+    x_ptr, w_ptr, state_ptr, out_ptr, pos_ptr, slots_ptr,
+    C, stride_xt, stride_ot, stride_ss, stride_sk,
+    K: tl.constexpr, KP: tl.constexpr, BLOCK_C: tl.constexpr, FUSE_STATE: tl.constexpr,
+):
+    t = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    s = tl.load(slots_ptr + t)
+    p = tl.load(pos_ptr + t)
+    if FUSE_STATE:
+        n_prev = t * 0
+    else:
+        n_prev = _n_prev(slots_ptr, t, s, K)
+    j = tl.arange(0, KP)
+    d = K - 1 - j  # lag of tap j; taps j >= K give d < 0 and are masked off
+    vals = _lagged(x_ptr, state_ptr, t, s, p, n_prev, d, cols, cmask, stride_xt, stride_ss, stride_sk, K)
+    w = tl.load(w_ptr + j[:, None] * C + cols[None, :], mask=(j < K)[:, None] & cmask[None, :], other=0.0)
+    acc = tl.sum(vals * w.to(tl.float32), axis=0)  # [BLOCK_C]
+    y = acc / (1.0 + tl.exp(-acc))
+    tl.store(out_ptr + t * stride_ot + cols, y.to(out_ptr.dtype.element_ty), mask=cmask)
+    if FUSE_STATE:
+        # New state row i holds the input at lag K-2-i (row K-2 = this column).
+        i = tl.arange(0, KP)
+        dn = K - 2 - i
+        rmask = (i < K - 1)[:, None] & cmask[None, :]
+        nv = _lagged(x_ptr, state_ptr, t, s, p, n_prev, dn, cols, cmask, stride_xt, stride_ss, stride_sk, K)
+        tl.debug_barrier()
+        tl.store(state_ptr + s * stride_ss + i[:, None] * stride_sk + cols[None, :],
+                 nv.to(state_ptr.dtype.element_ty), mask=rmask)
+
+
+@triton.jit
+def conv1d_state_kernel(
+    x_ptr, state_ptr, pos_ptr, slots_ptr,
+    T, C, stride_xt, stride_ss, stride_sk,
+    K: tl.constexpr, KP: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    """Grid (T, C blocks): the last column of each slot's run writes that slot's new state."""
+    t = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    s = tl.load(slots_ptr + t)
+    nxt = tl.load(slots_ptr + tl.minimum(t + 1, T - 1))
+    is_end = (t == T - 1) | (nxt != s)
+    if is_end:
+        p = tl.load(pos_ptr + t)
+        n_prev = _n_prev(slots_ptr, t, s, K)
+        i = tl.arange(0, KP)
+        dn = K - 2 - i
+        rmask = (i < K - 1)[:, None] & cmask[None, :]
+        nv = _lagged(x_ptr, state_ptr, t, s, p, n_prev, dn, cols, cmask, stride_xt, stride_ss, stride_sk, K)
+        tl.debug_barrier()
+        tl.store(state_ptr + s * stride_ss + i[:, None] * stride_sk + cols[None, :],
+                 nv.to(state_ptr.dtype.element_ty), mask=rmask)

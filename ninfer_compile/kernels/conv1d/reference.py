@@ -1,0 +1,46 @@
+"""fp32 PyTorch reference of the causal depthwise conv1d + SiLU with a per-slot rolling state.
+
+Operands:
+  x:          [T, C]           input columns (token order)
+  weight:     [K, C]           tap-major; tap j multiplies the input at lag K-1-j (tap K-1 = current)
+  conv_state: [slots, K-1, C]  per slot the last K-1 inputs before the step, oldest first
+  positions:  [T] int          absolute position of each column
+  slots:      [T] int          sequence slot of each column
+Columns of one slot form one contiguous run with consecutive positions. An input at a negative
+position is zero (so a sequence starting at position 0 ignores whatever its slot's state holds).
+Returns out [T, C] float32 = SiLU(sum_j weight[j] * in(t - (K-1-j))) and the new state
+[slots, K-1, C] float32 (untouched slots copied): the run's last K-1 inputs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def conv1d(
+    x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor,
+    positions: torch.Tensor, slots: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    T, C = x.shape
+    K = weight.shape[0]
+    xf, wf = x.float(), weight.float()
+    new_state = conv_state.float().clone()
+    out = torch.empty(T, C, dtype=torch.float32)
+    t = 0
+    while t < T:
+        s = int(slots[t])
+        e = t
+        while e + 1 < T and int(slots[e + 1]) == s:
+            e += 1
+        p0 = int(positions[t])
+        hist = conv_state[s].float().clone()  # [K-1, C], positions p0-K+1 .. p0-1
+        for i in range(K - 1):
+            if p0 - (K - 1) + i < 0:
+                hist[i] = 0.0
+        seq = torch.cat([hist, xf[t:e + 1]], 0)  # [K-1 + n, C]
+        for i in range(e - t + 1):
+            window = seq[i:i + K]  # [K, C]
+            out[t + i] = torch.nn.functional.silu((window * wf).sum(0))
+        new_state[s] = seq[-(K - 1):]
+        t = e + 1
+    return out, new_state

@@ -1,0 +1,179 @@
+"""Triton kernels of the Gated DeltaNet core.
+
+gdn_gating_kernel       elementwise g / beta.
+gdn_decode_kernel       recurrent step; grid (T, Hv, cdiv(Dv, BV)); each column its own slot.
+                        q/k L2 norm fused; the [Dk, BV] state block lives in registers.
+gdn_chunk_prep_kernel   chunked prefill phase 1, grid (n_chunks, Hv), all chunks in parallel:
+                        A[i,j] = beta_i exp(gc_i - gc_j) k_i.k_j (j < i, gc = in-chunk cumsum
+                        of g), Tinv = (I + A)^-1 by forward substitution, then
+                        W = Tinv (beta exp(gc) K) [BT, Dk] and U = Tinv (beta V) [BT, Dv]
+                        (the UT transform); W, U, gc go to the caller's workspace.
+gdn_chunk_state_kernel  phase 2, grid (Hv, cdiv(Dv, BV)), sequential over chunks with the
+                        state block in registers:
+                          U' = U - W S0
+                          o  = exp(gc) (scale q) S0 + [causal (scale q) K^T * exp(gc_i - gc_j)] U'
+                          S  = exp(gc_last) S0 + (K * exp(gc_last - gc))^T U'
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def gdn_gating_kernel(a_ptr, b_ptr, alog_ptr, dtb_ptr, g_ptr, beta_ptr, n, Hv, stride_at, stride_bt,
+                      BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    t = offs // Hv
+    h = offs % Hv
+    a = tl.load(a_ptr + t * stride_at + h, mask=m, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + t * stride_bt + h, mask=m, other=0.0).to(tl.float32)
+    alog = tl.load(alog_ptr + h, mask=m, other=0.0).to(tl.float32)
+    dtb = tl.load(dtb_ptr + h, mask=m, other=0.0).to(tl.float32)
+    x = a + dtb
+    sp = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
+    g = -tl.exp(alog) * sp
+    beta = 1.0 / (1.0 + tl.exp(-b))
+    tl.store(g_ptr + offs, g, mask=m)
+    tl.store(beta_ptr + offs, beta, mask=m)
+
+
+@triton.jit
+def _load_qk_row(ptr, base, offs, D, eps):
+    x = tl.load(ptr + base + offs, mask=offs < D, other=0.0).to(tl.float32)
+    return x * tl.rsqrt(tl.sum(x * x, axis=0) + eps)
+
+
+@triton.jit
+def gdn_decode_kernel(
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, o_ptr, pos_ptr, slots_ptr,
+    Hv, REP, Dk, Dv, scale, eps,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+    stride_ss, stride_sh, stride_ot, stride_oh,
+    BK: tl.constexpr, BV: tl.constexpr,
+):
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    vb = tl.program_id(2)
+    hk = h // REP
+    s = tl.load(slots_ptr + t).to(tl.int64)
+    p = tl.load(pos_ptr + t)
+    ok = tl.arange(0, BK)
+    ov = vb * BV + tl.arange(0, BV)
+    kmask = ok < Dk
+    vmask = ov < Dv
+    q = _load_qk_row(q_ptr, t * stride_qt + hk * stride_qh, ok, Dk, eps) * scale
+    k = _load_qk_row(k_ptr, t * stride_kt + hk * stride_kh, ok, Dk, eps)
+    v = tl.load(v_ptr + t * stride_vt + h * stride_vh + ov, mask=vmask, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + t * Hv + h)
+    beta = tl.load(beta_ptr + t * Hv + h)
+    sptrs = state_ptr + s * stride_ss + h * stride_sh + ok[:, None] * Dv + ov[None, :]
+    smask = kmask[:, None] & vmask[None, :]
+    S = tl.load(sptrs, mask=smask, other=0.0)  # [BK, BV]
+    S = tl.where(p > 0, S, 0.0)  # position 0 starts from a zero state
+    S = S * tl.exp(g)
+    u = beta * (v - tl.sum(S * k[:, None], axis=0))  # [BV]
+    S = S + k[:, None] * u[None, :]
+    o = tl.sum(S * q[:, None], axis=0)
+    tl.store(sptrs, S, mask=smask)
+    tl.store(o_ptr + t * stride_ot + h * stride_oh + ov, o.to(o_ptr.dtype.element_ty), mask=vmask)
+
+
+@triton.jit
+def _chunk_qkg(k_ptr, g_ptr, beta_ptr, rows, rmask, hk, h, Hv, ok, Dk, stride_kt, stride_kh, eps):
+    kmask = rmask[:, None] & (ok < Dk)[None, :]
+    k = tl.load(k_ptr + rows[:, None] * stride_kt + hk * stride_kh + ok[None, :], mask=kmask, other=0.0)
+    k = k.to(tl.float32)
+    k = k * tl.rsqrt(tl.sum(k * k, axis=1) + eps)[:, None]
+    g = tl.load(g_ptr + rows * Hv + h, mask=rmask, other=0.0)
+    beta = tl.load(beta_ptr + rows * Hv + h, mask=rmask, other=0.0)
+    gc = tl.cumsum(g, axis=0)
+    return k, gc, beta
+
+
+@triton.jit
+def gdn_chunk_prep_kernel(
+    k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, gc_ptr,
+    T, Hv, REP, Dk, Dv, eps,
+    stride_kt, stride_kh, stride_vt, stride_vh,
+    BT: tl.constexpr, BK: tl.constexpr, BVF: tl.constexpr, PRECISION: tl.constexpr,
+):
+    c = tl.program_id(0)
+    h = tl.program_id(1)
+    hk = h // REP
+    rows = c * BT + tl.arange(0, BT)
+    rmask = rows < T
+    ok = tl.arange(0, BK)
+    ov = tl.arange(0, BVF)
+    k, gc, beta = _chunk_qkg(k_ptr, g_ptr, beta_ptr, rows, rmask, hk, h, Hv, ok, Dk, stride_kt, stride_kh, eps)
+    v = tl.load(v_ptr + rows[:, None] * stride_vt + h * stride_vh + ov[None, :],
+                mask=rmask[:, None] & (ov < Dv)[None, :], other=0.0).to(tl.float32)
+    ri = tl.arange(0, BT)
+    lower = ri[:, None] > ri[None, :]
+    kk = tl.dot(k, tl.trans(k), input_precision=PRECISION)  # [BT, BT]
+    A = tl.where(lower, beta[:, None] * kk * tl.exp(tl.where(lower, gc[:, None] - gc[None, :], 0.0)), 0.0)
+    # Tinv = (I + A)^-1, row i = e_i - sum_{j<i} A[i, j] Tinv[j]
+    eye = (ri[:, None] == ri[None, :]).to(tl.float32)
+    Tinv = eye
+    for i in range(1, BT):
+        sel = ri[:, None] == i
+        a_i = tl.sum(tl.where(sel, A, 0.0), axis=0)  # [BT] (entries j < i)
+        row = tl.sum(a_i[:, None] * Tinv, axis=0)  # [BT]
+        Tinv = tl.where(sel, Tinv - row[None, :], Tinv)
+    kb = k * (beta * tl.exp(gc))[:, None]
+    vb = v * beta[:, None]
+    w = tl.dot(Tinv, kb, input_precision=PRECISION)  # [BT, BK]
+    u = tl.dot(Tinv, vb, input_precision=PRECISION)  # [BT, BVF]
+    tl.store(w_ptr + (rows[:, None] * Hv + h) * Dk + ok[None, :], w, mask=rmask[:, None] & (ok < Dk)[None, :])
+    tl.store(u_ptr + (rows[:, None] * Hv + h) * Dv + ov[None, :], u, mask=rmask[:, None] & (ov < Dv)[None, :])
+    tl.store(gc_ptr + rows * Hv + h, gc, mask=rmask)
+
+
+@triton.jit
+def gdn_chunk_state_kernel(
+    q_ptr, k_ptr, w_ptr, u_ptr, gc_ptr, state_ptr, o_ptr, pos_ptr, slots_ptr,
+    T, Hv, REP, Dk, Dv, scale, eps,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_ss, stride_sh, stride_ot, stride_oh,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr,
+):
+    h = tl.program_id(0)
+    vb = tl.program_id(1)
+    hk = h // REP
+    s = tl.load(slots_ptr).to(tl.int64)
+    p0 = tl.load(pos_ptr)
+    ok = tl.arange(0, BK)
+    ov = vb * BV + tl.arange(0, BV)
+    kmask = ok < Dk
+    vmask = ov < Dv
+    sptrs = state_ptr + s * stride_ss + h * stride_sh + ok[:, None] * Dv + ov[None, :]
+    smask = kmask[:, None] & vmask[None, :]
+    S = tl.load(sptrs, mask=smask, other=0.0)  # [BK, BV]
+    S = tl.where(p0 > 0, S, 0.0)  # position 0 starts from a zero state
+    ri = tl.arange(0, BT)
+    causal = ri[:, None] >= ri[None, :]
+    for c in range(0, tl.cdiv(T, BT)):
+        rows = c * BT + ri
+        rmask = rows < T
+        k = tl.load(k_ptr + rows[:, None] * stride_kt + hk * stride_kh + ok[None, :],
+                    mask=rmask[:, None] & kmask[None, :], other=0.0).to(tl.float32)
+        k = k * tl.rsqrt(tl.sum(k * k, axis=1) + eps)[:, None]
+        q = tl.load(q_ptr + rows[:, None] * stride_qt + hk * stride_qh + ok[None, :],
+                    mask=rmask[:, None] & kmask[None, :], other=0.0).to(tl.float32)
+        q = q * (tl.rsqrt(tl.sum(q * q, axis=1) + eps) * scale)[:, None]
+        gc = tl.load(gc_ptr + rows * Hv + h, mask=rmask, other=0.0)
+        gl = tl.sum(tl.where(ri == tl.minimum(T - 1 - c * BT, BT - 1), gc, 0.0), axis=0)  # last valid
+        gc = tl.where(rmask, gc, gl)
+        w = tl.load(w_ptr + (rows[:, None] * Hv + h) * Dk + ok[None, :],
+                    mask=rmask[:, None] & kmask[None, :], other=0.0)
+        u = tl.load(u_ptr + (rows[:, None] * Hv + h) * Dv + ov[None, :],
+                    mask=rmask[:, None] & vmask[None, :], other=0.0)
+        u = u - tl.dot(w, S, input_precision=PRECISION)  # [BT, BV]
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # [BT, BT]
+        qk = tl.where(causal, qk * tl.exp(tl.where(causal, gc[:, None] - gc[None, :], 0.0)), 0.0)
+        o = tl.dot(q, S, input_precision=PRECISION) * tl.exp(gc)[:, None] \
+            + tl.dot(qk, u, input_precision=PRECISION)
+        tl.store(o_ptr + rows[:, None] * stride_ot + h * stride_oh + ov[None, :],
+                 o.to(o_ptr.dtype.element_ty), mask=rmask[:, None] & vmask[None, :])
+        kd = k * tl.exp(gl - gc)[:, None]
+        S = S * tl.exp(gl) + tl.dot(tl.trans(kd), u, input_precision=PRECISION)
+    tl.store(sptrs, S, mask=smask)

@@ -1,0 +1,128 @@
+"""Launchers of the Gated DeltaNet family (preallocated outputs, no allocation, return None).
+
+gdn_gating                a[T,Hv], b[T,Hv], a_log[Hv], dt_bias[Hv] -> g[T,Hv] f32, beta[T,Hv] f32.
+gated_delta_rule_decode   recurrent step; every column its own slot (C concurrent sequences);
+                          T <= DECODE_MAX_T.
+gated_delta_rule_chunked  chunked prefill of ONE sequence: all T columns belong to slot slots[0]
+                          with consecutive positions from positions[0]; any T. Needs a float32
+                          workspace of chunked_workspace_numel(T, Hv, Dk, Dv) elements.
+A sequence whose first column has position 0 starts from a zero state.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+
+from ninfer_compile.errors import RouteError
+
+from .kernels import gdn_chunk_prep_kernel, gdn_chunk_state_kernel, gdn_decode_kernel, gdn_gating_kernel
+
+DECODE_MAX_T = 64
+CHUNK = 64
+L2_EPS = 1e-6
+
+
+def _precision() -> str:
+    return "tf32"
+
+
+def gdn_gating(a, b, a_log, dt_bias, g, beta) -> None:
+    """g[T,Hv] = -exp(a_log) * softplus(a + dt_bias); beta[T,Hv] = sigmoid(b) (both float32)."""
+    T, Hv = a.shape
+    if b.shape != (T, Hv) or g.shape != (T, Hv) or beta.shape != (T, Hv) or a_log.shape != (Hv,) \
+            or dt_bias.shape != (Hv,):
+        raise RouteError(f"gdn_gating: shapes a{tuple(a.shape)} b{tuple(b.shape)} g{tuple(g.shape)}")
+    if g.dtype != torch.float32 or beta.dtype != torch.float32 or not (g.is_contiguous() and beta.is_contiguous()):
+        raise RouteError("gdn_gating: g and beta must be contiguous float32")
+    if a.stride(1) != 1 or b.stride(1) != 1:
+        raise RouteError("gdn_gating: a and b must have a contiguous last axis")
+    n = T * Hv
+    block = 256
+    gdn_gating_kernel[(triton.cdiv(n, block),)](
+        a, b, a_log, dt_bias, g, beta, n, Hv, a.stride(0), b.stride(0), BLOCK=block, num_warps=2
+    )
+
+
+def _check_core(name, q, k, v, g, beta, state, positions, slots, o):
+    T, Hk, Dk = q.shape
+    Hv, Dv = v.shape[1], v.shape[2]
+    if k.shape != q.shape or v.shape[0] != T or Hv % Hk:
+        raise RouteError(f"{name}: shapes q{tuple(q.shape)} k{tuple(k.shape)} v{tuple(v.shape)} (Hv must be a multiple of Hk)")
+    if g.shape != (T, Hv) or beta.shape != (T, Hv) or not (g.is_contiguous() and beta.is_contiguous()):
+        raise RouteError(f"{name}: g and beta must be contiguous [T={T}, Hv={Hv}] float32")
+    if state.dim() != 4 or state.shape[1:] != (Hv, Dk, Dv) or state.dtype != torch.float32 \
+            or state.stride(3) != 1 or state.stride(2) != Dv:
+        raise RouteError(f"{name}: state must be float32 [slots, {Hv}, {Dk}, {Dv}] with contiguous [Dk, Dv] blocks")
+    if o.shape != (T, Hv, Dv) or positions.shape != (T,) or slots.shape != (T,):
+        raise RouteError(f"{name}: o must be [T, Hv, Dv] and positions/slots [T] int32")
+    for n_, t_ in (("q", q), ("k", k), ("v", v), ("o", o)):
+        if t_.stride(2) != 1:
+            raise RouteError(f"{name}: operand {n_} must have a contiguous last axis")
+    if not (16 <= Dk <= 256 and 1 <= Dv <= 256):
+        raise RouteError(f"{name}: head dims Dk={Dk} Dv={Dv} outside [16, 256]")
+    return T, Hk, Dk, Hv, Dv
+
+
+def gated_delta_rule_decode(q, k, v, g, beta, state, positions, slots, o, block_v: int | None = None,
+                            num_warps: int = 4) -> None:
+    """One recurrent step per column; columns must use distinct slots.
+
+    q, k: [T, Hk, Dk] (raw conv outputs; L2 norm fused), v: [T, Hv, Dv], g, beta: [T, Hv] f32,
+    state: [slots, Hv, Dk, Dv] f32 (updated in place), o: [T, Hv, Dv].
+    """
+    T, Hk, Dk, Hv, Dv = _check_core("gated_delta_rule_decode", q, k, v, g, beta, state, positions, slots, o)
+    if not 1 <= T <= DECODE_MAX_T:
+        raise RouteError(f"gated_delta_rule_decode: T={T} outside the route domain [1, {DECODE_MAX_T}]")
+    bk = max(16, triton.next_power_of_2(Dk))
+    bv = block_v or min(32, triton.next_power_of_2(Dv))
+    grid = (T, Hv, triton.cdiv(Dv, bv))
+    gdn_decode_kernel[grid](
+        q, k, v, g, beta, state, o, positions, slots,
+        Hv, Hv // Hk, Dk, Dv, 1.0 / math.sqrt(Dk), L2_EPS,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        state.stride(0), state.stride(1), o.stride(0), o.stride(1),
+        BK=bk, BV=bv, num_warps=num_warps,
+    )
+
+
+def chunked_workspace_numel(T: int, Hv: int, Dk: int, Dv: int) -> int:
+    """float32 elements of the chunked prefill workspace: W [T,Hv,Dk], U [T,Hv,Dv], gc [T,Hv]."""
+    return T * Hv * (Dk + Dv + 1)
+
+
+def gated_delta_rule_chunked(q, k, v, g, beta, state, positions, slots, o, workspace,
+                             block_v: int | None = None) -> None:
+    """Chunked (chunk 64, UT transform) prefill of one sequence (slot slots[0]), any T.
+
+    Operands as gated_delta_rule_decode; workspace: float32 with >= chunked_workspace_numel(...)
+    elements (contents are scratch).
+    """
+    T, Hk, Dk, Hv, Dv = _check_core("gated_delta_rule_chunked", q, k, v, g, beta, state, positions, slots, o)
+    need = chunked_workspace_numel(T, Hv, Dk, Dv)
+    if workspace.dtype != torch.float32 or workspace.numel() < need or not workspace.is_contiguous():
+        raise RouteError(f"gated_delta_rule_chunked: workspace must be contiguous float32 with >= {need} elements")
+    flat = workspace.view(-1)
+    w_ws = flat[: T * Hv * Dk]
+    u_ws = flat[T * Hv * Dk: T * Hv * (Dk + Dv)]
+    gc_ws = flat[T * Hv * (Dk + Dv): need]
+    bt = CHUNK if T > 32 else max(16, triton.next_power_of_2(T))
+    bk = max(16, triton.next_power_of_2(Dk))
+    bvf = max(16, triton.next_power_of_2(Dv))
+    prec = _precision()
+    gdn_chunk_prep_kernel[(triton.cdiv(T, bt), Hv)](
+        k, v, g, beta, w_ws, u_ws, gc_ws,
+        T, Hv, Hv // Hk, Dk, Dv, L2_EPS,
+        k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        BT=bt, BK=bk, BVF=bvf, PRECISION=prec, num_warps=4,
+    )
+    bv = block_v or min(32, bvf)
+    gdn_chunk_state_kernel[(Hv, triton.cdiv(Dv, bv))](
+        q, k, w_ws, u_ws, gc_ws, state, o, positions, slots,
+        T, Hv, Hv // Hk, Dk, Dv, 1.0 / math.sqrt(Dk), L2_EPS,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+        state.stride(0), state.stride(1), o.stride(0), o.stride(1),
+        BT=bt, BK=bk, BV=max(16, bv), PRECISION=prec, num_warps=4,
+    )

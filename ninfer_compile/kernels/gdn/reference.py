@@ -1,0 +1,62 @@
+"""fp32 PyTorch references of the Gated DeltaNet core.
+
+Shapes: T token columns, Hk q/k heads, Hv value heads (a multiple of Hk; value head j reads q/k
+head j // (Hv // Hk)), Dk/Dv head dims, state [slots, Hv, Dk, Dv] float32 (S maps k -> v).
+
+Per token and value head (q, k L2-normalised with eps 1e-6, scale = 1/sqrt(Dk)):
+    S  = exp(g) * S
+    u  = beta * (v - S^T k)
+    S  = S + k u^T
+    o  = scale * S^T q
+A sequence whose first column has position 0 starts from a zero state (whatever its slot holds).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def gdn_gating(a, b, a_log, dt_bias):
+    """a, b: [T, Hv]; a_log, dt_bias: [Hv] f32 -> (g [T, Hv] f32, beta [T, Hv] f32).
+
+    g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b).
+    """
+    g = -torch.exp(a_log.float()) * F.softplus(a.float() + dt_bias.float())
+    return g, torch.sigmoid(b.float())
+
+
+def _l2(x, eps=1e-6):
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+def gated_delta_rule(q, k, v, g, beta, state, positions, slots):
+    """Sequential recurrence over the columns in order (the oracle for every route).
+
+    q, k: [T, Hk, Dk]; v: [T, Hv, Dv]; g, beta: [T, Hv]; state: [slots, Hv, Dk, Dv];
+    positions, slots: [T] int. Returns (o [T, Hv, Dv] f32, new state [slots, Hv, Dk, Dv] f32).
+    Columns of one slot are processed in column order (each slot's columns are consecutive
+    positions of one sequence).
+    """
+    T, Hk, Dk = q.shape
+    Hv = v.shape[1]
+    rep = Hv // Hk
+    scale = 1.0 / math.sqrt(Dk)
+    qn = _l2(q.float()).repeat_interleave(rep, dim=1)  # [T, Hv, Dk]
+    kn = _l2(k.float()).repeat_interleave(rep, dim=1)
+    vf, gf, bf = v.float(), g.float(), beta.float()
+    S_all = state.float().clone()
+    o = torch.empty(T, Hv, v.shape[2], dtype=torch.float32)
+    for t in range(T):
+        s = int(slots[t])
+        if int(positions[t]) == 0:
+            S_all[s] = 0.0
+        S = S_all[s] * torch.exp(gf[t])[:, None, None]  # [Hv, Dk, Dv]
+        kv = torch.einsum("hkv,hk->hv", S, kn[t])
+        u = bf[t][:, None] * (vf[t] - kv)
+        S = S + kn[t][:, :, None] * u[:, None, :]
+        o[t] = torch.einsum("hkv,hk->hv", S, qn[t]) * scale
+        S_all[s] = S
+    return o, S_all

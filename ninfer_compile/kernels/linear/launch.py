@@ -1,0 +1,181 @@
+"""Launchers for the linear routes.
+
+Convention (docs/ARCHITECTURE.md): every tensor is preallocated by the caller; launchers never
+allocate device memory and return None.
+
+    <route>(x, weight, out, *, epilogue="none", residual=None, workspace=None, params=None)
+
+- x: bf16 [T, K] (unit stride along K); weight: QuantWeight (row-split planes, maybe a row view)
+  or bf16 [N, K]; out: bf16 [T, N_out] (N_out = N/2 for swiglu, else N); residual: [T, N_out]
+  (may alias out); workspace: fp32 with >= `workspace_numel(...)` elements when SPLIT_K > 1.
+- T outside the route's declared domain, a format / epilogue the route does not declare, an
+  undeclared param value, or mismatched shapes raise `RouteError` naming the route.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+
+from ...errors import RouteError
+from .epilogue import EPI_CODES, splitk_reduce_kernel
+from .gemv import qlinear_gemv_kernel
+from .mma import qlinear_mma_kernel
+from .routes import LINEAR_ROUTES
+from .weights import FORMAT_BITS, QuantWeight, as_linear_weight
+
+__all__ = ["launch", "workspace_numel", "asm_supported"] + sorted(LINEAR_ROUTES)
+
+_FMT_CODE = {"Q4G64_F16S": 4, "Q5G64_F16S": 5, "Q6G64_F16S": 6, "W8G32_F16S": 8, "BF16": 16}
+_ASM_CACHE: dict = {}
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def asm_supported(device: torch.device) -> bool:
+    """Inline PTX (USE_ASM) is usable: a CUDA sm_90+ device and not the Triton interpreter."""
+    if interpreting():
+        return False
+    if device.type != "cuda":
+        return False
+    key = device.index
+    if key not in _ASM_CACHE:
+        _ASM_CACHE[key] = torch.cuda.get_device_capability(device) >= (9, 0)
+    return _ASM_CACHE[key]
+
+
+def registry_domain_max(route_name: str):
+    """max_t of a linear route's declared domain (None = unbounded)."""
+    return LINEAR_ROUTES[route_name].domain.max_t
+
+
+def workspace_numel(t: int, n_out: int, epilogue: str, split_k: int) -> int:
+    """fp32 elements of the split-K workspace ([SPLIT_K, T, N_out or 2 N_out])."""
+    if split_k <= 1:
+        return 0
+    return split_k * t * n_out * (2 if epilogue == "swiglu" else 1)
+
+
+def _check_2d(name, t, rows, cols, tensor, route):
+    if tensor.dtype != torch.bfloat16 or tensor.dim() != 2 or tuple(tensor.shape) != (rows, cols) \
+            or tensor.stride(1) != 1:
+        raise RouteError(f"route {route}: {name} must be bf16 [{rows}, {cols}] with unit column stride, "
+                         f"got {tensor.dtype} {list(tensor.shape)} strides {list(tensor.stride())}")
+
+
+def launch(route_name: str, x, weight, out, *, epilogue: str = "none", residual=None,
+           workspace=None, params=None) -> None:
+    route = LINEAR_ROUTES.get(route_name)
+    if route is None:
+        raise RouteError(f"unknown linear route {route_name!r}")
+    dom = route.domain
+    fmt, n, k = as_linear_weight(weight)
+    if fmt not in dom.formats:
+        raise RouteError(f"route {route.name}: weight format {fmt} is not in its domain {list(dom.formats)}")
+    if epilogue not in dom.epilogues:
+        raise RouteError(f"route {route.name}: epilogue {epilogue!r} is not in its domain {list(dom.epilogues)}")
+    if x.dim() != 2:
+        raise RouteError(f"route {route.name}: x must be [T, K], got shape {list(x.shape)}")
+    T = x.shape[0]
+    if T < dom.min_t or (dom.max_t is not None and T > dom.max_t):
+        hi = "max" if dom.max_t is None else dom.max_t
+        raise RouteError(f"route {route.name}: T={T} columns is outside its domain T in [{dom.min_t}, {hi}]")
+    reason = route.check_params(params or {})
+    if reason:
+        raise RouteError(reason)
+    p = route.resolve_params(params)
+    if epilogue == "swiglu":
+        if n % 2:
+            raise RouteError(f"route {route.name}: swiglu needs an even number of weight rows, got {n}")
+        n_out = n // 2
+    else:
+        n_out = n
+    _check_2d("x", T, T, k, x, route.name)
+    _check_2d("out", T, T, n_out, out, route.name)
+    if epilogue == "residual":
+        if residual is None:
+            raise RouteError(f"route {route.name}: the residual epilogue needs a residual tensor")
+        _check_2d("residual", T, T, n_out, residual, route.name)
+        res = residual
+    else:
+        res = out
+    split_k = p["SPLIT_K"]
+    if split_k > 1:
+        need = workspace_numel(T, n_out, epilogue, split_k)
+        if workspace is None or workspace.dtype != torch.float32 or workspace.numel() < need \
+                or not workspace.is_contiguous():
+            raise RouteError(f"route {route.name}: SPLIT_K={split_k} needs a contiguous fp32 workspace of "
+                             f">= {need} elements")
+        ws = workspace
+    else:
+        ws = out
+    code = _FMT_CODE[fmt]
+    if isinstance(weight, QuantWeight):
+        base, high, scale = weight.words(), weight.high_words(), weight.scales()
+        lpw = 4 if code == 8 else 8
+        base_row = weight.base_row_bytes // 4
+        high_row = weight.high_row_bytes // 4
+        scale_row = weight.groups_per_row
+        kw_total = weight.k_pad // lpw
+        k_loop = weight.k_pad
+    else:
+        base = high = scale = weight
+        base_row, high_row, scale_row = weight.stride(0), 0, 0
+        kw_total = triton.cdiv(k, 8)
+        k_loop = k
+    epi = EPI_CODES[epilogue]
+    kind = route.kernels[0].rpartition(":")[2]
+    if kind == "qlinear_gemv_kernel":
+        lpw = 4 if code == 8 else 8
+        kw = p["BLOCK_K"] // lpw
+        n_iters = triton.cdiv(kw_total, kw)
+        ips = triton.cdiv(n_iters, split_k)
+        block_t = triton.next_power_of_2(T)
+        grid = (triton.cdiv(n_out, p["BLOCK_N"]), split_k)
+        qlinear_gemv_kernel[grid](
+            x, base, high, scale, out, res, ws,
+            T, k, n_out, kw_total, base_row, high_row, scale_row, n_out,
+            x.stride(0), out.stride(0), res.stride(0), ips,
+            FMT=code, EPI=epi, BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], BLOCK_T=block_t,
+            SPLIT_K=split_k, num_warps=p["num_warps"], num_stages=p["num_stages"])
+    else:
+        use_asm = p["USE_ASM"]
+        if use_asm == "auto":
+            use_asm = code == 4 and asm_supported(x.device)
+        elif use_asm and not asm_supported(x.device):
+            raise RouteError(f"route {route.name}: USE_ASM=True needs a CUDA sm_90+ device outside the "
+                             f"Triton interpreter")
+        use_asm = bool(use_asm) and code == 4
+        n_iters = triton.cdiv(k_loop, p["BLOCK_K"])
+        ips = triton.cdiv(n_iters, split_k)
+        grid = (triton.cdiv(n_out, p["BLOCK_N"]) * triton.cdiv(T, p["BLOCK_T"]), split_k)
+        qlinear_mma_kernel[grid](
+            x, base, high, scale, out, res, ws,
+            T, k, k_loop, n_out, kw_total, base_row, high_row, scale_row, n_out,
+            x.stride(0), out.stride(0), res.stride(0), ips,
+            FMT=code, EPI=epi, BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], BLOCK_T=p["BLOCK_T"],
+            SPLIT_K=split_k, USE_ASM=use_asm, DOT_F32=interpreting(), num_warps=p["num_warps"], num_stages=p["num_stages"])
+    if split_k > 1:
+        block = 1024
+        splitk_reduce_kernel[(triton.cdiv(T * n_out, block),)](
+            ws, out, res, T, n_out, out.stride(0), res.stride(0),
+            SPLIT_K=split_k, EPI=epi, BLOCK=block, num_warps=4)
+    return None
+
+
+def _make(name):
+    def launcher(x, weight, out, *, epilogue="none", residual=None, workspace=None, params=None):
+        return launch(name, x, weight, out, epilogue=epilogue, residual=residual,
+                      workspace=workspace, params=params)
+    launcher.__name__ = name
+    launcher.__qualname__ = name
+    launcher.__doc__ = f"Launch route `{name}` ({LINEAR_ROUTES[name].doc})."
+    return launcher
+
+
+for _name in LINEAR_ROUTES:
+    globals()[_name] = _make(_name)

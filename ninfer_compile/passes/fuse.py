@@ -1,0 +1,249 @@
+"""fuse — apply the fusion rules of `fuse_rules.yaml` (data) with a few generic rewriters.
+
+Requires: weights bound (merge_views groups by stored parent); an unfused graph from lowering.
+Guarantees: the graph computes the same values with fewer launches:
+  - merge_views: sibling linears over contiguous row views of one parent reading one input → one
+    linear over those rows + a `split` (a column view, no copy);
+  - epilogue_through_split: linear → split → swiglu → one linear with `epilogue: swiglu`;
+  - epilogue: linear → add → one linear with `epilogue: residual` and a `residual` operand;
+  - share_input: an activation read by >= min_consumers quantized linears carries
+    `attrs.staged_input = {tensor, group, first}` on each (staged once, by the first);
+  - prologue: only where a registered route of the consumer family declares the prologue.
+Each applied rewrite is counted in `graph.meta["fusions"]`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import CompileError
+from ..ir.graph import Graph
+from ..ir.types import Op, RowView
+from .context import PassContext
+
+NAME = "fuse"
+RULES_PATH = Path(__file__).with_name("fuse_rules.yaml")
+_KINDS = ("merge_views", "epilogue_through_split", "epilogue", "share_input", "prologue")
+
+
+def load_rules(path: Path = RULES_PATH) -> tuple[dict, ...]:
+    try:
+        rules = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise CompileError(f"{path.name}: cannot read fusion rules: {exc}") from None
+    if not isinstance(rules, list):
+        raise CompileError(f"{path.name}: fusion rules must be a list")
+    for i, r in enumerate(rules):
+        if not isinstance(r, dict) or "name" not in r or r.get("kind") not in _KINDS:
+            raise CompileError(f"{path.name}: rule {i}: needs a name and a kind in {list(_KINDS)}")
+    return tuple(rules)
+
+
+def run(graph: Graph, ctx: PassContext) -> Graph:
+    rules = ctx.fuse_rules if ctx.fuse_rules is not None else load_rules()
+    g = graph.copy()
+    counts = dict(g.meta.get("fusions", {}))
+    for rule in rules:
+        if not rule.get("enabled", True):
+            continue
+        n = _REWRITERS[rule["kind"]](g, rule, ctx)
+        counts[rule["name"]] = counts.get(rule["name"], 0) + n
+    g.meta["fusions"] = counts
+    g.prune_tensors()
+    return g
+
+
+# ------------------------------------------------------------------------------ rewriters
+
+
+def _single_consumer(g: Graph, tensor: str) -> Op | None:
+    cs = g.consumers(tensor)
+    return cs[0] if len(cs) == 1 else None
+
+
+def _merge_views(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
+    fam = rule.get("family", "linear")
+    groups: dict[tuple[str, str], list[tuple[Op, RowView]]] = defaultdict(list)
+    for op in g.ops():
+        if op.kind != fam or op.attrs.get("epilogue", "none") != "none" or set(op.inputs) != {"x", "weight"}:
+            continue
+        w = g.tensors[op.inputs["weight"]]
+        if w.view is None:
+            continue
+        groups[(op.inputs["x"], w.object)].append((op, w.view))
+    merged = 0
+    for (x, parent), members in sorted(groups.items()):
+        members.sort(key=lambda m: m[1].row_begin)
+        run: list[tuple[Op, RowView]] = []
+        for m in members + [(None, None)]:
+            if run and m[0] is not None and m[1].row_begin == run[-1][1].row_begin + run[-1][1].row_count:
+                run.append(m)
+                continue
+            if len(run) >= 2:
+                _merge_run(g, x, parent, run, ctx)
+                merged += 1
+            run = [m] if m[0] is not None else []
+    return merged
+
+
+def _merge_run(g: Graph, x: str, parent: str, run: list[tuple[Op, RowView]], ctx: PassContext) -> None:
+    first_w = g.tensors[run[0][0].inputs["weight"]]
+    begin = run[0][1].row_begin
+    count = sum(v.row_count for _, v in run)
+    exp = (getattr(ctx.spec, "objects", None) or {}).get(parent)
+    parent_rows = tuple(exp.shape)[0] if exp is not None else None
+    whole = parent_rows == count and begin == 0
+    wname = f"w:{parent}" if whole else f"w:{parent}[{begin}:{begin + count}]"
+    view = None if whole else RowView(parent=parent, row_begin=begin, row_count=count)
+    g.set_tensor(first_w.model_copy(update={
+        "name": wname, "shape": (count, *first_w.shape[1:]), "view": view, "logical": parent,
+        "logical_rows": None}))
+    ops = [op for op, _ in run]
+    base = _common_prefix([op.name for op in ops])
+    name = g.fresh_name(f"{base}{parent.rsplit('/', 1)[-1]}")
+    T = g.tensors[x].shape[0]
+    out = g.fresh_name(f"{name}.out")
+    g.set_tensor(g.tensors[ops[0].outputs["out"]].model_copy(update={"name": out, "shape": (T, count)}))
+    seq = min(op.seq for op in ops)
+    for op in ops:
+        g.remove_op(op.name)
+    g.add_op(Op(name=name, kind="linear", inputs={"x": x, "weight": wname}, outputs={"out": out},
+                attrs={"epilogue": "none", "merged": [op.name for op in ops]}, seq=seq))
+    g.add_op(Op(name=g.fresh_name(f"{name}.split"), kind="split", inputs={"x": out},
+                outputs={f"out{i}": op.outputs["out"] for i, op in enumerate(ops)},
+                attrs={"axis": 1, "sizes": [g.tensors[op.outputs["out"]].shape[1] for op in ops]},
+                seq=seq + 0.5))
+
+
+def _common_prefix(names: list[str]) -> str:
+    p = names[0]
+    for n in names[1:]:
+        while not n.startswith(p):
+            p = p[:-1]
+    cut = p.rfind(".")
+    return p[:cut + 1] if cut >= 0 else (p or "fused.")
+
+
+def _epilogue_through_split(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
+    a_op, b_op = rule.get("operands", ["gate", "up"])
+    n = 0
+    for op in g.ops_of([rule["consumer"]]):
+        if op.name not in g.g:
+            continue
+        sp = g.producer(op.inputs[a_op])
+        if sp is None or sp.kind != "split" or g.producer(op.inputs[b_op]) is not sp:
+            continue
+        if list(sp.outputs.values()) != [op.inputs[a_op], op.inputs[b_op]]:
+            continue
+        sizes = sp.attrs.get("sizes", [])
+        if len(sizes) != 2 or sizes[0] != sizes[1]:
+            continue
+        lin = g.producer(sp.inputs["x"])
+        if lin is None or lin.kind != rule["producer"] or lin.attrs.get("epilogue", "none") != "none":
+            continue
+        if _single_consumer(g, sp.inputs["x"]) is not sp:
+            continue
+        if any(_single_consumer(g, t) is not op for t in sp.outputs.values()):
+            continue
+        g.remove_op(op.name)
+        g.remove_op(sp.name)
+        g.replace_op(lin.model_copy(update={
+            "outputs": {"out": op.outputs["out"]},
+            "attrs": {**lin.attrs, "epilogue": rule["epilogue"]}}))
+        n += 1
+    return n
+
+
+def _epilogue(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
+    n = 0
+    for op in g.ops_of([rule["consumer"]]):
+        a, b = op.inputs.get("a"), op.inputs.get("b")
+        for main, other in ((b, a), (a, b)):
+            lin = g.producer(main)
+            if lin is None or lin.kind != rule["producer"] or lin.attrs.get("epilogue", "none") != "none":
+                continue
+            if _single_consumer(g, main) is not op or main == other:
+                continue
+            if g.tensors[other].shape != g.tensors[op.outputs["out"]].shape:
+                continue
+            g.remove_op(op.name)
+            g.replace_op(lin.model_copy(update={
+                "inputs": {**lin.inputs, rule.get("operand", "residual"): other},
+                "outputs": {"out": op.outputs["out"]},
+                "attrs": {**lin.attrs, "epilogue": rule["epilogue"]}}))
+            n += 1
+            break
+    return n
+
+
+def _share_input(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
+    fam = rule.get("family", "linear")
+    formats = set(rule.get("formats") or [])
+    by_input: dict[str, list[Op]] = defaultdict(list)
+    for op in g.ops_of([fam]):
+        w = g.tensors[op.inputs["weight"]]
+        if formats and w.dtype not in formats:
+            continue
+        by_input[op.inputs["x"]].append(op)
+    n = 0
+    for x, ops in sorted(by_input.items()):
+        if len(ops) < int(rule.get("min_consumers", 2)):
+            continue
+        group = [o.name for o in ops]
+        for i, o in enumerate(ops):
+            g.replace_op(o.model_copy(update={"attrs": {
+                **o.attrs, "staged_input": {"tensor": x, "group": group, "first": i == 0}}}))
+        n += 1
+    return n
+
+
+def _route_supports(ctx: PassContext, req: Mapping[str, Any]) -> bool:
+    reg = ctx.registry
+    if reg is None:
+        try:
+            from ..kernels import registry as reg_mod
+
+            reg = reg_mod.default_registry
+        except ImportError:
+            return False
+    try:
+        routes = reg.routes_for(req["family"])
+    except Exception:
+        return False
+    return any(req["value"] in tuple(r.domain.extra.get(req["key"], ())) for r in routes)
+
+
+def _prologue(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
+    req = rule.get("requires_route_support")
+    if req and not _route_supports(ctx, req):
+        return 0
+    n = 0
+    for op in g.ops_of([rule["producer"]]):
+        out = op.outputs["out"]
+        cons = g.consumers(out)
+        if not cons or any(c.kind != rule["consumer"] or c.inputs.get("x") != out or "prologue" in c.attrs
+                           for c in cons):
+            continue
+        if any(g.tensors[t].role == "output" for t in op.outputs.values()):
+            continue
+        g.remove_op(op.name)
+        for c in cons:
+            g.replace_op(c.model_copy(update={
+                "inputs": {**c.inputs, "x": op.inputs["x"], "norm_weight": op.inputs["weight"]},
+                "attrs": {**c.attrs, "prologue": rule["prologue"], "eps": op.attrs.get("eps")}}))
+        n += 1
+    return n
+
+
+_REWRITERS = {
+    "merge_views": _merge_views,
+    "epilogue_through_split": _epilogue_through_split,
+    "epilogue": _epilogue,
+    "share_input": _share_input,
+    "prologue": _prologue,
+}

@@ -1,0 +1,91 @@
+"""select_routes — choose a route for every family op from the route table.
+
+Requires: weights bound (the match needs each weight's format); fusion done (the epilogue is part
+  of the match); a RouteTable in the context.
+Guarantees: every family op carries `route` = RouteChoice(route, params, source "smNN.yaml:LINE",
+  t_range, match, reference) chosen by `table.select(family, T, match)` for its own T (the leading
+  column count of its activation: the extent's T, or the selected head rows). A miss raises
+  RouteError under `miss: error`; under `miss: nearest` the fallback is recorded in
+  `graph.meta["route_misses"]`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import CompileError, RouteError
+from ..ir.graph import Graph
+from ..ir.types import Op, RouteChoice
+from .context import PassContext
+
+NAME = "select_routes"
+
+# The operand whose leading dimension is the op's column count T.
+_T_OPERAND = {
+    "embedding": "ids", "rmsnorm": "x", "linear": "x", "head_rmsnorm": "x", "rope": "x",
+    "kv_append": "k", "attention": "q", "conv1d": "x", "gdn_gating": "a", "gated_delta_rule": "q",
+    "gated_rmsnorm": "x", "sampling": "logits",
+}
+
+
+def op_t(graph: Graph, op: Op) -> int:
+    return int(graph.tensors[op.inputs[_T_OPERAND[op.kind]]].shape[0])
+
+
+def op_match(graph: Graph, op: Op) -> dict[str, Any]:
+    """The match keys an op presents to the table (docs/ARCHITECTURE.md "Route tables")."""
+    t = graph.tensors
+    k = op.kind
+    phase = graph.extent.phase
+    m: dict[str, Any] = {}
+    if k == "linear":
+        w = t[op.inputs["weight"]]
+        m = {"format": w.format or w.dtype, "n": int(w.shape[0]), "k": int(w.shape[1]),
+             "epilogue": op.attrs.get("epilogue", "none")}
+    elif k == "embedding":
+        w = t[op.inputs["table"]]
+        m = {"format": w.format or w.dtype, "n": int(w.shape[0]), "k": int(w.shape[1])}
+    elif k in ("rmsnorm", "head_rmsnorm", "gated_rmsnorm"):
+        w = t[op.inputs["weight"]]
+        m = {"format": w.format or w.dtype, "n": int(w.shape[0])}
+    elif k == "rope":
+        m = {"format": "BF16", "n": int(t[op.inputs["x"]].shape[-1])}
+    elif k in ("kv_append", "attention"):
+        m = {"format": "BF16", "kv_dtype": op.attrs.get("kv_dtype", graph.meta.get("kv_dtype", "bf16")),
+             "head_dim": int(t[op.inputs["k_cache"]].shape[-1])}
+        if k == "attention":
+            m["phase"] = phase
+    elif k == "conv1d":
+        w = t[op.inputs["weight"]]
+        m = {"format": w.format or w.dtype, "n": int(w.shape[1]), "k": int(w.shape[0]), "phase": phase}
+    elif k == "gdn_gating":
+        m = {"format": "FP32", "n": int(t[op.inputs["a"]].shape[1])}
+    elif k == "gated_delta_rule":
+        m = {"format": "BF16", "phase": phase}
+    elif k == "sampling":
+        m = {"format": "BF16", "n": int(t[op.inputs["logits"]].shape[1]), "mode": op.attrs.get("mode", "runtime")}
+    return m
+
+
+def run(graph: Graph, ctx: PassContext) -> Graph:
+    if ctx.table is None:
+        raise CompileError(f"{NAME}: no route table")
+    out = graph.copy()
+    misses = list(out.meta.get("route_misses", []))
+    for op in out.ops():
+        if not op.is_family:
+            continue
+        t = op_t(out, op)
+        match = op_match(out, op)
+        try:
+            sel = ctx.table.select(op.kind, t, match)
+        except RouteError as exc:
+            raise RouteError(f"{graph.extent.name}: op {op.name}: {exc}") from None
+        nearest = getattr(sel, "nearest", None)
+        if nearest:
+            misses.append(f"{op.name}: {nearest}")
+        out.replace_op(op.model_copy(update={"route": RouteChoice(
+            route=sel.route.name, params=dict(sel.params), source=sel.source,
+            t_range=tuple(sel.t_range), match=match, reference=getattr(sel.route, "reference", None) or None)}))
+    out.meta["route_misses"] = misses
+    return out

@@ -1,0 +1,1 @@
+"""The plan directory: manifest (plan.json), memory report, atomic deterministic writer."""

@@ -1,0 +1,125 @@
+"""Memory accounting over the compiled extents: weights W, KV cache K, GDN state S, workspace A.
+
+- W: bytes of every artifact object any extent's launches read (a fused parent counted once);
+- K: KV cache of every attention layer (text + MTP), all slots, `max_context` positions
+  (bf16: 2 B/value; int8: 1 B/value + one fp16 scale per 64 values);
+- S: GDN conv state [slots, kernel-1, C] bf16 and recurrent state [slots, Hv, Dk, Dv] fp32;
+- A: the activation arena = max over extents of each extent's high-water mark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import CompileError
+from ..ir.graph import Graph
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    weights: int
+    kv: int
+    state: int
+    workspace: int
+    kv_bytes_per_token: int
+    slots: int
+    max_context: int
+    kv_dtype: str
+    weight_objects: int
+    state_buffers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    arena_by_extent: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.state + self.workspace
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"weights_bytes": self.weights, "kv_bytes": self.kv, "state_bytes": self.state,
+                "workspace_bytes": self.workspace, "total_bytes": self.total,
+                "kv_bytes_per_token": self.kv_bytes_per_token, "slots": self.slots,
+                "max_context": self.max_context, "kv_dtype": self.kv_dtype,
+                "weight_objects": self.weight_objects, "arena_by_extent": dict(sorted(self.arena_by_extent.items()))}
+
+
+def _object_bytes(name: str, objects: Mapping[str, Any] | None, spec) -> int:
+    obj = objects.get(name) if objects is not None else None
+    if obj is not None and hasattr(obj, "bytes"):
+        return int(obj.bytes)
+    from ..artifact.formats import encoded_size
+
+    exp = spec.objects[name]
+    return int(encoded_size(exp.format, tuple(exp.shape)))
+
+
+def state_buffers(graphs: list[Graph]) -> dict[str, dict[str, Any]]:
+    """Every persistent buffer the graphs name: shape (slot-major), per-slot shape, dtype, bytes."""
+    out: dict[str, dict[str, Any]] = {}
+    for g in graphs:
+        for t in g.tensors.values():
+            if t.role != "state" or t.buffer != t.name or t.name in out:
+                continue
+            kind = "kv" if (t.name.startswith("kv/") or t.name.startswith("mtp_kv/")) else "gdn"
+            out[t.name] = {"shape": list(t.shape), "per_slot_shape": list(t.shape[1:]), "dtype": t.dtype,
+                           "bytes": t.nbytes, "kind": kind}
+    return dict(sorted(out.items()))
+
+
+def memory_report(graphs: list[Graph], objects: Mapping[str, Any] | None, spec, *, slots: int,
+                  max_context: int, kv_dtype: str) -> MemoryReport:
+    used: set[str] = set()
+    for g in graphs:
+        for t in g.tensors.values():
+            if t.role == "weight":
+                used.add(t.object or t.logical)
+    weights = sum(_object_bytes(n, objects, spec) for n in sorted(used))
+    bufs = state_buffers(graphs)
+    kv = sum(b["bytes"] for b in bufs.values() if b["kind"] == "kv")
+    st = sum(b["bytes"] for b in bufs.values() if b["kind"] == "gdn")
+    arenas = {g.extent.name: int(g.meta.get("memory", {}).get("arena_bytes", 0)) for g in graphs}
+    per_token = kv // max(1, slots * max_context)
+    return MemoryReport(weights=weights, kv=kv, state=st, workspace=max(arenas.values(), default=0),
+                        kv_bytes_per_token=per_token, slots=slots, max_context=max_context, kv_dtype=kv_dtype,
+                        weight_objects=len(used), state_buffers=bufs, arena_by_extent=arenas)
+
+
+def check_budget(report: MemoryReport, budget_gib: float | None) -> None:
+    if budget_gib is None:
+        return
+    if not budget_gib > 0:
+        raise CompileError(f"--memory-budget must be a positive number of GiB, got {budget_gib}")
+    budget = int(budget_gib * GIB)
+    if report.total > budget:
+        raise CompileError(
+            f"needs {report.total} bytes (weights {report.weights}, KV {report.kv}, state {report.state}, "
+            f"workspace {report.workspace}), budget {budget} ({budget_gib:g} GiB) for {report.slots} slot(s) x "
+            f"{report.max_context} context, KV {report.kv_dtype}")
+
+
+def _h(n: int) -> str:
+    return f"{n:>16,d} B  {n / GIB:10.3f} GiB"
+
+
+def report_text(r: MemoryReport, budget_gib: float | None = None) -> str:
+    lines = [
+        f"memory plan: {r.slots} slot(s) x {r.max_context} context, KV {r.kv_dtype}",
+        f"weights   W {_h(r.weights)}  ({r.weight_objects} artifact objects)",
+        f"KV cache  K {_h(r.kv)}  ({r.kv_bytes_per_token:,d} B/token, all attention layers)",
+        f"state     S {_h(r.state)}  (GDN conv + recurrent, {r.slots} slot(s))",
+        f"workspace A {_h(r.workspace)}  (activation arena, max over extents)",
+        f"total       {_h(r.total)}",
+    ]
+    if budget_gib is not None:
+        lines.append(f"budget      {_h(int(budget_gib * GIB))}")
+    lines.append("")
+    lines.append("arena by extent:")
+    for name, n in sorted(r.arena_by_extent.items()):
+        lines.append(f"  {name:<24} {n:>14,d} B")
+    lines.append("")
+    lines.append("persistent buffers (slot-major):")
+    for name, b in r.state_buffers.items():
+        lines.append(f"  {name:<32} {b['dtype']:<4} {str(b['shape']):<28} {b['bytes']:>16,d} B")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,271 @@
+"""`ninfer-compile routes validate|show|diff` — inspect route tables.
+
+- `routes validate FILE...`: load each table against the live route registry; print `ok` and a
+  summary, or every error (`file:line: field: message`) and exit 2.
+- `routes show --sm N [--routes FILE]`: the provenance header and, per family and match, the T
+  ranges with their route and parameters (`*` marks a parameter left at the route's default).
+- `routes diff A.yaml B.yaml [--artifact X [--contract FILE]]`: where the two tables choose
+  differently. With an artifact: for the ops its model presents (linear per format/shape/epilogue,
+  embedding per format/shape, the other families per table match, limited to the model's layer
+  kinds). Without: row-wise, for every match either table has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Iterable
+
+from ..errors import NinferError, RouteError
+from .schema import TableErrors
+from .table import RouteTable, effective_match, fmt_match, load_table, table_for_sm
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="routes_command", metavar="ACTION")
+    sub.required = True
+    p = sub.add_parser("validate", help="validate route tables against the route registry")
+    p.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    p = sub.add_parser("show", help="print the route grid of a table")
+    p.add_argument("--sm", type=int, required=True, help="GPU architecture, e.g. 90")
+    p.add_argument("--routes", type=Path, default=None, help="table file instead of routes/smN.yaml")
+    p = sub.add_parser("diff", help="which ops change route between two tables")
+    p.add_argument("a", type=Path, metavar="A.yaml")
+    p.add_argument("b", type=Path, metavar="B.yaml")
+    p.add_argument("--artifact", type=Path, default=None, help="limit to the ops of this model")
+    p.add_argument("--contract", type=Path, default=None, help="model contract (with --artifact)")
+
+
+def run(args: argparse.Namespace) -> int:
+    cmd = args.routes_command
+    if cmd == "validate":
+        return _validate(args.files)
+    if cmd == "show":
+        table = table_for_sm(args.sm, args.routes)
+        print(render_table(table))
+        return 0
+    if cmd == "diff":
+        if args.contract is not None and args.artifact is None:
+            raise RouteError("routes diff: --contract needs --artifact")
+        a, b = load_table(args.a), load_table(args.b)
+        print(render_diff(a, b, args.artifact, args.contract))
+        return 0
+    raise RouteError(f"routes: unknown action {cmd!r}")  # pragma: no cover
+
+
+# --------------------------------------------------------------------------- validate
+def _validate(files: Iterable[Path]) -> int:
+    rc = 0
+    for path in files:
+        try:
+            table = load_table(path)
+        except TableErrors as exc:
+            for line in exc.errors:
+                print(f"error: {line}", file=sys.stderr)
+            print(f"{path}: {len(exc.errors)} error(s)", file=sys.stderr)
+            rc = 2
+            continue
+        except NinferError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            rc = 2
+            continue
+        print(f"ok: {path} — {summary(table)}")
+        for fam, groups in table.groups.items():
+            names = sorted({row.route.name for g in groups for row in g.rows})
+            nrows = sum(len(g.rows) for g in groups)
+            print(f"  {fam}: {len(groups)} match(es), {nrows} row(s); routes: {', '.join(names)}")
+    return rc
+
+
+def summary(table: RouteTable) -> str:
+    nrows = sum(len(g.rows) for gs in table.groups.values() for g in gs)
+    return (f"sm {table.sm}, miss {table.miss}, source {table.provenance.get('source')}, "
+            f"{len(table.groups)} families, {nrows} rows, sha256 {table.sha256[:16]}")
+
+
+# --------------------------------------------------------------------------- show
+def _fmt_params(resolved: dict, explicit: dict) -> str:
+    parts = []
+    for k in sorted(resolved):
+        mark = "" if k in explicit else "*"
+        parts.append(f"{k}={resolved[k]}{mark}")
+    return " ".join(parts) or "-"
+
+
+def _fmt_range(lo: int, hi: int | None) -> str:
+    return f"T {lo}..{'max' if hi is None else hi}"
+
+
+def render_table(table: RouteTable) -> str:
+    out = [f"{table.path}  (sm {table.sm}, miss: {table.miss}, sha256 {table.sha256[:16]})"]
+    prov = dict(table.provenance)
+    out.append(f"provenance: source {prov.pop('source', '?')}")
+    for key in ("reason", "derived_from", "command", "date", "device", "driver", "cuda", "torch",
+                "triton", "power_w", "clocks", "host", "tool", "notes"):
+        if key in prov:
+            out.append(f"  {key}: {prov.pop(key)}")
+    for key, value in prov.items():
+        out.append(f"  {key}: {value}")
+    out.append("(* = route default)")
+    for fam, groups in table.groups.items():
+        out.append("")
+        out.append(f"{fam}:")
+        for g in groups:
+            out.append(f"  match {fmt_match(g.eff)}   [{table.name}:{g.line}]")
+            width = max(len(r.route.name) for r in g.rows)
+            for r in g.rows:
+                out.append(f"    {_fmt_range(r.lo, r.hi):<14} {r.route.name:<{width}}  "
+                           f"{_fmt_params(r.resolved, r.params):<40} {table.name}:{r.line}")
+                if r.evidence:
+                    for t, cands in sorted(r.evidence.items()):
+                        ev = ", ".join(f"{c} {us:g}us" for c, us in sorted(cands.items(), key=lambda x: x[1]))
+                        out.append(f"{'':20}evidence T={t}: {ev}")
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- diff
+def _choice(table: RouteTable, family: str, t: int, match: dict) -> str:
+    try:
+        sel = table.select(family, t, match)
+    except RouteError:
+        return "MISS (no row covers this op; miss: error)"
+    params = " ".join(f"{k}={v}" for k, v in sorted(sel.params.items()))
+    s = sel.route.name + (f" {params}" if params else "")
+    if sel.nearest:
+        s += " (nearest)"
+    return s
+
+
+def diff_op(a: RouteTable, b: RouteTable, family: str, match: dict) -> list[tuple[int, int | None, str, str]]:
+    """Maximal T intervals where the two tables choose differently for one op match."""
+    points = {1}
+    for table in (a, b):
+        for g in table.groups.get(family, []):
+            for r in g.rows:
+                points.add(r.lo)
+                if r.hi is not None:
+                    points.add(r.hi + 1)
+    pts = sorted(points)
+    intervals: list[list] = []
+    for i, lo in enumerate(pts):
+        hi = pts[i + 1] - 1 if i + 1 < len(pts) else None
+        ca, cb = _choice(a, family, lo, match), _choice(b, family, lo, match)
+        if intervals and intervals[-1][2] == ca and intervals[-1][3] == cb:
+            intervals[-1][1] = hi
+        else:
+            intervals.append([lo, hi, ca, cb])
+    return [tuple(x) for x in intervals if x[2] != x[3]]  # type: ignore[misc]
+
+
+def _table_matches(a: RouteTable, b: RouteTable, family: str) -> list[dict]:
+    seen: list[dict] = []
+    for table in (a, b):
+        for g in table.groups.get(family, []):
+            m = dict(g.eff)
+            if m not in seen:
+                seen.append(m)
+    return seen
+
+
+# Contract roles (qwen3_5_hybrid) of 2-D tensors that are not linear weights.
+EMBEDDING_ROLES = {"token_embedding"}
+NOT_LINEAR_ROLES = {"gdn_convolution", "vision_other", "draft_head_token_ids", "text_norm",
+                    "mtp_norm", "gdn_decay"}
+
+
+def _not_linear_name(name: str) -> bool:
+    leaf = name.rsplit("/", 1)[-1]
+    return any(w in leaf for w in ("norm", "bias", "convolution", "position", "token_ids"))
+
+
+_ATTN_FAMILIES = ("head_rmsnorm", "rope", "kv_append", "attention")
+_GDN_FAMILIES = ("conv1d", "gdn_gating", "gated_delta_rule", "gated_rmsnorm")
+
+
+def model_ops(a: RouteTable, b: RouteTable, artifact: Path, contract: Path | None) -> list[tuple[str, dict, str]]:
+    """(family, op match, note) for the ops the artifact's model presents."""
+    try:
+        from ..artifact.reader import Artifact
+        from ..contracts import find_contract
+    except ImportError as exc:
+        raise RouteError(f"routes diff --artifact needs the artifact and contracts packages: {exc}") from None
+    with Artifact.open(artifact) as art:
+        model_id = art.model_id
+    spec = find_contract(artifact, model_id, contract).resolve()
+    ops: list[tuple[str, dict, str]] = []
+
+    def epilogues(fmt: str) -> list[str]:
+        eps = {"none"}
+        for table in (a, b):
+            for g in table.groups.get("linear", []):
+                if g.eff.get("format") in (None, fmt):
+                    eps.add(g.eff["epilogue"])
+        return sorted(eps)
+
+    shapes: dict[tuple, list[str]] = {}
+    embed: dict[tuple, list[str]] = {}
+    for obj in spec.objects.values():
+        if obj.kind != "tensor" or obj.shape is None or obj.format is None or len(obj.shape) != 2:
+            continue
+        role = obj.role or ""
+        n, k = obj.shape
+        if role in EMBEDDING_ROLES or (not role and "embedding" in obj.name and "patch" not in obj.name):
+            embed.setdefault((obj.format, n, k), []).append(obj.name)
+        elif role in NOT_LINEAR_ROLES or _not_linear_name(obj.name):
+            continue
+        else:
+            shapes.setdefault((obj.format, n, k), []).append(obj.name)
+    for (fmt, n, k), names in sorted(shapes.items()):
+        note = _objects_note(names)
+        for ep in epilogues(fmt):
+            ops.append(("linear", {"format": fmt, "n": n, "k": k, "epilogue": ep}, note))
+    for (fmt, n, k), names in sorted(embed.items()):
+        ops.append(("embedding", {"format": fmt, "n": n, "k": k}, _objects_note(names)))
+    kinds = set(getattr(spec, "layer_kinds", []) or [])
+    families = set(a.groups) | set(b.groups)
+    for fam in sorted(families - {"linear", "embedding"}):
+        if fam in _ATTN_FAMILIES and "attention" not in kinds:
+            continue
+        if fam in _GDN_FAMILIES and "gdn" not in kinds:
+            continue
+        for m in _table_matches(a, b, fam):
+            ops.append((fam, m, ""))
+    return ops
+
+
+def _objects_note(names: list[str]) -> str:
+    names = sorted(names)
+    if len(names) <= 2:
+        return ", ".join(names)
+    return f"{names[0]} … ({len(names)} objects)"
+
+
+def render_diff(a: RouteTable, b: RouteTable, artifact: Path | None = None,
+                contract: Path | None = None) -> str:
+    if artifact is not None:
+        ops = model_ops(a, b, artifact, contract)
+        head = f"routes diff {a.path} -> {b.path} for {artifact}"
+    else:
+        ops = []
+        for fam in list(dict.fromkeys([*a.groups, *b.groups])):
+            for m in _table_matches(a, b, fam):
+                ops.append((fam, m, ""))
+        head = f"routes diff {a.path} -> {b.path} (row-wise)"
+    out = [head, f"  A: {a.name} sm {a.sm} ({a.provenance.get('source')})",
+           f"  B: {b.name} sm {b.sm} ({b.provenance.get('source')})"]
+    changed = 0
+    for fam, match, note in ops:
+        d = diff_op(a, b, fam, match)
+        if not d:
+            continue
+        changed += 1
+        out.append("")
+        out.append(f"{fam} {fmt_match(effective_match(match))}" + (f"   [{note}]" if note else ""))
+        for lo, hi, ca, cb in d:
+            out.append(f"  {_fmt_range(lo, hi):<14} A: {ca}")
+            out.append(f"  {'':<14} B: {cb}")
+    out.append("")
+    out.append(f"{changed} of {len(ops)} op(s) change route" if changed else
+               f"no differences ({len(ops)} op(s) compared)")
+    return "\n".join(out)

@@ -1,0 +1,355 @@
+"""Route table schema: YAML with line marks, pydantic models, error formatting.
+
+`parse_table_file(path)` reads a `routes/smNN.yaml`, composes the YAML node tree (keeping every
+node's line), refuses duplicate keys, builds plain data, and validates the structure with pydantic
+(`extra="forbid"` everywhere). Every error is `FILE:LINE: FIELD: MESSAGE`, LINE being the line of
+the offending key / row. Semantic checks against the route registry live in `table.py`.
+
+Shape of a table (DESIGN §5)::
+
+    sm: 90
+    provenance: {source: unmeasured, reason: "..."}    # measured | unmeasured | derived
+    miss: error                                         # error | nearest
+    linear:                                             # one section per op family
+      - match: {format: Q4G64_F16S, epilogue: none}     # subset test against the op's match
+        routes:
+          - {t: [1, 4],    route: q4_gemv, params: {BLOCK_N: 64}}
+          - {t: [5, max],  route: q4_gemm, evidence: {8: {q4_gemv: 31.2, q4_gemm: 22.9}}}
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import TypeAdapter, ValidationError, field_validator, model_validator
+
+from ..errors import RouteError
+
+# Families named in ARCHITECTURE.md. A table may also hold a section for any family that has
+# registered routes (e.g. a fused family); anything else is an unknown key.
+KNOWN_FAMILIES: tuple[str, ...] = (
+    "linear",
+    "embedding",
+    "rmsnorm",
+    "head_rmsnorm",
+    "rope",
+    "kv_append",
+    "attention",
+    "conv1d",
+    "gdn_gating",
+    "gated_delta_rule",
+    "gated_rmsnorm",
+    "sampling",
+)
+
+HEADER_KEYS = ("sm", "provenance", "miss")
+
+# Match keys every family accepts; family-specific keys below, plus every key a registered route
+# of the family restricts in `RouteDomain.extra`.
+BASE_MATCH_KEYS: tuple[str, ...] = ("format", "n", "k", "epilogue")
+FAMILY_MATCH_KEYS: dict[str, tuple[str, ...]] = {
+    "attention": ("phase", "kv_dtype", "head_dim"),
+    "kv_append": ("kv_dtype", "head_dim"),
+    "conv1d": ("phase",),
+    "gated_delta_rule": ("phase",),
+    "sampling": ("mode",),
+}
+INT_MATCH_KEYS = ("n", "k", "head_dim")
+
+
+class TableErrors(RouteError):
+    """One or more table errors; `.errors` holds each `file:line: field: message` line."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = list(errors)
+        super().__init__("\n".join(self.errors))
+
+
+# --------------------------------------------------------------------------- YAML with lines
+class _NodeData:
+    """Plain data built from a composed YAML node tree, with the line of every path."""
+
+    def __init__(self, name: str, text: str):
+        self.name = name
+        self.errors: list[str] = []
+        self.lines: dict[tuple, int] = {(): 1}
+        try:
+            root = yaml.compose(text, Loader=yaml.SafeLoader)
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            line = mark.line + 1 if mark is not None else 1
+            raise TableErrors([f"{name}:{line}: yaml: {exc.problem or exc}"]) from None
+        except yaml.YAMLError as exc:
+            raise TableErrors([f"{name}:1: yaml: {exc}"]) from None
+        self._ctor = yaml.SafeLoader("")
+        if root is None:
+            self.data: Any = None
+        else:
+            self.lines[()] = root.start_mark.line + 1
+            self.data = self._build(root, ())
+
+    def _build(self, node: yaml.Node, path: tuple) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            out: dict = {}
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    self.errors.append(f"{self.name}:{key_node.start_mark.line + 1}: "
+                                       f"{fmt_path(path)}: mapping keys must be scalars")
+                    continue
+                key = self._ctor.construct_object(key_node)
+                kpath = path + (key,)
+                kline = key_node.start_mark.line + 1
+                if key in out:
+                    self.errors.append(f"{self.name}:{kline}: {fmt_path(kpath)}: duplicate key "
+                                       f"(first at line {self.lines[kpath]})")
+                    continue
+                self.lines[kpath] = kline
+                out[key] = self._build(value_node, kpath)
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            items = []
+            for i, item in enumerate(node.value):
+                ipath = path + (i,)
+                self.lines[ipath] = item.start_mark.line + 1
+                items.append(self._build(item, ipath))
+            return items
+        return self._ctor.construct_object(node)
+
+    def line_of(self, path: tuple) -> int:
+        p = tuple(path)
+        while p not in self.lines:
+            p = p[:-1]
+        return self.lines[p]
+
+
+def fmt_path(path: tuple | list) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int) and not isinstance(part, bool):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top)"
+
+
+def _real_loc(data: Any, loc: tuple) -> tuple:
+    """Keep the components of a pydantic loc that address the data (drop union/type tags); a
+    trailing name absent from its mapping (a missing field) is kept for the message."""
+    out: list = []
+    cur = data
+    for i, part in enumerate(loc):
+        if isinstance(cur, dict) and part in cur:
+            out.append(part)
+            cur = cur[part]
+        elif isinstance(cur, dict) and isinstance(part, str) and part.lstrip("-").isdigit() \
+                and int(part) in cur:
+            out.append(int(part))
+            cur = cur[int(part)]
+        elif isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur):
+            out.append(part)
+            cur = cur[part]
+        elif isinstance(cur, dict) and i == len(loc) - 1:
+            out.append(part)
+    return tuple(out)
+
+
+def pydantic_errors(doc: _NodeData, exc: ValidationError, prefix: tuple, data: Any) -> list[str]:
+    """One `file:line: field: message` per offending field (union alternatives merged)."""
+    by_loc: dict[tuple, list[str]] = {}
+    got: dict[tuple, str] = {}
+    for err in exc.errors():
+        loc = prefix + _real_loc(data, tuple(err["loc"]))
+        typ = err["type"]
+        if typ == "extra_forbidden":
+            msg = "unknown key"
+        elif typ == "missing":
+            msg = "required field is missing"
+        else:
+            msg = err["msg"]
+            if msg.startswith("Value error, "):
+                msg = msg[len("Value error, "):]
+            inp = err.get("input")
+            if typ not in ("model_type", "dict_type", "list_type") and not isinstance(inp, (dict, list)) \
+                    and "input" in err:
+                got[loc] = f" (got {inp!r})"
+            elif isinstance(inp, (dict, list)) and typ.endswith("_type"):
+                got[loc] = f" (got a {'mapping' if isinstance(inp, dict) else 'list'})"
+        msgs = by_loc.setdefault(loc, [])
+        if msg not in msgs:
+            msgs.append(msg)
+    out = []
+    for loc, msgs in by_loc.items():
+        if len(msgs) > 1 and all(m.startswith("Input should be ") for m in msgs):
+            msg = "Input should be " + " or ".join(m[len("Input should be "):] for m in msgs)
+        else:
+            msg = "; ".join(msgs)
+        out.append(f"{doc.name}:{doc.line_of(loc)}: {fmt_path(loc)}: {msg}{got.get(loc, '')}")
+    return out
+
+
+# --------------------------------------------------------------------------- pydantic models
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
+
+
+class Provenance(_Strict):
+    source: Literal["measured", "unmeasured", "derived"]
+    reason: StrictStr | None = None
+    command: StrictStr | None = None
+    date: Union[StrictStr, _dt.date, _dt.datetime, None] = None
+    device: StrictStr | None = None
+    driver: StrictStr | None = None
+    cuda: StrictStr | None = None
+    torch: StrictStr | None = None
+    triton: StrictStr | None = None
+    power_w: Union[StrictInt, StrictFloat, None] = None
+    clocks: StrictStr | None = None
+    host: StrictStr | None = None
+    derived_from: StrictStr | None = None
+    tool: StrictStr | None = None
+    notes: StrictStr | None = None
+
+    @model_validator(mode="after")
+    def _source_rules(self) -> "Provenance":
+        if self.source != "measured" and not (self.reason and self.reason.strip()):
+            raise ValueError(f"source {self.source} needs a reason saying why the rows are what they are")
+        if self.source == "measured":
+            missing = [f for f in ("command", "date", "device", "triton") if getattr(self, f) in (None, "")]
+            if missing:
+                raise ValueError(f"source measured needs {', '.join(missing)}")
+        if self.source == "derived" and not self.derived_from:
+            raise ValueError("source derived needs derived_from (the table it was derived from)")
+        return self
+
+
+class Header(_Strict):
+    sm: StrictInt = Field(ge=1)
+    provenance: Provenance
+    miss: Literal["error", "nearest"]
+
+
+class RowModel(_Strict):
+    t: list[Union[StrictInt, Literal["max"]]]
+    route: StrictStr
+    params: dict[StrictStr, Scalar] = Field(default_factory=dict)
+    evidence: dict[StrictInt, dict[StrictStr, Union[StrictInt, StrictFloat]]] | None = None
+
+    @field_validator("t")
+    @classmethod
+    def _t_range(cls, v: list) -> list:
+        if len(v) != 2:
+            raise ValueError("t must be [lo, hi] (hi may be max)")
+        lo, hi = v
+        if not isinstance(lo, int) or lo < 1:
+            raise ValueError("t lo must be an integer >= 1")
+        if hi != "max" and hi < lo:
+            raise ValueError(f"t hi {hi} is below lo {lo}")
+        return v
+
+
+class GroupModel(_Strict):
+    match: dict[StrictStr, Union[StrictBool, StrictInt, StrictStr]] = Field(default_factory=dict)
+    routes: list[RowModel] = Field(min_length=1)
+
+
+_FAMILY_ADAPTER = TypeAdapter(list[GroupModel])
+
+
+# --------------------------------------------------------------------------- parsed structure
+@dataclass
+class ParsedRow:
+    lo: int
+    hi: int | None  # None = max
+    route: str
+    params: dict
+    evidence: dict | None
+    line: int
+    path: tuple
+
+
+@dataclass
+class ParsedGroup:
+    family: str
+    index: int
+    match: dict
+    rows: list[ParsedRow]
+    line: int
+    match_line: int
+    path: tuple
+
+
+@dataclass
+class ParsedTable:
+    name: str
+    header: Header
+    families: dict[str, list[ParsedGroup]] = field(default_factory=dict)
+    family_lines: dict[str, int] = field(default_factory=dict)
+    doc: _NodeData | None = None
+
+
+def parse_table_text(name: str, text: str, family_ok) -> tuple[ParsedTable | None, list[str]]:
+    """Structural parse. `family_ok(key) -> bool` says whether a top-level key is a family.
+    Returns (table, errors): the table holds the family sections that parsed (None when the
+    header itself is invalid), so semantic checks can still report on them."""
+    doc = _NodeData(name, text)
+    errors = list(doc.errors)
+    data = doc.data
+    if not isinstance(data, dict):
+        return None, errors + [f"{name}:{doc.line_of(())}: (top): a route table must be a mapping "
+                               f"with sm, provenance, miss and family sections"]
+    header_data = {k: data[k] for k in HEADER_KEYS if k in data}
+    header = None
+    try:
+        header = Header.model_validate(header_data)
+    except ValidationError as exc:
+        errors += pydantic_errors(doc, exc, (), header_data)
+    parsed = ParsedTable(name=name, header=header, doc=doc)  # type: ignore[arg-type]
+    for key, value in data.items():
+        if key in HEADER_KEYS:
+            continue
+        kline = doc.line_of((key,))
+        if not isinstance(key, str) or not family_ok(key):
+            errors.append(f"{name}:{kline}: {key}: unknown key (not a header field nor a route family)")
+            continue
+        try:
+            groups = _FAMILY_ADAPTER.validate_python(value)
+        except ValidationError as exc:
+            errors += pydantic_errors(doc, exc, (key,), value)
+            continue
+        parsed.families[key] = []
+        parsed.family_lines[key] = kline
+        for gi, g in enumerate(groups):
+            gpath = (key, gi)
+            rows = []
+            for ri, r in enumerate(g.routes):
+                rpath = gpath + ("routes", ri)
+                lo, hi = r.t
+                rows.append(ParsedRow(lo=lo, hi=None if hi == "max" else hi, route=r.route,
+                                      params=dict(r.params), evidence=r.evidence,
+                                      line=doc.line_of(rpath), path=rpath))
+            parsed.families[key].append(ParsedGroup(
+                family=key, index=gi, match=dict(g.match), rows=rows, line=doc.line_of(gpath),
+                match_line=doc.line_of(gpath + ("match",)), path=gpath))
+    if header is None:
+        return None, errors
+    return parsed, errors
+
+
+def read_table_file(path: Path) -> tuple[str, bytes, str]:
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise RouteError(f"{path}: cannot read route table: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RouteError(f"{path}: route table is not UTF-8: {exc}") from None
+    return Path(path).name, raw, text

@@ -1,0 +1,113 @@
+"""Gated GQA attention (decode split-KV and causal prefill) vs the fp32 reference."""
+
+import pytest
+import torch
+
+from ninfer_compile.errors import RouteError
+from ninfer_compile.kernels.attention import launch, reference
+from ninfer_compile.kernels.kv_cache import reference as kv_reference
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _filled_cache(slots_n, ctx, Hkv, D, int8, seed):
+    """A cache filled through the reference codec (kv_append itself is tested in kv_cache/)."""
+    g = torch.Generator().manual_seed(seed)
+    k = torch.randn(slots_n, ctx, Hkv, D, generator=g).bfloat16()
+    v = torch.randn(slots_n, ctx, Hkv, D, generator=g).bfloat16()
+    if not int8:
+        return k.to(DEV), v.to(DEV), None, None
+    kc, ks = kv_reference.quantize_g64(k)
+    vc, vs = kv_reference.quantize_g64(v)
+    return kc.to(DEV), vc.to(DEV), ks.to(DEV), vs.to(DEV)
+
+
+def _qg(T, Hq, D, seed):
+    g = torch.Generator().manual_seed(seed)
+    fused = torch.randn(T, Hq, 2 * D, generator=g).bfloat16().to(DEV)
+    return fused[:, :, :D], fused[:, :, D:]  # strided q / gate halves of one projection
+
+
+def _ref(q, gate, kc, vc, ks, vs, pos, slots):
+    c = lambda x: None if x is None else x.cpu()  # noqa: E731
+    return reference.attention(q.cpu(), gate.cpu(), kc.cpu(), vc.cpu(), pos.cpu(), slots.cpu(),
+                               q.shape[-1] ** -0.5, c(ks), c(vs))
+
+
+@pytest.mark.parametrize("int8", [False, True])
+@pytest.mark.parametrize("T,Hq,Hkv,D,split", [(1, 6, 1, 64, 64), (3, 4, 2, 64, 512), (5, 6, 2, 128, 64)])
+def test_decode(int8, T, Hq, Hkv, D, split):
+    ctx = 150
+    kc, vc, ks, vs = _filled_cache(4, ctx, Hkv, D, int8, seed=D + T)
+    q, gate = _qg(T, Hq, D, seed=T)
+    slots = torch.tensor([3, 0, 3, 1, 2][:T], dtype=torch.int32, device=DEV)
+    pos = torch.tensor([149, 0, 63, 64, 100][:T], dtype=torch.int32, device=DEV)
+    out = torch.empty(T, Hq * D, dtype=torch.bfloat16, device=DEV)
+    ws = torch.empty(max(1, launch.decode_workspace_numel(T, Hq, D, ctx, split)), device=DEV)
+    launch.attention_decode(q, gate, kc, vc, pos, slots, out, workspace=ws, k_scale=ks, v_scale=vs,
+                            split_tokens=split)
+    torch.testing.assert_close(out.float().cpu(), _ref(q, gate, kc, vc, ks, vs, pos, slots), atol=2e-2, rtol=2e-2)
+
+
+def test_decode_tiny_head_dim():
+    T, Hq, Hkv, D = 2, 2, 1, 32
+    kc, vc, ks, vs = _filled_cache(2, 20, Hkv, D, False, seed=1)
+    q, gate = _qg(T, Hq, D, seed=2)
+    slots = torch.tensor([1, 0], dtype=torch.int32, device=DEV)
+    pos = torch.tensor([19, 5], dtype=torch.int32, device=DEV)
+    out = torch.empty(T, Hq * D, dtype=torch.bfloat16, device=DEV)
+    launch.attention_decode(q, gate, kc, vc, pos, slots, out)
+    torch.testing.assert_close(out.float().cpu(), _ref(q, gate, kc, vc, ks, vs, pos, slots), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("int8", [False, True])
+@pytest.mark.parametrize("T,p0,Hq,Hkv,D", [(1, 0, 2, 1, 64), (5, 7, 4, 2, 64), (17, 0, 6, 2, 64), (33, 40, 2, 1, 128)])
+def test_prefill(int8, T, p0, Hq, Hkv, D):
+    ctx = 80
+    kc, vc, ks, vs = _filled_cache(2, ctx, Hkv, D, int8, seed=T)
+    q, gate = _qg(T, Hq, D, seed=T + 1)
+    slots = torch.full((T,), 1, dtype=torch.int32, device=DEV)
+    pos = torch.arange(p0, p0 + T, dtype=torch.int32, device=DEV)
+    out = torch.empty(T, Hq * D, dtype=torch.bfloat16, device=DEV)
+    launch.attention_prefill(q, gate, kc, vc, pos, slots, out, k_scale=ks, v_scale=vs, block_m=16, block_n=16)
+    torch.testing.assert_close(out.float().cpu(), _ref(q, gate, kc, vc, ks, vs, pos, slots), atol=2e-2, rtol=2e-2)
+
+
+def test_decode_refuses_t_outside_domain():
+    T = launch.DECODE_MAX_T + 1
+    kc, vc, ks, vs = _filled_cache(1, 4, 1, 32, False, seed=0)
+    q, gate = _qg(T, 1, 32, seed=0)
+    z = torch.zeros(T, dtype=torch.int32, device=DEV)
+    out = torch.empty(T, 32, dtype=torch.bfloat16, device=DEV)
+    with pytest.raises(RouteError, match=r"attention_decode: T=65 outside the route domain \[1, 64\]"):
+        launch.attention_decode(q, gate, kc, vc, z, z, out)
+
+
+def test_decode_needs_workspace_when_split():
+    kc, vc, ks, vs = _filled_cache(1, 200, 1, 32, False, seed=0)
+    q, gate = _qg(1, 1, 32, seed=0)
+    z = torch.zeros(1, dtype=torch.int32, device=DEV)
+    with pytest.raises(RouteError, match="workspace"):
+        launch.attention_decode(q, gate, kc, vc, z, z, torch.empty(1, 32, dtype=torch.bfloat16, device=DEV),
+                                split_tokens=64)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("int8", [False, True])
+def test_27b_shapes_gpu(int8):
+    Hq, Hkv, D, ctx = 24, 4, 256, 1100
+    kc, vc, ks, vs = _filled_cache(2, ctx, Hkv, D, int8, seed=3)
+    q, gate = _qg(4, Hq, D, seed=4)
+    slots = torch.tensor([1, 0, 1, 0], dtype=torch.int32, device=DEV)
+    pos = torch.tensor([1099, 0, 600, 513], dtype=torch.int32, device=DEV)
+    out = torch.empty(4, Hq * D, dtype=torch.bfloat16, device=DEV)
+    ws = torch.empty(launch.decode_workspace_numel(4, Hq, D, ctx, 256), device=DEV)
+    launch.attention_decode(q, gate, kc, vc, pos, slots, out, workspace=ws, k_scale=ks, v_scale=vs, split_tokens=256)
+    torch.testing.assert_close(out.float().cpu(), _ref(q, gate, kc, vc, ks, vs, pos, slots), atol=2e-2, rtol=2e-2)
+    T = 300
+    q, gate = _qg(T, Hq, D, seed=5)
+    slots = torch.zeros(T, dtype=torch.int32, device=DEV)
+    pos = torch.arange(700, 700 + T, dtype=torch.int32, device=DEV)
+    out = torch.empty(T, Hq * D, dtype=torch.bfloat16, device=DEV)
+    launch.attention_prefill(q, gate, kc, vc, pos, slots, out, k_scale=ks, v_scale=vs)
+    torch.testing.assert_close(out.float().cpu(), _ref(q, gate, kc, vc, ks, vs, pos, slots), atol=2e-2, rtol=2e-2)

@@ -1,0 +1,73 @@
+"""GPU-only checks (run on the GPU machine): the inline-PTX dequant path (USE_ASM) against the
+same fp32 reference, every route compiled for the real device at a moderate shape, and split-K
+determinism (bitwise-equal reruns)."""
+
+import pytest
+import torch
+
+from ninfer_compile.kernels import registry
+from ninfer_compile.kernels.linear import launch as L
+from ninfer_compile.kernels.linear.reference import linear as ref_linear
+
+from _linear_helpers import PREFIX_FORMAT, assert_close_rel, random_weight
+
+pytestmark = pytest.mark.gpu
+ROUTES = [r.name for r in registry.routes_for("linear")]
+
+
+def _setup(fmt, n, k, t, epi, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    w = random_weight(fmt, n, k, gen, device="cuda")
+    x = torch.randn(t, k, generator=gen).bfloat16().cuda()
+    n_out = n // 2 if epi == "swiglu" else n
+    res = torch.randn(t, n_out, generator=gen).bfloat16().cuda() if epi == "residual" else None
+    out = torch.full((t, n_out), float("nan"), dtype=torch.bfloat16, device="cuda")
+    return w, x, res, out
+
+
+@pytest.mark.parametrize("route", ["q4_small_t_mma", "q4_wide_mma"])
+@pytest.mark.parametrize("t", [1, 16, 37, 100])
+@pytest.mark.parametrize("epi", ["none", "swiglu"])
+def test_q4_asm_matches_reference(route, t, epi):
+    if L.registry_domain_max(route) is not None and t > L.registry_domain_max(route):
+        pytest.skip("outside domain")
+    assert L.asm_supported(torch.device("cuda")), "USE_ASM path not available on this GPU"
+    w, x, res, out = _setup("Q4G64_F16S", 1000, 1344, t, epi)
+    expected = ref_linear(x, w, epi, res)
+    outs = {}
+    for asm in (True, False):
+        out.fill_(float("nan"))
+        getattr(L, route)(x, w, out, epilogue=epi, residual=res,
+                          params={"USE_ASM": asm, "BLOCK_T": 16 if t <= 16 else 64})
+        torch.cuda.synchronize()
+        assert_close_rel(out, expected, 1e-2, f"{route} USE_ASM={asm} T={t}")
+        outs[asm] = out.clone()
+    # both paths round q*s to bf16 once (RNE): identical weights, so identical results
+    assert_close_rel(outs[True], outs[False].float(), 1e-3, "asm vs plain")
+
+
+@pytest.mark.parametrize("name", ROUTES)
+@pytest.mark.parametrize("epi", ["none", "swiglu", "residual"])
+def test_route_on_gpu(name, epi):
+    fmt = PREFIX_FORMAT[name.split("_", 1)[0]]
+    dom = registry.get_route(name).domain
+    for t in (1, 3, 17, 64, 300):
+        if t < dom.min_t or (dom.max_t is not None and t > dom.max_t):
+            continue
+        w, x, res, out = _setup(fmt, 392, 1000, t, epi, seed=t)
+        getattr(L, name)(x, w, out, epilogue=epi, residual=res)
+        torch.cuda.synchronize()
+        assert_close_rel(out, ref_linear(x, w, epi, res), 1e-2, f"{name} T={t} {epi}")
+
+
+@pytest.mark.parametrize("name", ["q4_gemv", "q5_small_t_mma"])
+def test_splitk_deterministic(name):
+    w, x, res, out = _setup(PREFIX_FORMAT[name[:2]], 512, 5120, 3, "residual")
+    ws = torch.empty(L.workspace_numel(3, 512, "residual", 4), device="cuda")
+    runs = []
+    for _ in range(3):
+        getattr(L, name)(x, w, out, epilogue="residual", residual=res, workspace=ws,
+                         params={"SPLIT_K": 4})
+        runs.append(out.clone())
+    assert all(torch.equal(runs[0], r) for r in runs[1:])
+    assert_close_rel(runs[0], ref_linear(x, w, "residual", res), 1e-2, f"{name} split-K")
