@@ -29,19 +29,25 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 def _available() -> dict[str, tuple[str, str]]:
     out = {}
     for name, (mod, help_) in SUBCOMMANDS.items():
-        if importlib.util.find_spec(mod) is not None:
+        try:
+            found = importlib.util.find_spec(mod) is not None
+        except ModuleNotFoundError:  # its parent package is not there (yet)
+            found = False
+        if found:
             out[name] = (mod, help_)
     return out
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None) -> argparse.ArgumentParser:
+    """All subcommands are listed; only `command`'s module is imported and configured."""
     parser = argparse.ArgumentParser(prog="ninfer-compile", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (mod, help_) in _available().items():
         p = sub.add_parser(name, help=help_, description=help_)
-        module = importlib.import_module(mod)
-        module.configure(p)
-        p.set_defaults(_module=module)
+        if name == command:
+            module = importlib.import_module(mod)
+            module.configure(p)
+            p.set_defaults(_module=module)
     return parser
 
 
@@ -51,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     # `ninfer-compile ARTIFACT --sm N` is `compile`.
     if argv and not argv[0].startswith("-") and argv[0] not in available and "compile" in available:
         argv = ["compile", *argv]
-    parser = build_parser()
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()

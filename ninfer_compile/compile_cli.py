@@ -85,7 +85,9 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
         objects = dict(art.by_name)
         directory_sha256 = art.directory_sha256()
         model_id = art.model_id
-    ctx = PassContext(spec=spec, objects=objects, table=table)
+    from .routes import table as table_mod
+
+    ctx = PassContext(spec=spec, objects=objects, table=table, registry=table_mod.default_registry)
     graphs = [run_pipeline(g, ctx, disabled_set, dump_dir) for g in lower_all(spec, opts)]
     mem = memory_report(graphs, objects, spec, slots=opts.slots, max_context=opts.max_context,
                         kv_dtype=opts.kv_dtype)

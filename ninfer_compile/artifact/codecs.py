@@ -6,7 +6,7 @@
 - `row-split-k128-v1` (Q4/Q5/Q6 G64, W8 G32): three planes (base nibbles/bytes, lane-major
   high-bit stream, fp16 LE scales), each starting on a 256-byte boundary, K padded to 128.
 
-All packing is vectorised with numpy (a [34816, 5120] Q4 tensor decodes in about a second).
+All packing is vectorised with numpy (a [34816, 5120] Q4 tensor decodes in one to two seconds).
 Errors are `ArtifactError` with a message naming the format and shape; callers add file/object.
 """
 

@@ -293,7 +293,10 @@ class Artifact:
     @classmethod
     def open(cls, path: str | os.PathLike) -> "Artifact":
         """Open and fully validate `path`; ArtifactError (one line) on any malformed input."""
-        path = Path(path)
+        try:
+            path = Path(path)
+        except TypeError:
+            raise ArtifactError(f"{path!r}: not a file path") from None
         label = str(path) if str(path).isprintable() else ascii(str(path))
         try:
             fh = open(path, "rb")

@@ -24,7 +24,6 @@ from .formats import (
     FORMATS,
     MAGIC,
     MAX_FILE_BYTES,
-    PREFIX_BYTES,
     RAW_BYTES,
     align_up,
     display,

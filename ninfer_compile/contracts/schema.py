@@ -440,7 +440,8 @@ class ModelSpec:
 
     def views_of(self, parent: str) -> dict[str, RowView]:
         """The row views of one stored parent, by role, in row order."""
-        return {role: v for (p, role), v in self.views.items() if p == parent}
+        found = [v for (p, _), v in self.views.items() if p == parent]
+        return {v.role: v for v in sorted(found, key=lambda v: v.row_begin)}
 
     @property
     def tensor_count(self) -> int:

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import CompileError, NinferError
+from ..errors import CompileError
 from .graph import Graph
 from .types import Extent, Op, TensorType
 
@@ -71,13 +71,33 @@ class Dims:
 
     @classmethod
     def from_spec(cls, spec) -> Dims:
-        from ..reference.weights import HybridDims
-
-        try:
-            h = HybridDims.from_spec(spec)
-        except NinferError as exc:
-            raise CompileError(f"contract {getattr(spec, 'model_id', '?')}: {exc}") from None
-        return cls(**{f: getattr(h, f) for f in cls.__dataclass_fields__})
+        """Read a resolved ModelSpec (no torch import: the compile path reads headers only)."""
+        mid = getattr(spec, "model_id", "?")
+        d = dict(spec.dims)
+        p = dict(getattr(spec, "params", None) or {})
+        need = ["vocab_rows", "hidden", "layers", "intermediate", "attn_heads", "kv_heads", "head_dim",
+                "gdn_k_heads", "gdn_k_dim", "gdn_v_heads", "gdn_v_dim", "conv_kernel"]
+        missing = [k for k in need if k not in d]
+        if missing:
+            raise CompileError(f"contract {mid}: missing dims {', '.join(missing)}")
+        rotary = d.get("rotary_dim")
+        if rotary is None:
+            rotary = int(d["head_dim"] * float(p.get("partial_rotary_factor") or 0.25))
+        kinds = tuple(spec.layer_kinds)
+        if len(kinds) != d["layers"] or any(k not in ("attention", "gdn") for k in kinds):
+            raise CompileError(f"contract {mid}: layer_kinds {list(kinds)} do not match {d['layers']} layers")
+        if d["attn_heads"] % d["kv_heads"] or d["gdn_v_heads"] % d["gdn_k_heads"]:
+            raise CompileError(f"contract {mid}: head counts must divide (attn_heads/kv_heads, gdn_v/gdn_k)")
+        if rotary % 2 or rotary > d["head_dim"]:
+            raise CompileError(f"contract {mid}: rotary_dim {rotary} must be even and <= head_dim")
+        parts = dict(getattr(spec, "parts", None) or {})
+        return cls(
+            vocab_rows=d["vocab_rows"], hidden=d["hidden"], layers=d["layers"], intermediate=d["intermediate"],
+            attn_heads=d["attn_heads"], kv_heads=d["kv_heads"], head_dim=d["head_dim"], rotary_dim=int(rotary),
+            gdn_k_heads=d["gdn_k_heads"], gdn_k_dim=d["gdn_k_dim"], gdn_v_heads=d["gdn_v_heads"],
+            gdn_v_dim=d["gdn_v_dim"], conv_kernel=d["conv_kernel"], rms_eps=float(p.get("rms_eps") or 1e-6),
+            rope_theta=float(p.get("rope_theta") or 1e7), l2_eps=1e-6, layer_kinds=kinds,
+            has_mtp=bool(parts.get("mtp", False)))
 
     @property
     def q_width(self) -> int:
@@ -167,12 +187,7 @@ class _Builder:
         shape = tuple(exp.shape)
         logical_rows = None
         if role is not None:
-            from ..reference.weights import row_slice
-
-            try:
-                b, c = row_slice(self.spec, obj, role, rows[0], rows[1])
-            except NinferError as exc:
-                raise CompileError(str(exc)) from None
+            b, c = _row_view(self.spec, obj, role, rows)
             logical_rows = (role, b, c)
             shape = (c, *shape[1:])
         name = f"w:{obj}" + (f"[{role}]" if role else "")
@@ -360,6 +375,31 @@ class _Builder:
         for k, v in extra_outputs.items():
             outs[k] = v if k != "hidden" else hidden
         self.op("output", "outputs", outs, {})
+
+
+# Role spellings a contract may use for each slice lowering asks for (NInfer's wording first).
+_ROLE_NAMES = {
+    "query": ("query", "q"), "key": ("key", "k"), "gate": ("output_gate", "gate", "attention_gate"),
+    "value": ("value", "v"), "z": ("z", "output_z"), "mlp_gate": ("gate", "mlp_gate"), "mlp_up": ("up", "mlp_up"),
+}
+
+
+def _row_view(spec, parent: str, role: str, rows: tuple[int, int]) -> tuple[int, int]:
+    """Rows of `role` in `parent`: the contract's view when it declares one (it must agree with the
+    dimensions' fused row order), else the default from the dimensions."""
+    views = getattr(spec, "views", None) or {}
+    for name in _ROLE_NAMES.get(role, (role,)):
+        v = views.get((parent, name))
+        if v is None:
+            continue
+        got = (int(v.row_begin), int(v.row_count))
+        if got != tuple(rows):
+            if role in ("gate", "mlp_gate") and name == "gate":
+                continue  # "gate" is both the attention output gate and the MLP gate: match by range
+            raise CompileError(f"{parent}: contract view {name!r} is rows [{got[0]},{got[0] + got[1]}), the "
+                               f"model's fused row order puts {role} at [{rows[0]},{rows[0] + rows[1]})")
+        return got
+    return tuple(rows)
 
 
 def _offsets(parts: list[tuple[str, str]], widths: list[int]) -> list[tuple[int, int]]:

@@ -18,27 +18,52 @@ from typing import Any
 from ..errors import CompileError
 
 
-def _compact(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(", ", ": "), ensure_ascii=True, allow_nan=False)
+def _render(obj: Any, indent: int, width: int) -> tuple[str, str]:
+    """(compact, pretty) renderings of `obj`; each node is rendered once (linear time)."""
+    if isinstance(obj, dict) and obj:
+        keys = sorted(obj)
+        kids = [(_ESC(str(k)), _render(obj[k], indent + 1, width)) for k in keys]
+        compact = "{" + ", ".join(f"{k}: {c}" for k, (c, _) in kids) + "}"
+        if len(compact) + indent <= width:
+            return compact, compact
+        pad = " " * (indent + 1)
+        return compact, "{\n" + ",\n".join(f"{pad}{k}: {p}" for k, (_, p) in kids) + "\n" + " " * indent + "}"
+    if isinstance(obj, (list, tuple)) and obj:
+        kids = [_render(v, indent + 1, width) for v in obj]
+        compact = "[" + ", ".join(c for c, _ in kids) + "]"
+        if len(compact) + indent <= width:
+            return compact, compact
+        pad = " " * (indent + 1)
+        return compact, "[\n" + ",\n".join(f"{pad}{p}" for _, p in kids) + "\n" + " " * indent + "]"
+    flat = _scalar(obj)
+    return flat, flat
 
 
-def _render(obj: Any, indent: int, width: int) -> str:
-    flat = _compact(obj)
-    if len(flat) + indent <= width or not isinstance(obj, (dict, list)) or not obj:
-        return flat
-    pad = " " * (indent + 1)
-    if isinstance(obj, dict):
-        items = [f"{pad}{json.dumps(k, ensure_ascii=True)}: {_render(obj[k], indent + 1, width)}"
-                 for k in sorted(obj)]
-        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
-    items = [f"{pad}{_render(v, indent + 1, width)}" for v in obj]
-    return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
+_ESC = json.encoder.encode_basestring_ascii
+
+
+def _scalar(v: Any) -> str:
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, str):
+        return _ESC(v)
+    if isinstance(v, int):
+        return int.__repr__(v)
+    if isinstance(v, float):
+        if v != v or v in (float("inf"), float("-inf")):
+            raise ValueError(f"non-finite float {v} in plan")
+        return float.__repr__(v)
+    return json.dumps(v, sort_keys=True, ensure_ascii=True, allow_nan=False)
 
 
 def render_json(obj: Any, width: int = 160) -> str:
     """Sorted keys; a value that fits in `width` columns stays on one line (one launch, one tensor
     per line), larger ones are expanded one member per line. Deterministic."""
-    return _render(obj, 0, width) + "\n"
+    return _render(obj, 0, width)[1] + "\n"
 
 
 def kernels_manifest(manifest: dict[str, Any]) -> str:

@@ -46,7 +46,7 @@ def run(args) -> int:
 
     tokens = parse_tokens(args.tokens)
     with Artifact.open(args.artifact) as artifact:
-        spec = find_contract(args.artifact, artifact.model_id, args.contract).resolve()
+        spec = find_contract(args.artifact, artifact.model_id, args.contract).resolve_for(artifact)
         check_artifact(artifact, spec)
         vocab = int(spec.dims["vocab_rows"])
         for t in tokens:

@@ -88,7 +88,7 @@ def test_json_member_mutations(index, action, member, value):
     check(rebuild(root, BASE[HEADER_END:]))
 
 
-@SETTINGS
+@settings(SETTINGS, max_examples=60)
 @given(size=st.integers(0, len(BASE)))
 def test_truncation(size):
     check(BASE[:size])

@@ -21,8 +21,10 @@ pytest.importorskip("ninfer_compile.convert.cli")
 from ninfer_compile.artifact.reader import Artifact  # noqa: E402
 from ninfer_compile.contracts import check_artifact, find_contract  # noqa: E402
 
-# Measured relative L2 of reference-on-default-recipe logits vs HF fp32 logits (12-token prompt).
-QUANTIZED_MEASURED = None
+# Measured (tiny config of hf_tiny, seed 0, 12-token PROMPT): reference on the default-recipe
+# artifact vs HF fp32 logits: rel L2 0.115, argmax equal at 12/12 positions. Per-object weight
+# error of the recipe: Q4G64 ~10.4%, Q5G64 ~4.9%, Q6G64 ~2.4% rel L2 (the Q4 projections dominate).
+QUANTIZED_MEASURED = 0.115
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +52,7 @@ def default_artifact(hf_dir, tmp_path_factory):
 
 def _reference_logits(path):
     with Artifact.open(path) as art:
-        spec = find_contract(path, art.model_id, None).resolve()
+        spec = find_contract(path, art.model_id, None).resolve_for(art)
         check_artifact(art, spec)
         with torch.no_grad():
             return ReferenceModel(spec, ArtifactWeights(art)).prefill(PROMPT)
@@ -72,6 +74,7 @@ def test_quantized_artifact_tolerance(default_artifact, hf_prompt_logits):
     agree = float((ours.argmax(-1) == hf_prompt_logits.argmax(-1)).float().mean())
     print(f"quantized artifact vs HF: rel L2 {err:.4g}, argmax agreement {agree:.3f}")
     assert err < 2 * QUANTIZED_MEASURED
+    assert agree >= 0.75
 
 
 def test_cli_writes_logits(bf16_artifact, tmp_path, capsys):

@@ -72,7 +72,7 @@ def test_synthetic_mtp_artifact_vs_oracle(tmp_path):
     out = tmp_path / "tiny-mtp.ninfer"
     assert main(["pack", "--synthetic", "tiny-qwen3.5-mtp", "-o", str(out), "--seed", "3"]) == 0
     with Artifact.open(out) as art:
-        spec = find_contract(out, art.model_id, None).resolve()
+        spec = find_contract(out, art.model_id, None).resolve_for(art)
         check_artifact(art, spec)
         assert spec.parts["mtp"]
         weights = ArtifactWeights(art)

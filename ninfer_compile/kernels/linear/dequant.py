@@ -21,8 +21,8 @@ import triton.language as tl
 
 # 0x88888888 / 0x80808080 as signed int32 (the XOR that turns two's complement lanes into
 # offset binary).
-XOR_Q4 = -2004318072
-XOR_W8 = -2139062144
+XOR_Q4 = tl.constexpr(-2004318072)
+XOR_W8 = tl.constexpr(-2139062144)
 
 
 @triton.jit
@@ -133,7 +133,7 @@ def _q4_asm_source() -> str:
     return "\n".join(lines)
 
 
-Q4_ASM = _q4_asm_source()
+Q4_ASM = tl.constexpr(_q4_asm_source())
 
 
 @triton.jit
