@@ -90,15 +90,27 @@ def _row_chunks(n: int, row_bytes: int) -> Iterator[tuple[int, int]]:
         yield r, min(n, r + step)
 
 
-def _zeros(n: int) -> Iterator[bytes]:
+def _bytes_of(a: np.ndarray) -> memoryview:
+    """A zero-copy flat byte view of a C-contiguous array."""
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8).data
+
+
+def _zeros(n: int) -> Iterator[bytes | memoryview]:
     while n > 0:
         m = min(n, CHUNK_BYTES)
         yield bytes(m)
         n -= m
 
 
+def _random_u8(rng, rows: int, width: int) -> np.ndarray:
+    """Uniform random bytes [rows, width] (width a multiple of 8), drawn as full-range uint64
+    words: several times faster than drawing uint8 directly."""
+    words = rng.integers(0, np.iinfo(np.uint64).max, size=(rows, width // 8), dtype=np.uint64, endpoint=True)
+    return words.view(np.uint8)
+
+
 def _base_rows(rng, geo: _Geom, rows: int) -> np.ndarray:
-    a = rng.integers(0, 256, size=(rows, geo.base_row), dtype=np.uint8)
+    a = _random_u8(rng, rows, geo.base_row)
     if geo.bits == 8:
         a[a == 0x80] = 0  # -128 is outside W8's code language
         a[:, geo.k:] = 0
@@ -112,7 +124,7 @@ def _base_rows(rng, geo: _Geom, rows: int) -> np.ndarray:
 
 
 def _high_rows(rng, geo: _Geom, rows: int) -> np.ndarray:
-    a = rng.integers(0, 256, size=(rows, geo.high_row), dtype=np.uint8)
+    a = _random_u8(rng, rows, geo.high_row)
     hb = geo.bits - 4
     used_bits = geo.k * hb  # lane-major bit stream within a row
     full = used_bits // 8
@@ -130,18 +142,18 @@ def _scale_rows(rng, geo: _Geom, rows: int) -> np.ndarray:
     return s.view(np.uint8)
 
 
-def grouped_chunks(fmt: str, shape, rng) -> Iterator[bytes]:
+def grouped_chunks(fmt: str, shape, rng) -> Iterator[bytes | memoryview]:
     """The complete row-split-k128-v1 payload of a random valid tensor, in chunks."""
     geo = _geometry(fmt, shape)
     for r0, r1 in _row_chunks(geo.n, geo.base_row):
-        yield _base_rows(rng, geo, r1 - r0).tobytes()
+        yield _bytes_of(_base_rows(rng, geo, r1 - r0))
     yield from _zeros(geo.high_offset - geo.base_bytes)
     if geo.high_bytes:
         for r0, r1 in _row_chunks(geo.n, geo.high_row):
-            yield _high_rows(rng, geo, r1 - r0).tobytes()
+            yield _bytes_of(_high_rows(rng, geo, r1 - r0))
     yield from _zeros(geo.scale_offset - geo.high_offset - geo.high_bytes)
     for r0, r1 in _row_chunks(geo.n, geo.scale_row):
-        yield _scale_rows(rng, geo, r1 - r0).tobytes()
+        yield _bytes_of(_scale_rows(rng, geo, r1 - r0))
 
 
 def _direct_kind(name: str, role: str | None) -> str:
@@ -162,7 +174,7 @@ def _direct_kind(name: str, role: str | None) -> str:
 
 
 def direct_chunks(fmt: str, shape, rng, *, name: str = "", role: str | None = None,
-                  token_count: int | None = None) -> Iterator[bytes]:
+                  token_count: int | None = None) -> Iterator[bytes | memoryview]:
     n = 1
     for d in shape:
         n *= int(d)
@@ -171,7 +183,7 @@ def direct_chunks(fmt: str, shape, rng, *, name: str = "", role: str | None = No
         if n > hi:
             raise ConvertError(f"{name}: {n} unique ids do not fit in the token range 0..{hi - 1}")
         ids = rng.choice(hi, size=n, replace=False).astype("<i4")
-        yield ids.tobytes()
+        yield _bytes_of(ids)
         return
     kind = _direct_kind(name, role)
     per = max(1, CHUNK_BYTES // 4)
@@ -189,9 +201,9 @@ def direct_chunks(fmt: str, shape, rng, *, name: str = "", role: str | None = No
         else:
             x = 0.02 * rng.standard_normal(m, dtype=np.float32)
         if fmt == "FP32":
-            yield x.astype("<f4").tobytes()
+            yield _bytes_of(x.astype("<f4"))
         elif fmt == "BF16":
-            yield (x.view(np.uint32) >> 16).astype("<u2").tobytes()  # truncation: finite stays finite
+            yield _bytes_of((x.view(np.uint32) >> 16).astype("<u2"))  # truncation: finite stays finite
         else:
             raise ConvertError(f"{name}: unknown direct format {fmt!r}")
         done += m
@@ -217,9 +229,9 @@ def resource_bytes(name: str, *, token_count: int = 2) -> bytes:
     return json.dumps(obj, sort_keys=True).encode() + b"\n"
 
 
-def object_chunks(index: int, obj, seed: int, *, token_count: int) -> Iterator[bytes]:
+def object_chunks(index: int, obj, seed: int, *, token_count: int) -> Iterator[bytes | memoryview]:
     """Payload chunks of contract object number `index` (an ExpectedObject)."""
-    rng = np.random.default_rng([int(seed), int(index)])
+    rng = np.random.Generator(np.random.SFC64([int(seed), int(index)]))
     if obj.kind == "resource":
         yield resource_bytes(obj.name, token_count=token_count)
     elif obj.format in _GROUPED:
@@ -287,19 +299,23 @@ def pack_synthetic(model_id: str, out, *, seed: int = 0, contract_file=None, spa
             bar = tqdm(total=writer.plan.file_size, unit="B", unit_scale=True, unit_divisor=1024,
                        desc=f"synthesize {out.name}", file=sys.stderr, disable=not progress,
                        dynamic_ncols=True, leave=False)
+            # One buffer, sized for the largest object, is reused for every payload (the writer
+            # takes a whole payload per object; reuse avoids re-faulting fresh pages each time).
+            largest = max((p.bytes for p in writer.plan.objects if p.spec.kind == "tensor"), default=0)
+            buffer = memoryview(bytearray(largest))
             with writer, bar:
                 for index, (name, obj) in enumerate(spec.objects.items()):
                     if obj.kind == "resource":
                         payload = resources[name]
                     else:
                         planned = writer.plan.objects[index]
-                        payload = bytearray(planned.bytes)
                         pos = 0
                         for chunk in object_chunks(index, obj, seed, token_count=token_count):
-                            payload[pos:pos + len(chunk)] = chunk
+                            buffer[pos:pos + len(chunk)] = chunk
                             pos += len(chunk)
                         if pos != planned.bytes:  # pragma: no cover - geometry bug
                             raise ConvertError(f"{name}: generated {pos} bytes, expected {planned.bytes}")
+                        payload = buffer[:pos]
                     writer.write(name, payload)
                     bar.update(len(payload))
                     del payload

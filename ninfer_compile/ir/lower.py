@@ -267,6 +267,9 @@ class _Builder:
         slots, ctx = self.opts.slots, self.opts.max_context
         cache_shape = (slots, ctx, d.kv_heads, d.head_dim)
         kvd = self.opts.kv_dtype
+        if kvd == "int8" and d.head_dim % KV_INT8_GROUP:
+            raise CompileError(f"--kv-dtype int8 needs head_dim a multiple of {KV_INT8_GROUP}, "
+                               f"{self.spec.model_id} has {d.head_dim}")
         names = ["k_cache", "v_cache"] + (["k_scale", "v_scale"] if kvd == "int8" else [])
         ins, outs = {}, {}
         for n in names:

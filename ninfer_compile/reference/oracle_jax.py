@@ -13,6 +13,8 @@ transformers) against this oracle.
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 
 jax.config.update("jax_enable_x64", True)
@@ -37,7 +39,10 @@ def _tree64(obj):
     if isinstance(obj, list):
         return [_tree64(o) for o in obj]
     if hasattr(obj, "__dataclass_fields__"):
-        return {k: _tree64(getattr(obj, k)) for k in obj.__dataclass_fields__}
+        # Non-tensor fields (a layer's `kind`) are static structure, not data: dropped here and
+        # passed from `HybridDims.layer_kinds` so whole forwards can be jitted.
+        return {k: _tree64(getattr(obj, k)) for k in obj.__dataclass_fields__
+                if not isinstance(getattr(obj, k), str)}
     return obj
 
 
@@ -127,11 +132,30 @@ def _gdn(h, w, d: HybridDims):
     return o.reshape(T, -1) @ w["output"].T
 
 
-def _layer(x, w, pos, d: HybridDims):
+def _layer(x, w, kind, pos, d: HybridDims):
     h = _norm(x, w["input_norm"], d.rms_eps)
-    x = x + (_attention(h, w["attention"], pos, d) if w["kind"] == "attention" else _gdn(h, w["gdn"], d))
+    x = x + (_attention(h, w["attention"], pos, d) if kind == "attention" else _gdn(h, w["gdn"], d))
     h = _norm(x, w["post_attention_norm"], d.rms_eps)
     return x + (_silu(h @ w["mlp_gate"].T) * (h @ w["mlp_up"].T)) @ w["mlp_down"].T
+
+
+@partial(jax.jit, static_argnums=(2,))
+def _text_hidden(w, ids, d: HybridDims):
+    """Final-norm hidden states [T, H] for token ids [T] from position 0 (one compiled program)."""
+    x = w["embedding"][ids]
+    pos = jnp.arange(ids.shape[0])
+    for lw, kind in zip(w["layers"], d.layer_kinds):
+        x = _layer(x, lw, kind, pos, d)
+    return _norm(x, w["final_norm"], d.rms_eps)
+
+
+@partial(jax.jit, static_argnums=(5,))
+def _mtp_logits(w, text, ids, target_hidden, pos, d: HybridDims):
+    e = _norm(text["embedding"][ids], w["embedding_norm"], d.rms_eps)
+    h = _norm(target_hidden, w["hidden_norm"], d.rms_eps)
+    x = jnp.concatenate([e, h], axis=-1) @ w["input_projection"].T
+    x = _layer(x, w["layer"], "attention", pos, d)
+    return _norm(x, w["final_norm"], d.rms_eps) @ text["output_head"].T
 
 
 # ------------------------------------------------------------------------------ public API
@@ -148,30 +172,25 @@ class Oracle:
 
     def hidden(self, tokens) -> np.ndarray:
         """Final-norm hidden states [T, H] float64 for the whole sequence from position 0."""
-        ids = np.asarray(list(tokens) if not isinstance(tokens, torch.Tensor) else tokens.tolist(), dtype=np.int64)
-        x = self.text["embedding"][ids]
-        pos = jnp.arange(len(ids))
-        for w in self.text["layers"]:
-            x = _layer(x, w, pos, self.dims)
-        return np.asarray(_norm(x, self.text["final_norm"], self.dims.rms_eps))
+        return np.asarray(_text_hidden(self.text, jnp.asarray(_ids(tokens)), self.dims))
 
     def logits(self, tokens) -> np.ndarray:
         """Logits [T, vocab_rows] float64."""
-        return np.asarray(_f64(self.hidden(tokens)) @ self.text["output_head"].T)
+        return self.hidden(tokens) @ np.asarray(self.text["output_head"]).T
 
     def mtp_logits(self, token_ids, target_hidden, positions=None) -> np.ndarray:
         """MTP draft logits [T, vocab_rows] float64 for T columns from an empty MTP cache.
         Column i: token_ids[i] with target_hidden[i] at position positions[i] (default i)."""
         if self._mtp is None:
             self._mtp = _tree64(load_mtp_weights(self.source, self.spec, self.dims))
-        w, d = self._mtp, self.dims
-        ids = np.asarray(list(token_ids) if not isinstance(token_ids, torch.Tensor) else token_ids.tolist())
-        pos = jnp.arange(len(ids)) if positions is None else jnp.asarray(np.asarray(positions))
-        e = _norm(self.text["embedding"][ids], w["embedding_norm"], d.rms_eps)
-        h = _norm(_f64(target_hidden), w["hidden_norm"], d.rms_eps)
-        x = jnp.concatenate([e, h], axis=-1) @ w["input_projection"].T
-        x = _layer(x, w["layer"], pos, d)
-        return np.asarray(_norm(x, w["final_norm"], d.rms_eps) @ self.text["output_head"].T)
+        ids = _ids(token_ids)
+        pos = np.arange(len(ids)) if positions is None else np.asarray(positions)
+        return np.asarray(_mtp_logits(self._mtp, self.text, jnp.asarray(ids), _f64(target_hidden),
+                                      jnp.asarray(pos), self.dims))
+
+
+def _ids(tokens) -> np.ndarray:
+    return np.asarray(tokens.tolist() if isinstance(tokens, torch.Tensor) else list(tokens), dtype=np.int64)
 
 
 def rel_l2(x, ref) -> float:

@@ -1,11 +1,14 @@
 """Decode GEMV schedule (T <= 4): CUDA-core fp32 FMAs, columns held in registers.
 
 One program owns BLOCK_N output rows (and, for swiglu, the matching up rows) and walks K in
-BLOCK_K steps (optionally one of SPLIT_K K-ranges, deterministic two-phase reduce). The tile is
-[BLOCK_T, BLOCK_N, KW, LPW]: codes are unpacked from 32-bit words with the magic-number trick
-(no I2F), multiplied by the activations, summed over the word's lanes, then scaled once per
-word by the group scale; the KW axis is reduced once after the loop. BLOCK_T = next_pow2(T) is
-a compile-time constant: the kernel computes exactly T columns (never one column's work for T).
+BLOCK_K steps (optionally one of SPLIT_K K-ranges, deterministic two-phase reduce). Everything
+is a 2-D [BLOCK_N, KW] tile of 32-bit words (KW = BLOCK_K / lanes-per-word), so each thread owns
+whole words (vector loads) and unpacks all of a word's lanes in registers: lane j of every word
+is its own [BLOCK_N, KW] tensor (magic-number conversion, no I2F), multiplied by the matching
+activation x[t, LPW*w + j] (a strided [KW] vector, L1-resident), summed over the word's lanes and
+scaled once per word by its group scale. The KW axis is reduced once after the loop.
+BLOCK_T = next_pow2(T) is a compile-time constant and columns >= T are masked: the kernel
+computes exactly T columns (never one column's work for T).
 """
 
 from __future__ import annotations
@@ -13,22 +16,135 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .dequant import codes3d, scales2d
+from .dequant import XOR_Q4, XOR_W8, magic_f32
 from .epilogue import store_epilogue, store_partial
 
 
 @triton.jit
-def _gemv_partial(x_ptr, base_ptr, high_ptr, scale_ptr, rows, rmask, xv, wi, wmask, kk, K,
-                  base_row, high_row, scale_row, FMT: tl.constexpr):
-    if FMT == 16:
-        wv = tl.load(base_ptr + rows[:, None, None] * base_row + kk[None, :, :],
-                     mask=rmask[:, None, None] & (kk < K)[None, :, :], other=0.0).to(tl.float32)
-        p = tl.sum(wv[None, :, :, :] * xv[:, None, :, :], axis=3)
-    else:
-        q = codes3d(base_ptr, high_ptr, rows, rmask, wi, wmask, base_row, high_row, FMT)
-        s = scales2d(scale_ptr, rows, rmask, wi, wmask, scale_row)
-        p = tl.sum(q[None, :, :, :] * xv[:, None, :, :], axis=3) * s[None, :, :]
+def _x(x_ptr, t, sx, wi, J: tl.constexpr, LPW: tl.constexpr, K, T):
+    kk = wi * LPW + J
+    return tl.load(x_ptr + t * sx + kk, mask=(kk < K) & ((kk * 0 + t) < T), other=0.0).to(tl.float32)[None, :]
+
+
+@triton.jit
+def _col(l0, l1, l2, l3, l4, l5, l6, l7, x_ptr, t, sx, wi, K, T, LPW: tl.constexpr):
+    p = l0 * _x(x_ptr, t, sx, wi, 0, LPW, K, T)
+    p += l1 * _x(x_ptr, t, sx, wi, 1, LPW, K, T)
+    p += l2 * _x(x_ptr, t, sx, wi, 2, LPW, K, T)
+    p += l3 * _x(x_ptr, t, sx, wi, 3, LPW, K, T)
+    if LPW == 8:
+        p += l4 * _x(x_ptr, t, sx, wi, 4, LPW, K, T)
+        p += l5 * _x(x_ptr, t, sx, wi, 5, LPW, K, T)
+        p += l6 * _x(x_ptr, t, sx, wi, 6, LPW, K, T)
+        p += l7 * _x(x_ptr, t, sx, wi, 7, LPW, K, T)
     return p
+
+
+@triton.jit
+def _lanes(base_ptr, high_ptr, scale_ptr, rows, rmask, wi, wmask, base_row, high_row, scale_row,
+           FMT: tl.constexpr):
+    """fp32 codes of the 8 (W8: 4; l4..l7 = l0..l3, unused) lanes of every word + word scales."""
+    m = rmask[:, None] & wmask[None, :]
+    w = tl.load(base_ptr + rows[:, None] * base_row + wi[None, :], mask=m, other=0)
+    s = tl.load(scale_ptr + rows[:, None] * scale_row + (wi // 8)[None, :], mask=m, other=0.0).to(tl.float32)
+    if FMT == 8:
+        wx = w ^ XOR_W8
+        l0 = magic_f32(wx & 0xFF, 128)
+        l1 = magic_f32((wx >> 8) & 0xFF, 128)
+        l2 = magic_f32((wx >> 16) & 0xFF, 128)
+        l3 = magic_f32((wx >> 24) & 0xFF, 128)
+        l4 = l0
+        l5 = l1
+        l6 = l2
+        l7 = l3
+    elif FMT == 4:
+        wx = w ^ XOR_Q4
+        l0 = magic_f32(wx & 0xF, 8)
+        l1 = magic_f32((wx >> 4) & 0xF, 8)
+        l2 = magic_f32((wx >> 8) & 0xF, 8)
+        l3 = magic_f32((wx >> 12) & 0xF, 8)
+        l4 = magic_f32((wx >> 16) & 0xF, 8)
+        l5 = magic_f32((wx >> 20) & 0xF, 8)
+        l6 = magic_f32((wx >> 24) & 0xF, 8)
+        l7 = magic_f32((wx >> 28) & 0xF, 8)
+    else:
+        if FMT == 5:
+            h = tl.load(high_ptr + rows[:, None] * high_row + (wi // 4)[None, :], mask=m, other=0)
+            # the word's 8 high bits, moved to bit 4 of lane j by (hb >> j) << 4
+            hb = (h >> ((wi % 4) * 8)[None, :]) ^ 0xFF    # ^: offset binary (q + 16)
+            l0 = magic_f32((w & 0xF) | ((hb & 1) << 4), 16)
+            l1 = magic_f32(((w >> 4) & 0xF) | ((hb & 2) << 3), 16)
+            l2 = magic_f32(((w >> 8) & 0xF) | ((hb & 4) << 2), 16)
+            l3 = magic_f32(((w >> 12) & 0xF) | ((hb & 8) << 1), 16)
+            l4 = magic_f32(((w >> 16) & 0xF) | (hb & 16), 16)
+            l5 = magic_f32(((w >> 20) & 0xF) | ((hb >> 1) & 16), 16)
+            l6 = magic_f32(((w >> 24) & 0xF) | ((hb >> 2) & 16), 16)
+            l7 = magic_f32(((w >> 28) & 0xF) | ((hb >> 3) & 16), 16)
+        else:
+            h = tl.load(high_ptr + rows[:, None] * high_row + (wi // 2)[None, :], mask=m, other=0)
+            hb = (h >> ((wi % 2) * 16)[None, :]) ^ 0xAAAA  # bit 5 of every lane flipped: q + 32
+            l0 = magic_f32((w & 0xF) | ((hb & 3) << 4), 32)
+            l1 = magic_f32(((w >> 4) & 0xF) | ((hb << 2) & 48), 32)
+            l2 = magic_f32(((w >> 8) & 0xF) | (hb & 48), 32)
+            l3 = magic_f32(((w >> 12) & 0xF) | ((hb >> 2) & 48), 32)
+            l4 = magic_f32(((w >> 16) & 0xF) | ((hb >> 4) & 48), 32)
+            l5 = magic_f32(((w >> 20) & 0xF) | ((hb >> 6) & 48), 32)
+            l6 = magic_f32(((w >> 24) & 0xF) | ((hb >> 8) & 48), 32)
+            l7 = magic_f32(((w >> 28) & 0xF) | ((hb >> 10) & 48), 32)
+    return l0, l1, l2, l3, l4, l5, l6, l7, s
+
+
+@triton.jit
+def _accumulate(acc0, acc1, acc2, acc3, x_ptr, base_ptr, high_ptr, scale_ptr, rows, rmask, wi, wmask,
+                K, T, sx, base_row, high_row, scale_row, FMT: tl.constexpr, BLOCK_T: tl.constexpr):
+    LPW: tl.constexpr = 4 if FMT == 8 else 8
+    l0, l1, l2, l3, l4, l5, l6, l7, s = _lanes(base_ptr, high_ptr, scale_ptr, rows, rmask, wi, wmask,
+                                               base_row, high_row, scale_row, FMT)
+    acc0 += _col(l0, l1, l2, l3, l4, l5, l6, l7, x_ptr, 0, sx, wi, K, T, LPW) * s
+    if BLOCK_T > 1:
+        acc1 += _col(l0, l1, l2, l3, l4, l5, l6, l7, x_ptr, 1, sx, wi, K, T, LPW) * s
+    if BLOCK_T > 2:
+        acc2 += _col(l0, l1, l2, l3, l4, l5, l6, l7, x_ptr, 2, sx, wi, K, T, LPW) * s
+        acc3 += _col(l0, l1, l2, l3, l4, l5, l6, l7, x_ptr, 3, sx, wi, K, T, LPW) * s
+    return acc0, acc1, acc2, acc3
+
+
+@triton.jit
+def _accumulate_bf16(acc0, acc1, acc2, acc3, x_ptr, w_ptr, rows, rmask, kk, K, T, sx, w_row,
+                     BLOCK_T: tl.constexpr):
+    kmask = kk < K
+    w = tl.load(w_ptr + rows[:, None] * w_row + kk[None, :], mask=rmask[:, None] & kmask[None, :],
+                other=0.0).to(tl.float32)
+    acc0 += w * tl.load(x_ptr + kk, mask=kmask, other=0.0).to(tl.float32)[None, :]
+    if BLOCK_T > 1:
+        acc1 += w * tl.load(x_ptr + sx + kk, mask=kmask & ((kk * 0 + 1) < T), other=0.0).to(tl.float32)[None, :]
+    if BLOCK_T > 2:
+        acc2 += w * tl.load(x_ptr + 2 * sx + kk, mask=kmask & ((kk * 0 + 2) < T), other=0.0).to(tl.float32)[None, :]
+        acc3 += w * tl.load(x_ptr + 3 * sx + kk, mask=kmask & ((kk * 0 + 3) < T), other=0.0).to(tl.float32)[None, :]
+    return acc0, acc1, acc2, acc3
+
+
+@triton.jit
+def _finish(acc0, acc1, acc2, acc3, u0, u1, u2, u3, rows, rmask, T, N_OUT, out_ptr, res_ptr, ws_ptr,
+            so, sr, pid_k, EPI: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_T: tl.constexpr):
+    for t in tl.static_range(BLOCK_T):
+        if t == 0:
+            g = tl.sum(acc0, axis=1)
+            u = tl.sum(u0, axis=1)
+        elif t == 1:
+            g = tl.sum(acc1, axis=1)
+            u = tl.sum(u1, axis=1)
+        elif t == 2:
+            g = tl.sum(acc2, axis=1)
+            u = tl.sum(u2, axis=1)
+        else:
+            g = tl.sum(acc3, axis=1)
+            u = tl.sum(u3, axis=1)
+        mask = rmask & ((rows * 0 + t) < T)
+        if SPLIT_K == 1:
+            store_epilogue(g, u, t, rows, mask, out_ptr, res_ptr, so, sr, EPI)
+        else:
+            store_partial(g, u, t, rows, mask, ws_ptr, pid_k, T, N_OUT, EPI)
 
 
 @triton.jit
@@ -37,37 +153,48 @@ def qlinear_gemv_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, 
                         sx, so, sr, iters_per_split,
                         FMT: tl.constexpr, EPI: tl.constexpr, BLOCK_N: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, SPLIT_K: tl.constexpr):
+    tl.static_assert(BLOCK_T <= 4)
     LPW: tl.constexpr = 4 if FMT == 8 else 8
     KW: tl.constexpr = BLOCK_K // LPW
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rmask = rows < N_OUT
-    tt = tl.arange(0, BLOCK_T)
-    tmask = tt < T
-    j = tl.arange(0, LPW)
-    acc = tl.zeros([BLOCK_T, BLOCK_N, KW], tl.float32)
-    acc_u = tl.zeros([BLOCK_T, BLOCK_N, KW], tl.float32)
-    n_iters = tl.cdiv(KW_TOTAL, KW)
+    if FMT == 16:
+        zero = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+    else:
+        zero = tl.zeros([BLOCK_N, KW], tl.float32)
+    a0 = zero
+    a1 = zero
+    a2 = zero
+    a3 = zero
+    u0 = zero
+    u1 = zero
+    u2 = zero
+    u3 = zero
+    if FMT == 16:
+        n_iters = tl.cdiv(K, BLOCK_K)
+    else:
+        n_iters = tl.cdiv(KW_TOTAL, KW)
     it0 = pid_k * iters_per_split
     it1 = tl.minimum(it0 + iters_per_split, n_iters)
     for it in range(it0, it1):
-        wi = it * KW + tl.arange(0, KW)
-        wmask = wi < KW_TOTAL
-        kk = wi[:, None] * LPW + j[None, :]
-        xv = tl.load(x_ptr + tt[:, None, None] * sx + kk[None, :, :],
-                     mask=tmask[:, None, None] & (kk < K)[None, :, :], other=0.0).to(tl.float32)
-        acc += _gemv_partial(x_ptr, base_ptr, high_ptr, scale_ptr, rows, rmask, xv, wi, wmask, kk,
-                             K, base_row, high_row, scale_row, FMT)
-        if EPI == 1:
-            acc_u += _gemv_partial(x_ptr, base_ptr, high_ptr, scale_ptr, rows + up_off, rmask, xv,
-                                   wi, wmask, kk, K, base_row, high_row, scale_row, FMT)
-    g = tl.sum(acc, axis=2)      # [BLOCK_T, BLOCK_N]
-    u = tl.sum(acc_u, axis=2)
-    t_idx = tt[:, None]
-    n_idx = rows[None, :]
-    mask = tmask[:, None] & rmask[None, :]
-    if SPLIT_K == 1:
-        store_epilogue(g, u, t_idx, n_idx, mask, out_ptr, res_ptr, so, sr, EPI)
-    else:
-        store_partial(g, u, t_idx, n_idx, mask, ws_ptr, pid_k, T, N_OUT, EPI)
+        if FMT == 16:
+            kk = it * BLOCK_K + tl.arange(0, BLOCK_K)
+            a0, a1, a2, a3 = _accumulate_bf16(a0, a1, a2, a3, x_ptr, base_ptr, rows, rmask, kk, K, T,
+                                              sx, base_row, BLOCK_T)
+            if EPI == 1:
+                u0, u1, u2, u3 = _accumulate_bf16(u0, u1, u2, u3, x_ptr, base_ptr, rows + up_off, rmask,
+                                                  kk, K, T, sx, base_row, BLOCK_T)
+        else:
+            wi = it * KW + tl.arange(0, KW)
+            wmask = wi < KW_TOTAL
+            a0, a1, a2, a3 = _accumulate(a0, a1, a2, a3, x_ptr, base_ptr, high_ptr, scale_ptr, rows,
+                                         rmask, wi, wmask, K, T, sx, base_row, high_row, scale_row,
+                                         FMT, BLOCK_T)
+            if EPI == 1:
+                u0, u1, u2, u3 = _accumulate(u0, u1, u2, u3, x_ptr, base_ptr, high_ptr, scale_ptr,
+                                             rows + up_off, rmask, wi, wmask, K, T, sx, base_row,
+                                             high_row, scale_row, FMT, BLOCK_T)
+    _finish(a0, a1, a2, a3, u0, u1, u2, u3, rows, rmask, T, N_OUT, out_ptr, res_ptr, ws_ptr, so, sr,
+            pid_k, EPI, SPLIT_K, BLOCK_T)

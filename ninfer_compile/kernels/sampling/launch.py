@@ -21,8 +21,13 @@ from .reference import filtered_probs
 BLOCK = 4096
 
 
+def _block(V: int) -> int:
+    return min(BLOCK, max(64, triton.next_power_of_2(V)))
+
+
 def select_workspace_numel(T: int, V: int) -> int:
-    return T * triton.cdiv(V, BLOCK) * 2
+    """float32 elements of the stage-1 partials [T, cdiv(V, block), 2]."""
+    return T * triton.cdiv(V, _block(V)) * 2
 
 
 def _select(logits, out, workspace, gumbel, temperature, seed):
@@ -33,13 +38,14 @@ def _select(logits, out, workspace, gumbel, temperature, seed):
         raise RouteError(f"sampling: out must be int32 [T={T}]")
     if V >= 1 << 24:
         raise RouteError(f"sampling: V={V} must be < 2^24")
-    nb = triton.cdiv(V, BLOCK)
+    block = _block(V)
+    nb = triton.cdiv(V, block)
     need = T * nb * 2
     if workspace is None or workspace.dtype != torch.float32 or workspace.numel() < need:
         raise RouteError(f"sampling: needs a float32 workspace of >= {need} elements")
     select_stage1_kernel[(T, nb)](
         logits, workspace, V, nb, logits.stride(0), 1.0 / max(temperature, 1e-6), seed,
-        GUMBEL=gumbel, BLOCK=BLOCK, num_warps=8,
+        GUMBEL=gumbel, BLOCK=block, num_warps=8 if block >= 2048 else 4,
     )
     select_stage2_kernel[(T,)](workspace, out, nb, BS=max(16, triton.next_power_of_2(nb)), num_warps=2)
 

@@ -22,7 +22,7 @@ def test_argmax(T, V):
 
 
 def test_gumbel_is_seeded_and_follows_the_distribution():
-    T, V = 300, 6
+    T, V = 150, 6
     logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0]).repeat(T, 1).to(DEV)
     ws = torch.empty(launch.select_workspace_numel(T, V), device=DEV)
     a = torch.empty(T, dtype=torch.int32, device=DEV)
@@ -32,9 +32,10 @@ def test_gumbel_is_seeded_and_follows_the_distribution():
     assert torch.equal(a, b)
     freq = torch.bincount(a.cpu().long(), minlength=V).float() / T
     want = reference.filtered_probs(logits[:1].cpu(), 0.8)[0]
-    assert (freq - want).abs().max() < 0.09
-    launch.sample_gumbel(logits, b, ws, 0.8, seed=99)
-    assert not torch.equal(a, b)
+    assert (freq - want).abs().max() < 0.15  # ~3.5 sigma at T=150
+    c = torch.empty(20, dtype=torch.int32, device=DEV)
+    launch.sample_gumbel(logits[:20], c, ws, 0.8, seed=99)
+    assert not torch.equal(a[:20], c)
 
 
 def test_topk_topp_sampler():
