@@ -96,8 +96,9 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
                "prefill_chunk": opts.prefill_chunk, "max_context": opts.max_context, "kv_dtype": opts.kv_dtype,
                "memory_budget_gib": budget_gib, "prefill_logits": opts.prefill_logits,
                "slots": opts.slots}
-    table_ref = str(routes) if routes is not None else f"routes/{table.name}"
-    contract_ref = str(contract) if contract is not None else (
+    # file names only: a plan never carries host paths (the sha256 identifies the bytes)
+    table_ref = f"{table.name} (--routes)" if routes is not None else f"routes/{table.name}"
+    contract_ref = f"{Path(contract).name} (--contract)" if contract is not None else (
         f"graphs/{model_id}.yaml" if con.source and Path(con.source).parent.name == "graphs"
         else Path(con.source or f"{model_id}.yaml").name)
     manifest = build_manifest(

@@ -182,6 +182,18 @@ def _flatten2(x):
 # ----------------------------------------------------------------------------------------------
 # naming
 
+def text_part(config: Mapping) -> dict:
+    """The text config of a full multimodal config (`text_config`, with the top-level
+    `tie_word_embeddings` merged in when the text part does not set it), or `config` itself."""
+    tc = config.get("text_config")
+    if not isinstance(tc, Mapping):
+        return dict(config)
+    out = dict(tc)
+    if "tie_word_embeddings" in config and "tie_word_embeddings" not in tc:
+        out["tie_word_embeddings"] = config["tie_word_embeddings"]
+    return out
+
+
 def text_prefix(names: Iterable[str]) -> str:
     """`model.language_model.` for multimodal checkpoints, `model.` for text-only ones."""
     for n in names:
@@ -339,7 +351,8 @@ def ninfer_tensors(text_config: dict, get: Callable[[str], torch.Tensor], names:
     Tensors keep the source dtype (a_log/dt_bias become float32; draft ids int32). `names` is the set
     of source tensor names (used to pick the naming scheme, tied head, MTP/vision presence)."""
     names = set(names)
-    recipes = text_recipes(text_config, names, include_mtp=include_mtp, draft_token_ids=draft_token_ids)
+    recipes = text_recipes(text_part(text_config), names, include_mtp=include_mtp,
+                           draft_token_ids=draft_token_ids)
     if include_vision:
         recipes += vision_recipes(names)
     check_sources(recipes, names)
@@ -350,10 +363,6 @@ def ninfer_tensors(text_config: dict, get: Callable[[str], torch.Tensor], names:
 def convert_state_dict(text_config: dict, state_dict: Mapping[str, torch.Tensor], *, include_mtp: bool = True,
                        include_vision: bool = False) -> dict[str, torch.Tensor]:
     """`{object name: logical tensor}` from an in-memory HF state dict (e.g. `model.state_dict()`)."""
-    if "text_config" in text_config:  # a full multimodal config was passed
-        text_config = {**text_config["text_config"],
-                       **({"tie_word_embeddings": text_config["tie_word_embeddings"]}
-                          if "tie_word_embeddings" in text_config else {})}
     return dict(ninfer_tensors(text_config, state_dict.__getitem__, set(state_dict.keys()),
                                include_mtp=include_mtp, include_vision=include_vision))
 

@@ -46,7 +46,8 @@ def to_dict(graph: Graph) -> dict[str, Any]:
 
 
 def to_yaml(graph: Graph) -> str:
-    return yaml.safe_dump(to_dict(graph), sort_keys=True, default_flow_style=None, width=120)
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return yaml.dump(to_dict(graph), Dumper=dumper, sort_keys=True, default_flow_style=None, width=120)
 
 
 def _q(s: str) -> str:

@@ -16,6 +16,7 @@ the plain partial NeoX RoPE over the first `rotary_dim` dims of each head.
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 import torch.nn.functional as F
@@ -194,10 +195,15 @@ def _token_tensor(tokens, vocab_rows: int) -> torch.Tensor:
             raise NinferError(f"tokens must be a 1-D integer tensor, got {tokens.dtype} shape {tuple(tokens.shape)}")
         ids = tokens.to(torch.long)
     else:
-        tokens = list(tokens)
-        if not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
-            raise NinferError("tokens must be integers")
-        ids = torch.tensor(tokens, dtype=torch.long)
+        values = []
+        for t in tokens:
+            try:
+                if isinstance(t, bool):  # bool is an int subclass, but never a token id
+                    raise TypeError
+                values.append(operator.index(t))
+            except TypeError:
+                raise NinferError(f"tokens must be integers, got {t!r}") from None
+        ids = torch.tensor(values, dtype=torch.long)
     if ids.numel() == 0:
         raise NinferError("tokens must not be empty")
     bad = ids[(ids < 0) | (ids >= vocab_rows)]

@@ -6,6 +6,7 @@ from .table import (  # noqa: F401
     ROUTES_DIR,
     RouteTable,
     Selection,
+    UnsupportedRange,
     effective_match,
     load_table,
     shipped_tables,

@@ -19,7 +19,7 @@ from typing import Iterable
 
 from ..errors import NinferError, RouteError
 from .schema import TableErrors
-from .table import RouteTable, effective_match, fmt_match, load_table, table_for_sm
+from .table import RouteTable, UnsupportedRange, effective_match, fmt_match, load_table, table_for_sm
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -72,7 +72,7 @@ def _validate(files: Iterable[Path]) -> int:
             continue
         print(f"ok: {path} — {summary(table)}")
         for fam, groups in table.groups.items():
-            names = sorted({row.route.name for g in groups for row in g.rows})
+            names = sorted({row.route.name for g in groups for row in g.rows if row.route})
             nrows = sum(len(g.rows) for g in groups)
             print(f"  {fam}: {len(groups)} match(es), {nrows} row(s); routes: {', '.join(names)}")
     return rc
@@ -85,6 +85,13 @@ def summary(table: RouteTable) -> str:
 
 
 # --------------------------------------------------------------------------- show
+def _show_match(family: str, eff: dict) -> str:
+    """The effective match for display; `epilogue: none` is only shown for linear."""
+    if family != "linear" and eff.get("epilogue") == "none":
+        eff = {k: v for k, v in eff.items() if k != "epilogue"}
+    return fmt_match(eff) if eff else "{} (every op)"
+
+
 def _fmt_params(resolved: dict, explicit: dict) -> str:
     parts = []
     for k in sorted(resolved):
@@ -112,9 +119,13 @@ def render_table(table: RouteTable) -> str:
         out.append("")
         out.append(f"{fam}:")
         for g in groups:
-            out.append(f"  match {fmt_match(g.eff)}   [{table.name}:{g.line}]")
-            width = max(len(r.route.name) for r in g.rows)
+            out.append(f"  match {_show_match(fam, g.eff)}   [{table.name}:{g.line}]")
+            width = max(len(r.route.name) if r.route else 11 for r in g.rows)
             for r in g.rows:
+                if r.route is None:
+                    out.append(f"    {_fmt_range(r.lo, r.hi):<14} {'UNSUPPORTED':<{width}}  "
+                               f"{r.unsupported}   {table.name}:{r.line}")
+                    continue
                 out.append(f"    {_fmt_range(r.lo, r.hi):<14} {r.route.name:<{width}}  "
                            f"{_fmt_params(r.resolved, r.params):<40} {table.name}:{r.line}")
                 if r.evidence:
@@ -128,6 +139,8 @@ def render_table(table: RouteTable) -> str:
 def _choice(table: RouteTable, family: str, t: int, match: dict) -> str:
     try:
         sel = table.select(family, t, match)
+    except UnsupportedRange:
+        return "UNSUPPORTED"
     except RouteError:
         return "MISS (no row covers this op; miss: error)"
     params = " ".join(f"{k}={v}" for k, v in sorted(sel.params.items()))
@@ -261,7 +274,7 @@ def render_diff(a: RouteTable, b: RouteTable, artifact: Path | None = None,
             continue
         changed += 1
         out.append("")
-        out.append(f"{fam} {fmt_match(effective_match(match))}" + (f"   [{note}]" if note else ""))
+        out.append(f"{fam} {_show_match(fam, effective_match(match))}" + (f"   [{note}]" if note else ""))
         for lo, hi, ca, cb in d:
             out.append(f"  {_fmt_range(lo, hi):<14} A: {ca}")
             out.append(f"  {'':<14} B: {cb}")

@@ -15,6 +15,14 @@ Shape of a table (DESIGN §5)::
         routes:
           - {t: [1, 4],    route: q4_gemv, params: {BLOCK_N: 64}}
           - {t: [5, max],  route: q4_gemm, evidence: {8: {q4_gemv: 31.2, q4_gemm: 22.9}}}
+    attention:
+      - match: {phase: decode, kv_dtype: bf16}
+        routes:
+          - {t: [1, 64], route: attention_decode_splitkv}
+          - {t: [65, max], unsupported: "decode routes take at most 64 columns"}
+
+A row names either a `route` or, explicitly, `unsupported: REASON` (selection there is always a
+RouteError quoting the reason) — so every T from 1 to max has a stated outcome.
 """
 
 from __future__ import annotations
@@ -238,9 +246,22 @@ class Header(_Strict):
 
 class RowModel(_Strict):
     t: list[Union[StrictInt, Literal["max"]]]
-    route: StrictStr
+    route: StrictStr | None = None
+    unsupported: StrictStr | None = None  # explicit "no route for this range" (and why)
     params: dict[StrictStr, Scalar] = Field(default_factory=dict)
     evidence: dict[StrictInt, dict[StrictStr, Union[StrictInt, StrictFloat]]] | None = None
+
+    @model_validator(mode="after")
+    def _route_or_unsupported(self) -> "RowModel":
+        if (self.route is None) == (self.unsupported is None):
+            raise ValueError("a row needs exactly one of route (a registered route name) or "
+                             "unsupported (why no route serves this range)")
+        if self.unsupported is not None:
+            if not self.unsupported.strip():
+                raise ValueError("unsupported needs a reason")
+            if self.params or self.evidence:
+                raise ValueError("an unsupported row takes no params or evidence")
+        return self
 
     @field_validator("t")
     @classmethod
@@ -268,11 +289,12 @@ _FAMILY_ADAPTER = TypeAdapter(list[GroupModel])
 class ParsedRow:
     lo: int
     hi: int | None  # None = max
-    route: str
+    route: str | None
     params: dict
     evidence: dict | None
     line: int
     path: tuple
+    unsupported: str | None = None
 
 
 @dataclass
@@ -334,7 +356,8 @@ def parse_table_text(name: str, text: str, family_ok) -> tuple[ParsedTable | Non
                 lo, hi = r.t
                 rows.append(ParsedRow(lo=lo, hi=None if hi == "max" else hi, route=r.route,
                                       params=dict(r.params), evidence=r.evidence,
-                                      line=doc.line_of(rpath), path=rpath))
+                                      line=doc.line_of(rpath), path=rpath,
+                                      unsupported=r.unsupported))
             parsed.families[key].append(ParsedGroup(
                 family=key, index=gi, match=dict(g.match), rows=rows, line=doc.line_of(gpath),
                 match_line=doc.line_of(gpath + ("match",)), path=gpath))

@@ -4,6 +4,7 @@
 route registry, collecting every error as `file:line: field: message`:
 - per family, rows of one `match` are in T order, contiguous, non-overlapping and cover 1..max
   (the last `hi` is `max`);
+- a row names a route or says `unsupported: REASON` (selection there is a RouteError);
 - every route exists, belongs to the section's family, and its declared domain (formats,
   epilogues, min_t..max_t, extra keys, shape rules) covers the row's T range and match;
 - params are declared by the route and take legal values;
@@ -51,6 +52,10 @@ def _fmt_t(t: int | None) -> str:
     return "max" if t is None else str(t)
 
 
+class UnsupportedRange(RouteError):
+    """Selection hit a row the table marks `unsupported` (an explicit, reasoned gap)."""
+
+
 def effective_match(match: Mapping[str, Any]) -> dict[str, Any]:
     """The match as compared: `epilogue` defaults to `none`."""
     out = {"epilogue": "none"}
@@ -83,11 +88,12 @@ class Selection:
 class TableRow:
     lo: int
     hi: int | None
-    route: Route
+    route: Route | None  # None: an explicit `unsupported` row
     params: dict  # as written
     resolved: dict  # defaults overlaid with the row's params
     evidence: dict | None
     line: int
+    unsupported: str | None = None
 
     def contains(self, t: int) -> bool:
         return self.lo <= t and (self.hi is None or t <= self.hi)
@@ -154,6 +160,10 @@ class RouteTable:
         if hits:
             best = max(hits, key=lambda g: len(g.eff))  # hits form a chain (checked at load)
             row = best.row_at(t)
+            if row.route is None:
+                raise UnsupportedRange(f"{self._src(row)}: no route for {family} match {fmt_match(match)} "
+                                 f"at T={t}: the table marks T {row.lo}..{_fmt_t(row.hi)} unsupported: "
+                                 f"{row.unsupported}")
             reason = row.route.covers(t, t, op)
             if reason is None:
                 return Selection(row.route, dict(row.resolved), self._src(row), (row.lo, row.hi),
@@ -169,7 +179,7 @@ class RouteTable:
         best_row = best_group = None
         for g in groups:
             row = g.row_at(t)
-            if row.route.covers(t, t, op) is not None:
+            if row.route is None or row.route.covers(t, t, op) is not None:
                 continue
             score = _closeness(g.eff, op)
             if best_score is None or score > best_score:
@@ -256,6 +266,9 @@ def _check_group(name: str, g: ParsedGroup, registry: Registry, errors: list[str
                           f"(T {r.hi + 1}..max is not covered)")
             ok = False
         prev_hi = r.hi if prev_hi is not None else None
+        if r.route is None:  # explicit unsupported range
+            rows.append(TableRow(r.lo, r.hi, None, {}, {}, None, r.line, r.unsupported))
+            continue
         # route
         route = registry.find(r.route)
         if route is None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from pathlib import Path
@@ -75,27 +74,10 @@ def config_of(ckpt: Path) -> dict:
 
 
 def cli(argv: list[str]) -> int:
-    """`ninfer_compile.cli.main(argv)`; falls back to the pack subcommand alone when the
-    top-level dispatcher cannot be built in this checkout."""
-    from ninfer_compile import cli as top
+    """The real entry point: `ninfer_compile.cli.main(argv)`."""
+    from ninfer_compile.cli import main
 
-    try:
-        top._available()
-    except ModuleNotFoundError:  # pragma: no cover - a sibling package not yet present
-        import sys
-
-        from ninfer_compile.convert import cli as pack_cli
-        from ninfer_compile.errors import NinferError
-
-        assert argv[0] == "pack"
-        parser = argparse.ArgumentParser()
-        pack_cli.configure(parser)
-        try:
-            return int(pack_cli.run(parser.parse_args(argv[1:])) or 0)
-        except NinferError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-    return top.main(argv)
+    return main(argv)
 
 
 FULL_TEXT = dict(vocab_size=384, hidden_size=128, num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=1,

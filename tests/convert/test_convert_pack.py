@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
@@ -13,7 +12,7 @@ from ninfer_compile.artifact import Artifact, quantize_maxabs
 from ninfer_compile.contracts import check_artifact, find_contract
 from ninfer_compile.convert.hf import convert_state_dict
 
-from .conftest import FRONTEND, cli, config_of, copy_ckpt, state_dict_of
+from .conftest import cli, config_of, copy_ckpt, state_dict_of
 
 
 def open_checked(path):

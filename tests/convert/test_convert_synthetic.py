@@ -74,3 +74,20 @@ def test_sparse_27b_header(tmp_path):
 def test_synthetic_errors(tmp_path, capsys):
     assert cli(["pack", "--synthetic", "no-such-model", "-o", str(tmp_path / "x.ninfer")]) == 2
     assert "no-such-model" in capsys.readouterr().err
+
+
+def test_synthetic_with_contract_file_writes_it_beside(tmp_path):
+    from ninfer_compile.contracts import GRAPHS_DIR, find_contract
+
+    text = (GRAPHS_DIR / "tiny-qwen3.5.yaml").read_text()
+    contract = tmp_path / "mine.yaml"
+    contract.write_text(text.replace("model_id: tiny-qwen3.5", "model_id: my-tiny", 1))
+    out = tmp_path / "m.ninfer"
+    assert cli(["pack", "--synthetic", "my-tiny", "--contract", str(contract), "-o", str(out), "--seed", "3",
+                "--no-progress"]) == 0
+    assert (tmp_path / "m.ninfer.contract.yaml").read_text() == contract.read_text()
+    with Artifact.open(out) as art:
+        assert art.model_id == "my-tiny"
+        c = find_contract(out, art.model_id)
+        check_artifact(art, c.resolve_for(art))
+        assert any(o.kind == "resource" for o in art.objects)  # optional frontend synthesized too

@@ -2,8 +2,8 @@
 
 Configs: hidden 96 and 160 (not multiples of 128); GDN K heads 2 serving 6 or 4 V heads; 4 layers
 (3 GDN + 1 attention, NInfer's interval-4 pattern). Weights are bf16-exact float32.
-Measured (DictWeights from convert_state_dict, 12-token prompt): rel L2 vs HF ~2e-6, argmax equal
-at every position.
+Measured (DictWeights from convert_state_dict, 12-token prompt): rel L2 vs HF 3.1e-7 (hidden 96)
+and 4.2e-7 (hidden 160), argmax equal at every position; bound 1e-3.
 """
 
 import pytest

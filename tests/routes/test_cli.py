@@ -85,7 +85,7 @@ def test_diff_rowwise(write, fake_registry, capsys):
     i = out.index("linear {epilogue: none, format: Q4G64_F16S}")
     assert out[i + 1].split() == ["T", "3..4", "A:", "f_gemv", "BLOCK_N=128", "SPLIT_K=1"]
     assert out[i + 2].split() == ["B:", "f_small", "BLOCK_T=16"]
-    assert "rmsnorm {epilogue: none}" in out
+    assert "rmsnorm {} (every op)" in out
     assert out[-1] == "2 of 7 op(s) change route"
     assert main(["routes", "diff", str(a), str(a)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "no differences (7 op(s) compared)"
@@ -108,7 +108,7 @@ def test_diff_with_artifact(tmp_path, write, fake_registry, capsys):
     assert "linear {epilogue: none, format: Q4G64_F16S, k: 96, n: 320}" in out
     assert "text/layers/3/attention/query_key" in out
     assert "format: Q5G64_F16S" not in out  # unchanged between the tables
-    assert "rmsnorm {epilogue: none}" in out
+    assert "rmsnorm {} (every op)" in out
 
 
 def test_diff_contract_needs_artifact(write, fake_registry, capsys):

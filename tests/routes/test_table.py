@@ -243,3 +243,19 @@ def test_table_for_sm(tmp_path, write, reg):
         table_for_sm(7)
     with pytest.raises(RouteError, match="cannot read route table"):
         table_for_sm(90, tmp_path / "missing.yaml", registry=reg)
+
+
+def test_unsupported_rows(write, reg):
+    body = GOOD_BODY.replace("- {t: [9, max], route: f_attn_pre}",
+                             "- {t: [9, max], unsupported: \"decode takes 8 columns at most\"}")
+    t = load(write, reg, body, miss="nearest")
+    assert t.select("attention", 8, {"phase": "decode", "kv_dtype": "bf16"}).route.name == "f_attn_dec"
+    from ninfer_compile.routes import UnsupportedRange
+
+    with pytest.raises(UnsupportedRange, match=r"sm90.yaml:30: .* T 9..max unsupported: decode takes 8"):
+        t.select("attention", 9, {"phase": "decode", "kv_dtype": "bf16"})
+    body2 = GOOD_BODY.replace("- {t: [9, max], route: f_attn_pre}", "- {t: [9, max]}")
+    one_error(write, reg, body2, 30, "attention[0].routes[1]", "exactly one of route")
+    body3 = GOOD_BODY.replace("- {t: [9, max], route: f_attn_pre}",
+                              "- {t: [9, max], unsupported: x, params: {a: 1}}")
+    one_error(write, reg, body3, 30, "takes no params")

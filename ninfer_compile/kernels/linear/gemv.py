@@ -21,22 +21,28 @@ from .epilogue import store_epilogue, store_partial
 
 
 @triton.jit
-def _x(x_ptr, t, sx, wi, J: tl.constexpr, LPW: tl.constexpr, K, T):
-    kk = wi * LPW + J
-    return tl.load(x_ptr + t * sx + kk, mask=(kk < K) & ((kk * 0 + t) < T), other=0.0).to(tl.float32)[None, :]
-
-
-@triton.jit
 def _col(l0, l1, l2, l3, l4, l5, l6, l7, x_ptr, t, sx, wi, K, T, LPW: tl.constexpr):
-    p = l0 * _x(x_ptr, t, sx, wi, 0, LPW, K, T)
-    p += l1 * _x(x_ptr, t, sx, wi, 1, LPW, K, T)
-    p += l2 * _x(x_ptr, t, sx, wi, 2, LPW, K, T)
-    p += l3 * _x(x_ptr, t, sx, wi, 3, LPW, K, T)
+    """sum_j lane_j * x[t, LPW*w + j]: x is loaded once per word as a contiguous [KW, LPW] tile
+    (one vector load per word) and split into its lanes in registers."""
+    j = tl.arange(0, LPW)
+    kk = wi[:, None] * LPW + j[None, :]
+    xw = tl.load(x_ptr + t * sx + kk, mask=(kk < K) & ((kk * 0 + t) < T), other=0.0).to(tl.float32)
+    KW: tl.constexpr = xw.shape[0]
     if LPW == 8:
-        p += l4 * _x(x_ptr, t, sx, wi, 4, LPW, K, T)
-        p += l5 * _x(x_ptr, t, sx, wi, 5, LPW, K, T)
-        p += l6 * _x(x_ptr, t, sx, wi, 6, LPW, K, T)
-        p += l7 * _x(x_ptr, t, sx, wi, 7, LPW, K, T)
+        ev, od = tl.split(tl.reshape(xw, (KW, 4, 2)))          # lanes 0,2,4,6 | 1,3,5,7
+        e04, e26 = tl.split(tl.reshape(ev, (KW, 2, 2)))        # lanes 0,4 | 2,6
+        o15, o37 = tl.split(tl.reshape(od, (KW, 2, 2)))        # lanes 1,5 | 3,7
+        x0, x4 = tl.split(e04)
+        x2, x6 = tl.split(e26)
+        x1, x5 = tl.split(o15)
+        x3, x7 = tl.split(o37)
+        p = l0 * x0[None, :] + l1 * x1[None, :] + l2 * x2[None, :] + l3 * x3[None, :]
+        p += l4 * x4[None, :] + l5 * x5[None, :] + l6 * x6[None, :] + l7 * x7[None, :]
+    else:
+        ev, od = tl.split(tl.reshape(xw, (KW, 2, 2)))          # lanes 0,2 | 1,3
+        x0, x2 = tl.split(ev)
+        x1, x3 = tl.split(od)
+        p = l0 * x0[None, :] + l1 * x1[None, :] + l2 * x2[None, :] + l3 * x3[None, :]
     return p
 
 

@@ -20,7 +20,7 @@ def select_stage1_kernel(logits_ptr, ws_ptr, V, NB, stride_lt, inv_temp, seed,
     m = cols < V
     x = tl.load(logits_ptr + t.to(tl.int64) * stride_lt + cols, mask=m, other=-float("inf")).to(tl.float32)
     if GUMBEL:
-        u = tl.rand(seed, t.to(tl.int64) * V + cols)
+        u = tl.rand(seed, t * V + cols)  # int32 counter: T * V < 2^31
         u = tl.minimum(tl.maximum(u, 1e-10), 1.0 - 1e-7)
         x = x * inv_temp - tl.log(-tl.log(u))
         x = tl.where(m, x, -float("inf"))

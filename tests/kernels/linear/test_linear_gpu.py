@@ -42,8 +42,9 @@ def test_q4_asm_matches_reference(route, t, epi):
         torch.cuda.synchronize()
         assert_close_rel(out, expected, 1e-2, f"{route} USE_ASM={asm} T={t}")
         outs[asm] = out.clone()
-    # both paths round q*s to bf16 once (RNE): identical weights, so identical results
-    assert_close_rel(outs[True], outs[False].float(), 1e-3, "asm vs plain")
+    # the asm path rounds the fp16 scale to bf16 before the packed multiply (plain: fp32 q*s,
+    # one rounding), so the two differ by bf16 rounding, not more
+    assert_close_rel(outs[True], outs[False].float(), 8e-3, "asm vs plain")
 
 
 @pytest.mark.parametrize("name", ROUTES)

@@ -1,0 +1,32 @@
+"""Route registrations of the Gated DeltaNet family (gdn_gating, gated_delta_rule)."""
+
+from ninfer_compile.kernels.registry import ParamSpec, Route, RouteDomain, register
+
+_M = "ninfer_compile.kernels.gdn"
+
+register(Route(
+    name="gdn_gating_elementwise", family="gdn_gating", domain=RouteDomain(),
+    reference=f"{_M}.reference:gdn_gating", launcher=f"{_M}.launch:gdn_gating",
+    kernels=(f"{_M}.kernels:gdn_gating_kernel",),
+    doc="g = -exp(A_log)*softplus(a+dt_bias), beta = sigmoid(b), float32 outputs",
+))
+register(Route(
+    name="gdn_recurrent_decode", family="gated_delta_rule",
+    domain=RouteDomain(max_t=64, extra={"phase": ("decode",)}),
+    params={
+        "block_v": ParamSpec("block_v", (16, 32, 64, 128), 32, "Dv columns of state per program"),
+        "num_warps": ParamSpec("num_warps", (1, 2, 4, 8), 4),
+    },
+    reference=f"{_M}.reference:gated_delta_rule", launcher=f"{_M}.launch:gated_delta_rule_decode",
+    kernels=(f"{_M}.kernels:gdn_decode_kernel",),
+    doc="one recurrent step per column, columns = distinct slots; grid (T, Hv, Dv/block_v); q/k L2 norm fused",
+))
+register(Route(
+    name="gdn_chunked_prefill", family="gated_delta_rule",
+    domain=RouteDomain(extra={"phase": ("prefill",)}),
+    params={"block_v": ParamSpec("block_v", (16, 32, 64), 32, "Dv columns per state-passing program")},
+    reference=f"{_M}.reference:gated_delta_rule", launcher=f"{_M}.launch:gated_delta_rule_chunked",
+    kernels=(f"{_M}.kernels:gdn_chunk_prep_kernel", f"{_M}.kernels:gdn_chunk_state_kernel"),
+    doc="one sequence per launch, any T; chunk 64 UT transform (chunk-parallel) + sequential state passing; "
+        "float32 workspace chunked_workspace_numel(T, Hv, Dk, Dv)",
+))

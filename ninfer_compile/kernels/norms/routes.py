@@ -1,0 +1,30 @@
+"""Route registrations of the norm family (no torch/triton imports here)."""
+
+from ninfer_compile.kernels.registry import Route, RouteDomain, register
+
+_M = "ninfer_compile.kernels.norms"
+
+register(Route(
+    name="rmsnorm_rows", family="rmsnorm", domain=RouteDomain(),
+    reference=f"{_M}.reference:rmsnorm", launcher=f"{_M}.launch:rmsnorm",
+    kernels=(f"{_M}.kernels:rmsnorm_rows_kernel",),
+    doc="zero-centred (1+w) RMSNorm, one program per token row; any H (masked power-of-two block)",
+))
+register(Route(
+    name="head_rmsnorm_rows", family="head_rmsnorm", domain=RouteDomain(),
+    reference=f"{_M}.reference:head_rmsnorm", launcher=f"{_M}.launch:head_rmsnorm",
+    kernels=(f"{_M}.kernels:rmsnorm_rows_kernel",),
+    doc="per-head (1+w) RMSNorm of q/k [T,heads,D]; strided inputs (slices of fused projections)",
+))
+register(Route(
+    name="l2norm_rows", family="l2norm", domain=RouteDomain(),
+    reference=f"{_M}.reference:l2norm", launcher=f"{_M}.launch:l2norm",
+    kernels=(f"{_M}.kernels:rmsnorm_rows_kernel",),
+    doc="x * rsqrt(sum(x^2) + eps) per head",
+))
+register(Route(
+    name="gated_rmsnorm_rows", family="gated_rmsnorm", domain=RouteDomain(),
+    reference=f"{_M}.reference:gated_rmsnorm", launcher=f"{_M}.launch:gated_rmsnorm",
+    kernels=(f"{_M}.kernels:gated_rmsnorm_kernel",),
+    doc="GDN output norm RMSNorm(x)*w*SiLU(z) per head -> [T, Hv*Dv]",
+))
