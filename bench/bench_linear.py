@@ -51,17 +51,16 @@ COLD_BYTES = 3 * L2_BYTES
 # per-route launch params tried (the best is reported; all are recorded)
 CANDIDATES = {
     "gemv": [{"BLOCK_N": 8, "BLOCK_K": 256, "num_warps": 4},
-             {"BLOCK_N": 4, "BLOCK_K": 512, "num_warps": 4},
-             {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 8},
-             {"BLOCK_N": 2, "BLOCK_K": 1024, "num_warps": 4}],
+             {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4},
+             {"BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4},
+             {"BLOCK_N": 4, "BLOCK_K": 512, "num_warps": 4}],
     "small_t_mma": [{"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "USE_ASM": "auto"},
-                    {"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "USE_ASM": False},
-                    {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "USE_ASM": "auto"},
-                    {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "USE_ASM": "auto"}],
+                    {"BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "USE_ASM": "auto"},
+                    {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "USE_ASM": "auto"},
+                    {"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "USE_ASM": False}],
     "wide_mma": [{"BLOCK_N": 128, "BLOCK_T": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3},
                  {"BLOCK_N": 128, "BLOCK_T": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3},
-                 {"BLOCK_N": 128, "BLOCK_T": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3,
-                  "USE_ASM": False}],
+                 {"BLOCK_N": 256, "BLOCK_T": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}],
 }
 
 
@@ -136,6 +135,7 @@ def main(argv=None):
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--t", default=None, help="comma-separated T values")
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--max-candidates", type=int, default=99, help="param sets tried per route (best reported)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new rows after this")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -204,9 +204,7 @@ def main(argv=None):
                 kind = name.split("_", 1)[1]
                 if kind == "wide_mma" and t < 16:
                     continue
-                cands = CANDIDATES[kind][:1] if args.quick and kind != "small_t_mma" else CANDIDATES[kind]
-                if args.quick and kind == "small_t_mma":
-                    cands = cands[:2]
+                cands = CANDIDATES[kind][:2] if args.quick else CANDIDATES[kind][:args.max_candidates]
                 results = []
                 for params in cands:
                     params = dict(params)

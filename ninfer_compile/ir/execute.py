@@ -176,7 +176,16 @@ def b_gated_delta_rule(q, k, v, g, beta, state, positions, slots, scale=None, l2
     return o, S_all
 
 
-def b_sampling(logits, mode="runtime"):
+def b_qk_norm_rope(q, k, q_weight, k_weight, positions, eps, rotary_dim, theta):
+    return (b_rope(b_head_rmsnorm(q, q_weight, eps), positions, rotary_dim, theta),
+            b_rope(b_head_rmsnorm(k, k_weight, eps), positions, rotary_dim, theta))
+
+
+def b_l2norm(x, eps=1e-6):
+    return x.float() * torch.rsqrt(x.float().pow(2).sum(-1, keepdim=True) + eps)
+
+
+def b_sampling(logits, mode="greedy"):
     return logits.float().argmax(-1).to(torch.int32)
 
 
@@ -184,7 +193,8 @@ BUILTINS: dict[str, Callable] = {
     "embedding": b_embedding, "rmsnorm": b_rmsnorm, "head_rmsnorm": b_head_rmsnorm,
     "gated_rmsnorm": b_gated_rmsnorm, "linear": b_linear, "rope": b_rope, "kv_append": b_kv_append,
     "attention": b_attention, "conv1d": b_conv1d, "gdn_gating": b_gdn_gating,
-    "gated_delta_rule": b_gated_delta_rule, "sampling": b_sampling,
+    "gated_delta_rule": b_gated_delta_rule, "sampling": b_sampling, "qk_norm_rope": b_qk_norm_rope,
+    "l2norm": b_l2norm,
 }
 
 

@@ -26,6 +26,8 @@ from .types import Extent, Op, TensorType
 
 KV_DTYPES = ("bf16", "int8")
 KV_INT8_GROUP = 64
+# Sampling modes a plan carries routes for besides greedy (the request picks one at run time).
+SAMPLING_VARIANTS = ("temperature", "top_k_top_p")
 
 
 @dataclass(frozen=True)
@@ -373,7 +375,8 @@ class _Builder:
         outs = {"logits": logits}
         if self.opts.sampling:
             ids = self.act("next_ids", (R,), "i32", "output")
-            self.op("sampling", "sampling", {"logits": logits}, {"ids": ids}, mode="runtime")
+            self.op("sampling", "sampling", {"logits": logits}, {"ids": ids}, mode="greedy",
+                    variants=list(SAMPLING_VARIANTS))
             outs["ids"] = ids
         for k, v in extra_outputs.items():
             outs[k] = v if k != "hidden" else hidden

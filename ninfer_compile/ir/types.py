@@ -30,7 +30,7 @@ DTYPE_BYTES: dict[str, int] = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "i8": 1,
 
 FAMILIES: tuple[str, ...] = (
     "embedding", "rmsnorm", "linear", "head_rmsnorm", "rope", "kv_append", "attention", "conv1d",
-    "gdn_gating", "gated_delta_rule", "gated_rmsnorm", "sampling",
+    "gdn_gating", "gated_delta_rule", "gated_rmsnorm", "sampling", "qk_norm_rope", "l2norm",
 )
 STRUCTURAL: tuple[str, ...] = (
     "input", "output", "add", "split", "concat", "reshape", "swiglu", "select_rows",
@@ -97,6 +97,8 @@ class RouteChoice(_Frozen):
     t_range: tuple[int, int | None]
     match: dict[str, Any] = Field(default_factory=dict)
     reference: str | None = None  # "module:function" of the route's fp32 reference
+    # per-request alternatives chosen at run time (sampling: mode -> {route, params, source})
+    variants: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 class Op(_Frozen):

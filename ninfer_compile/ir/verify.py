@@ -151,6 +151,17 @@ def _check_shapes(graph: Graph, op: Op, T: int) -> None:
         _eq("out", O("out"), x)
         if op.attrs.get("rotary_dim", 0) > x[-1]:
             raise _Fail("rotary_dim exceeds head dim")
+    elif k == "qk_norm_rope":
+        q, kk = S("q"), S("k")
+        if len(q) != 3 or len(kk) != 3 or q[2] != kk[2] or q[0] != kk[0]:
+            raise _Fail(f"q {list(q)} and k {list(kk)} must be [T, heads, D] with one T and D")
+        _eq("q_weight", S("q_weight"), (q[2],))
+        _eq("k_weight", S("k_weight"), (q[2],))
+        _eq("positions", S("positions"), (q[0],))
+        _eq("q out", O("q"), q)
+        _eq("k out", O("k"), kk)
+    elif k == "l2norm":
+        _eq("out", O("out"), S("x"))
     elif k == "kv_append":
         kk, vv = S("k"), S("v")
         _eq("v", vv, kk)

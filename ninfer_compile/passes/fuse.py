@@ -28,7 +28,7 @@ from .context import PassContext
 
 NAME = "fuse"
 RULES_PATH = Path(__file__).with_name("fuse_rules.yaml")
-_KINDS = ("merge_views", "epilogue_through_split", "epilogue", "share_input", "prologue")
+_KINDS = ("merge_views", "epilogue_through_split", "epilogue", "share_input", "prologue", "norm_rope_pair")
 
 
 def load_rules(path: Path = RULES_PATH) -> tuple[dict, ...]:
@@ -215,6 +215,8 @@ def _route_supports(ctx: PassContext, req: Mapping[str, Any]) -> bool:
         routes = reg.routes_for(req["family"])
     except Exception:
         return False
+    if "key" not in req:
+        return bool(routes)
     return any(req["value"] in tuple(r.domain.extra.get(req["key"], ())) for r in routes)
 
 
@@ -240,7 +242,44 @@ def _prologue(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
     return n
 
 
+def _norm_rope_pair(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
+    req = rule.get("requires_route_support")
+    if req and not _route_supports(ctx, req):
+        return 0
+    chains: dict[str, list[tuple[Op, Op]]] = defaultdict(list)
+    for rope in g.ops_of([rule["rope"]]):
+        norm = g.producer(rope.inputs["x"])
+        if norm is None or norm.kind != rule["norm"] or _single_consumer(g, norm.outputs["out"]) is not rope:
+            continue
+        src = norm.inputs["x"]  # trace through reshapes to the op that produced the columns
+        p = g.producer(src)
+        while p is not None and p.kind == "reshape":
+            p = g.producer(p.inputs["x"])
+        if p is None or p.kind != "split":
+            continue
+        chains[p.name].append((norm, rope))
+    n = 0
+    for key in sorted(chains):
+        pair = chains[key]
+        if len(pair) != 2:
+            continue
+        (qn, qr), (kn, kr) = sorted(pair, key=lambda c: c[0].seq)
+        if qr.inputs["positions"] != kr.inputs["positions"] or qr.attrs != kr.attrs or qn.attrs != kn.attrs:
+            continue
+        for op in (qn, qr, kn, kr):
+            g.remove_op(op.name)
+        name = g.fresh_name(_common_prefix([qn.name, kn.name]) + rule["into"])
+        g.add_op(Op(name=name, kind=rule["into"], seq=qn.seq,
+                    inputs={"q": qn.inputs["x"], "k": kn.inputs["x"], "q_weight": qn.inputs["weight"],
+                            "k_weight": kn.inputs["weight"], "positions": qr.inputs["positions"]},
+                    outputs={"q": qr.outputs["out"], "k": kr.outputs["out"]},
+                    attrs={"eps": qn.attrs.get("eps"), **qr.attrs}))
+        n += 1
+    return n
+
+
 _REWRITERS = {
+    "norm_rope_pair": _norm_rope_pair,
     "merge_views": _merge_views,
     "epilogue_through_split": _epilogue_through_split,
     "epilogue": _epilogue,

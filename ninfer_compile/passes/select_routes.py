@@ -24,8 +24,11 @@ NAME = "select_routes"
 _T_OPERAND = {
     "embedding": "ids", "rmsnorm": "x", "linear": "x", "head_rmsnorm": "x", "rope": "x",
     "kv_append": "k", "attention": "q", "conv1d": "x", "gdn_gating": "a", "gated_delta_rule": "q",
-    "gated_rmsnorm": "x", "sampling": "logits",
+    "gated_rmsnorm": "x", "sampling": "logits", "qk_norm_rope": "q", "l2norm": "x",
 }
+
+# The CLI's --kv-dtype spelling -> the route tables' kv_dtype match value.
+KV_MATCH = {"bf16": "bf16", "int8": "int8_g64"}
 
 
 def op_t(graph: Graph, op: Op) -> int:
@@ -51,7 +54,8 @@ def op_match(graph: Graph, op: Op) -> dict[str, Any]:
     elif k == "rope":
         m = {"format": "BF16", "n": int(t[op.inputs["x"]].shape[-1])}
     elif k in ("kv_append", "attention"):
-        m = {"format": "BF16", "kv_dtype": op.attrs.get("kv_dtype", graph.meta.get("kv_dtype", "bf16")),
+        kvd = op.attrs.get("kv_dtype", graph.meta.get("kv_dtype", "bf16"))
+        m = {"format": "BF16", "kv_dtype": KV_MATCH.get(kvd, kvd),
              "head_dim": int(t[op.inputs["k_cache"]].shape[-1])}
         if k == "attention":
             m["phase"] = phase
@@ -63,7 +67,12 @@ def op_match(graph: Graph, op: Op) -> dict[str, Any]:
     elif k == "gated_delta_rule":
         m = {"format": "BF16", "phase": phase}
     elif k == "sampling":
-        m = {"format": "BF16", "n": int(t[op.inputs["logits"]].shape[1]), "mode": op.attrs.get("mode", "runtime")}
+        m = {"format": "BF16", "n": int(t[op.inputs["logits"]].shape[1]), "mode": op.attrs.get("mode", "greedy")}
+    elif k == "qk_norm_rope":
+        w = t[op.inputs["q_weight"]]
+        m = {"format": w.format or w.dtype, "n": int(w.shape[0])}
+    elif k == "l2norm":
+        m = {"format": "BF16", "n": int(t[op.inputs["x"]].shape[-1])}
     return m
 
 
@@ -84,8 +93,17 @@ def run(graph: Graph, ctx: PassContext) -> Graph:
         nearest = getattr(sel, "nearest", None)
         if nearest:
             misses.append(f"{op.name}: {nearest}")
+        variants = {}
+        for mode in op.attrs.get("variants", ()):
+            vm = {**match, "mode": mode}
+            try:
+                vs = ctx.table.select(op.kind, t, vm)
+            except RouteError as exc:
+                raise RouteError(f"{graph.extent.name}: op {op.name} ({op.kind} variant {mode}): {exc}") from None
+            variants[mode] = {"route": vs.route.name, "params": dict(vs.params), "source": vs.source}
         out.replace_op(op.model_copy(update={"route": RouteChoice(
             route=sel.route.name, params=dict(sel.params), source=sel.source,
-            t_range=tuple(sel.t_range), match=match, reference=getattr(sel.route, "reference", None) or None)}))
+            t_range=tuple(sel.t_range), match=match, reference=getattr(sel.route, "reference", None) or None,
+            variants=variants)}))
     out.meta["route_misses"] = misses
     return out
