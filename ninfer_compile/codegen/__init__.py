@@ -1,0 +1,3 @@
+"""Code generation: emission of the plan's kernel package (`emit.py`)."""
+
+from .emit import EmitError, emit_kernels, kernel_files, launches_from_manifest  # noqa: F401

@@ -1,0 +1,41 @@
+"""The full qwen3.6-27b inventory compiles from a sparse, header-only artifact for every shipped
+sm, with the shipped route tables, reading only the JSON directory."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from ninfer_compile.cli import main
+
+from .support import tiny_artifact
+
+SMS = (86, 89, 90, 120)
+
+
+@pytest.fixture(scope="module")
+def q27(tmp_path_factory):
+    return tiny_artifact(tmp_path_factory.mktemp("q27") / "qwen3.6-27b.ninfer", "qwen3.6-27b", sparse=True)
+
+
+@pytest.mark.parametrize("sm", SMS)
+def test_27b_compiles_for_every_sm(q27, sm, tmp_path, capsys):
+    out = tmp_path / f"q27.sm{sm}.plan"
+    conc = "1,2,4,8" if sm == 90 else "1,8"
+    t0 = time.perf_counter()
+    assert main([str(q27), "--sm", str(sm), "-o", str(out), "--concurrency", conc, "--kv-dtype", "int8"]) == 0, \
+        capsys.readouterr().err
+    elapsed = time.perf_counter() - t0
+    plan = json.loads((out / "plan.json").read_text())
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    print(f"sm{sm}: compiled in {elapsed:.2f} s, plan {size / 1e6:.2f} MB")
+    assert plan["sm"] == sm and plan["routes"]["table"] == f"routes/sm{sm}.yaml"
+    assert plan["memory"]["kv_bytes_per_token"] == 33792 + 2112  # 16 text layers + the MTP layer, int8-g64
+    dec = plan["extents"]["decode_c8_k0"]
+    assert dec["t"] == 8 and dec["cuda_graph"]["capture"]
+    kinds = [L["kind"] for L in dec["launches"]]
+    assert kinds.count("gated_delta_rule") == 48 and kinds.count("attention") == 16
+    assert all(L["source"].startswith(f"sm{sm}.yaml:") for L in dec["launches"] if L["route"])
+    assert elapsed < 30  # generous for a loaded 2-core CI box; typically ~5 s
