@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import sys
+from pathlib import Path
 
 from .errors import NinferError
 
@@ -27,13 +27,12 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _available() -> dict[str, tuple[str, str]]:
+    """Subcommands whose module file exists. Checked on disk, not with find_spec, because
+    find_spec imports parent packages (and with them torch) — `inspect` must stay light."""
+    root = Path(__file__).resolve().parent.parent
     out = {}
     for name, (mod, help_) in SUBCOMMANDS.items():
-        try:
-            found = importlib.util.find_spec(mod) is not None
-        except ModuleNotFoundError:  # its parent package is not there (yet)
-            found = False
-        if found:
+        if (root / (mod.replace(".", "/") + ".py")).is_file():
             out[name] = (mod, help_)
     return out
 

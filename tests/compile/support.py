@@ -11,7 +11,7 @@ from pathlib import Path
 from ninfer_compile.kernels.registry import ParamSpec, Registry, Route, RouteDomain
 
 FAMILIES = ("embedding", "rmsnorm", "linear", "head_rmsnorm", "rope", "kv_append", "attention", "conv1d",
-            "gdn_gating", "gated_delta_rule", "gated_rmsnorm", "sampling")
+            "gdn_gating", "gated_delta_rule", "gated_rmsnorm", "sampling", "qk_norm_rope", "l2norm")
 QFORMATS = ("Q4G64_F16S", "Q5G64_F16S", "Q6G64_F16S", "W8G32_F16S", "BF16")
 EPIS = ("none", "swiglu", "residual")
 
@@ -66,10 +66,18 @@ def write_table(dir_: Path, sm: int = 90, **kw) -> Path:
     return p
 
 
-def load_test_table(dir_: Path, sm: int = 90, **kw):
+def load_test_table(dir_: Path, sm: int = 90, registry=None, **kw):
     from ninfer_compile.routes.table import load_table
 
-    return load_table(write_table(dir_, sm, **kw), make_registry())
+    return load_table(write_table(dir_, sm, **kw), registry or make_registry())
+
+
+def test_context(spec, objects, dir_: Path, **kw):
+    """A PassContext whose table and registry are the isolated test ones."""
+    from ninfer_compile.passes.context import PassContext
+
+    reg = make_registry()
+    return PassContext(spec=spec, objects=objects, table=load_test_table(dir_, registry=reg, **kw), registry=reg)
 
 
 def tiny_artifact(path: Path, model_id: str = "tiny-qwen3.5-mtp", sparse: bool = False) -> Path:

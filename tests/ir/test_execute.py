@@ -6,12 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compile.support import load_test_table, tiny_artifact
+from compile.support import test_context, tiny_artifact
 from ninfer_compile.artifact import Artifact
 from ninfer_compile.contracts import check_artifact, find_contract
 from ninfer_compile.ir.execute import ExecState, Executor, step_inputs
 from ninfer_compile.ir.lower import LowerOptions, lower, plan_extents
-from ninfer_compile.passes.context import PassContext
 from ninfer_compile.passes.pipeline import run_pipeline
 from ninfer_compile.reference.model import ReferenceModel
 from ninfer_compile.reference.weights import ArtifactWeights
@@ -51,11 +50,13 @@ def test_compiled_graphs_with_route_references_match(tiny, tmp_path):
     run the ops): a chunked prefill then decode steps carry state exactly like the reference."""
     art, spec, weights, ref = tiny
     want = ref.prefill(TOKENS)  # logits of every position
-    ctx = PassContext(spec=spec, objects=art.by_name, table=load_test_table(tmp_path))
+    ctx = test_context(spec, art.by_name, tmp_path)
     opts = LowerOptions(prefill_chunk=6, concurrency=(1,), max_context=32, mtp=False)
     gs = {n: run_pipeline(g, ctx) for n, g in _graphs(spec, opts).items()}
     pre, dec = gs["prefill_t6"], gs["decode_c1_k0"]
     assert any(o.attrs.get("epilogue") == "swiglu" for o in pre.ops())
+    assert pre.meta["fusions"]["qk_norm_rope"] == 2 and "qk_norm_rope" in [o.kind for o in dec.ops()]
+    assert all(o.route.reference for o in dec.ops() if o.is_family)
     ex = Executor(weights)
     st = ExecState.zeros([pre, dec])
     out = ex.run(pre, step_inputs(pre, TOKENS[:6]), st)  # head on the last column only
@@ -69,7 +70,7 @@ def test_decode_extent_runs_two_slots(tiny, tmp_path):
     art, spec, weights, ref = tiny
     a, b = TOKENS[:4], TOKENS[4:8]
     wa, wb = ref.prefill(a), ref.prefill(b)
-    ctx = PassContext(spec=spec, objects=art.by_name, table=load_test_table(tmp_path))
+    ctx = test_context(spec, art.by_name, tmp_path)
     opts = LowerOptions(prefill_chunk=4, concurrency=(2,), max_context=16, mtp=False)
     dec = run_pipeline(_graphs(spec, opts)["decode_c2_k0"], ctx)
     ex, st = Executor(weights), ExecState.zeros(dec)

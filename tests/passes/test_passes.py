@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compile.support import hand_graph, hand_spec, load_test_table
+from compile.support import hand_graph, hand_spec, load_test_table, test_context
 from ninfer_compile.errors import CompileError, RouteError
 from ninfer_compile.ir.verify import verify
 from ninfer_compile.passes import bind_weights, fuse, plan_cuda_graphs, plan_memory, select_routes
@@ -19,7 +19,7 @@ def spec():
 
 @pytest.fixture
 def ctx(spec, tmp_path):
-    return PassContext(spec=spec, objects=spec.objects, table=load_test_table(tmp_path))
+    return test_context(spec, spec.objects, tmp_path)
 
 
 def _after(g, name):
@@ -62,7 +62,7 @@ def test_fuse_before_after(ctx):
     kinds = [o.kind for o in after.ops()]
     assert "add" not in kinds and "swiglu" not in kinds
     assert after.meta["fusions"] == {"merge_row_views": 2, "swiglu_epilogue": 1, "residual_epilogue": 1,
-                                     "shared_staging": 1, "rmsnorm_prologue": 0}
+                                     "shared_staging": 1, "rmsnorm_prologue": 0, "qk_norm_rope": 0}
     lin = {o.name: o for o in after.ops_of(["linear"])}
     qk = lin["fused.qk"]
     assert after.tensors[qk.inputs["weight"]].view is None  # the whole parent p/qk
