@@ -51,9 +51,9 @@ def copy_bandwidth() -> float:
 
 
 def timed(fn) -> dict:
-    out = {"eager_us": do_bench(fn, rep=100) * 1e3}
+    out = {"eager_us": do_bench(fn, warmup=10, rep=40) * 1e3}
     try:
-        out["graph_us"] = do_bench_cudagraph(fn, rep=100) * 1e3
+        out["graph_us"] = do_bench_cudagraph(fn, rep=40) * 1e3
     except Exception as exc:  # noqa: BLE001
         out["graph_error"] = f"{type(exc).__name__}: {exc}"[:200]
     return out
@@ -178,6 +178,10 @@ def markdown(res) -> str:
         fla = r.get("fla_us", float("nan"))
         lines.append(f"| {r['T']} | {r['ours_us']:.1f} | {r['best_config']} | {fla:.1f} | {r['floor_us']:.1f} | "
                      f"{r['ours_us'] / fla:.2f}x | {r.get('max_abs_diff_o_vs_fla', float('nan')):.2e} |")
+    if res.get("chunk_fallbacks"):
+        lines += ["", f"chunk size fallbacks (shared memory): {res['chunk_fallbacks']}"]
+    for err in res.get("errors", []):
+        lines += ["", f"error: {err}"]
     if res.get("fla_error"):
         lines += ["", f"fla unavailable: {res['fla_error']}"]
     return "\n".join(lines) + "\n"
@@ -197,10 +201,19 @@ def main(argv=None) -> int:
         res["fla_version"] = None
     bw = copy_bandwidth()
     res["copy_bw_TBps"] = bw / 1e12
+    res["errors"] = []
     for C in (1, 2, 4, 8):
-        bench_decode(C, bw, fused_recurrent, res)
+        try:
+            bench_decode(C, bw, fused_recurrent, res)
+        except Exception as exc:  # noqa: BLE001
+            res["errors"].append(f"decode C={C}: {type(exc).__name__}: {str(exc)[:300]}")
     for T in (1024, 4096):
-        bench_prefill(T, bw, chunk, res)
+        try:
+            bench_prefill(T, bw, chunk, res)
+        except Exception as exc:  # noqa: BLE001
+            res["errors"].append(f"prefill T={T}: {type(exc).__name__}: {str(exc)[:300]}")
+    res["chunk_fallbacks"] = {str(k_): v_ for k_, v_ in launch._CHUNK_FOR.items()}
+    print("errors:", res["errors"], "chunk fallbacks:", res["chunk_fallbacks"], flush=True)
     with open(os.path.join(args.out, "gdn.json"), "w") as f:
         json.dump(res, f, indent=1)
     with open(os.path.join(args.out, "gdn.md"), "w") as f:

@@ -17,7 +17,7 @@ as `state` tensors: an updating op consumes version n and produces version n+1 o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CompileError
@@ -485,4 +485,4 @@ def extent_summary(g: Graph) -> dict[str, Any]:
 
 
 __all__ = ["Dims", "KV_DTYPES", "LowerOptions", "lower", "lower_all", "lower_mtp", "lower_text",
-           "plan_extents", "extent_summary", "field"]
+           "plan_extents", "extent_summary"]

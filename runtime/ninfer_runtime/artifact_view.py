@@ -16,6 +16,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import NinferRuntimeError
+
 MAGIC = b"NINFER\x00\x01"
 PREFIX_BYTES = 16
 PAYLOAD_ALIGN = 4096
@@ -30,7 +32,7 @@ GROUPED = {
 }
 
 
-class ArtifactViewError(RuntimeError):
+class ArtifactViewError(NinferRuntimeError):
     """The file is not a readable NInfer v1 artifact (one line)."""
 
 

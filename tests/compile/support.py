@@ -72,7 +72,7 @@ def load_test_table(dir_: Path, sm: int = 90, registry=None, **kw):
     return load_table(write_table(dir_, sm, **kw), registry or make_registry())
 
 
-def test_context(spec, objects, dir_: Path, **kw):
+def make_context(spec, objects, dir_: Path, **kw):
     """A PassContext whose table and registry are the isolated test ones."""
     from ninfer_compile.passes.context import PassContext
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compile.support import test_context, tiny_artifact
+from compile.support import make_context, tiny_artifact
 from ninfer_compile.artifact import Artifact
 from ninfer_compile.contracts import check_artifact, find_contract
 from ninfer_compile.ir.execute import ExecState, Executor, step_inputs
@@ -50,7 +50,7 @@ def test_compiled_graphs_with_route_references_match(tiny, tmp_path):
     run the ops): a chunked prefill then decode steps carry state exactly like the reference."""
     art, spec, weights, ref = tiny
     want = ref.prefill(TOKENS)  # logits of every position
-    ctx = test_context(spec, art.by_name, tmp_path)
+    ctx = make_context(spec, art.by_name, tmp_path)
     opts = LowerOptions(prefill_chunk=6, concurrency=(1,), max_context=32, mtp=False)
     gs = {n: run_pipeline(g, ctx) for n, g in _graphs(spec, opts).items()}
     pre, dec = gs["prefill_t6"], gs["decode_c1_k0"]
@@ -70,7 +70,7 @@ def test_decode_extent_runs_two_slots(tiny, tmp_path):
     art, spec, weights, ref = tiny
     a, b = TOKENS[:4], TOKENS[4:8]
     wa, wb = ref.prefill(a), ref.prefill(b)
-    ctx = test_context(spec, art.by_name, tmp_path)
+    ctx = make_context(spec, art.by_name, tmp_path)
     opts = LowerOptions(prefill_chunk=4, concurrency=(2,), max_context=16, mtp=False)
     dec = run_pipeline(_graphs(spec, opts)["decode_c2_k0"], ctx)
     ex, st = Executor(weights), ExecState.zeros(dec)
@@ -91,3 +91,25 @@ def test_mtp_graph_matches_reference(tiny):
     g = _graphs(spec, opts)["mtp_prefill_t5"]
     out = Executor(weights).run(g, step_inputs(g, nxt, hidden=hidden), ExecState.zeros(g))
     torch.testing.assert_close(out["logits"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_shipped_table_real_route_references_match(tiny):
+    """Compiled with the shipped sm90 table, every op runs the route library's own reference
+    (attention, conv1d, GDN, norms, fused qk_norm_rope, ...) and the logits still match."""
+    from ninfer_compile.passes.context import PassContext
+    from ninfer_compile.routes import table_for_sm
+
+    art, spec, weights, ref = tiny
+    want = ref.prefill(TOKENS[:8])
+    ctx = PassContext(spec=spec, objects=art.by_name, table=table_for_sm(90))
+    opts = LowerOptions(prefill_chunk=6, concurrency=(1,), max_context=16, mtp=False)
+    gs = {n: run_pipeline(g, ctx) for n, g in _graphs(spec, opts).items()}
+    pre, dec = gs["prefill_t6"], gs["decode_c1_k0"]
+    refs = {o.route.reference for o in dec.ops() if o.route}
+    assert "ninfer_compile.kernels.attention.reference:attention" in refs
+    ex, st = Executor(weights), ExecState.zeros([pre, dec])
+    out = ex.run(pre, step_inputs(pre, TOKENS[:6]), st)
+    torch.testing.assert_close(out["logits"][0], want[5], rtol=1e-4, atol=1e-4)
+    for i in (6, 7):
+        out = ex.run(dec, step_inputs(dec, TOKENS[i:i + 1], start=i), st)
+        torch.testing.assert_close(out["logits"][0], want[i], rtol=1e-4, atol=1e-4)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compile.support import hand_graph, hand_spec, load_test_table, test_context
+from compile.support import hand_graph, hand_spec, load_test_table, make_context
 from ninfer_compile.errors import CompileError, RouteError
 from ninfer_compile.ir.verify import verify
 from ninfer_compile.passes import bind_weights, fuse, plan_cuda_graphs, plan_memory, select_routes
@@ -19,7 +19,7 @@ def spec():
 
 @pytest.fixture
 def ctx(spec, tmp_path):
-    return test_context(spec, spec.objects, tmp_path)
+    return make_context(spec, spec.objects, tmp_path)
 
 
 def _after(g, name):

@@ -27,14 +27,20 @@ def _dot(a, b, F32: tl.constexpr):
 
 
 @triton.jit
-def _load_kv(c_ptr, sc_ptr, s, n, nmask, h, Hkv, D, max_ctx, od, QUANT: tl.constexpr):
+def _load_kv(c_ptr, sc_ptr, s, n, nmask, h, Hkv, D, max_ctx, od,
+             QUANT: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr):
     """Cache rows n ([BN]) of KV head h -> [BN, BD] bf16."""
     row = (s * max_ctx + n.to(tl.int64)) * Hkv + h
     m = nmask[:, None] & (od < D)[None, :]
     x = tl.load(c_ptr + row[:, None] * D + od[None, :], mask=m, other=0.0)
     if QUANT:
-        sc = tl.load(sc_ptr + row[:, None] * (D // 64) + (od // 64)[None, :], mask=m, other=0.0)
-        x = (x.to(tl.float32) * sc.to(tl.float32)).to(tl.bfloat16)
+        # one fp16 scale per 64 lanes: load [BN, BD/64] scales and broadcast over a [BN, BD/64, 64] view
+        NG: tl.constexpr = BD // 64
+        gi = tl.arange(0, NG)
+        sc = tl.load(sc_ptr + row[:, None] * (D // 64) + gi[None, :],
+                     mask=nmask[:, None] & (gi * 64 < D)[None, :], other=0.0).to(tl.float32)
+        x3 = tl.reshape(x.to(tl.float32), [BN, NG, 64])
+        x = tl.reshape(x3 * sc[:, :, None], [BN, BD]).to(tl.bfloat16)
     return x
 
 
@@ -68,8 +74,8 @@ def attn_decode_kernel(
     for n0 in range(start, end, BN):
         n = n0 + tl.arange(0, BN)
         nmask = n < end
-        k = _load_kv(kc_ptr, ks_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, QUANT)
-        v = _load_kv(vc_ptr, vs_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, QUANT)
+        k = _load_kv(kc_ptr, ks_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, QUANT, BN, BD)
+        v = _load_kv(vc_ptr, vs_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, QUANT, BN, BD)
         sc = _dot(q, tl.trans(k), F32)  # [GP, BN]
         sc = tl.where(nmask[None, :], sc, -float("inf"))
         m_new = tl.maximum(m_i, tl.max(sc, axis=1))
@@ -152,8 +158,8 @@ def attn_prefill_kernel(
     for n0 in range(0, end, BN):
         n = n0 + tl.arange(0, BN)
         nmask = n < end
-        k = _load_kv(kc_ptr, ks_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, QUANT)
-        v = _load_kv(vc_ptr, vs_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, QUANT)
+        k = _load_kv(kc_ptr, ks_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, QUANT, BN, BD)
+        v = _load_kv(vc_ptr, vs_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, QUANT, BN, BD)
         sc = _dot(q, tl.trans(k), F32)  # [BM, BN]
         ok = (n[None, :] <= pos[:, None]) & nmask[None, :]
         sc = tl.where(ok, sc, -float("inf"))

@@ -15,6 +15,7 @@ import math
 
 import torch
 import triton
+from triton.runtime.errors import OutOfResources
 
 from ninfer_compile.errors import RouteError
 
@@ -94,7 +95,7 @@ def chunked_workspace_numel(T: int, Hv: int, Dk: int, Dv: int) -> int:
 
 
 def gated_delta_rule_chunked(q, k, v, g, beta, state, positions, slots, o, workspace,
-                             block_v: int | None = None) -> None:
+                             block_v: int | None = None, chunk: int = CHUNK) -> None:
     """Chunked (chunk 64, UT transform) prefill of one sequence (slot slots[0]), any T.
 
     Operands as gated_delta_rule_decode; workspace: float32 with >= chunked_workspace_numel(...)
@@ -108,21 +109,42 @@ def gated_delta_rule_chunked(q, k, v, g, beta, state, positions, slots, o, works
     w_ws = flat[: T * Hv * Dk]
     u_ws = flat[T * Hv * Dk: T * Hv * (Dk + Dv)]
     gc_ws = flat[T * Hv * (Dk + Dv): need]
-    bt = CHUNK if T > 32 else max(16, triton.next_power_of_2(T))
     bk = max(16, triton.next_power_of_2(Dk))
     bvf = max(16, triton.next_power_of_2(Dv))
+    bv = max(16, block_v or min(32, bvf))
+    chunk = _CHUNK_FOR.get((Dk, Dv, bv), chunk)
+    while True:
+        bt = chunk if T > chunk // 2 else max(16, triton.next_power_of_2(T))
+        try:
+            _chunked_launch(q, k, v, g, beta, state, positions, slots, o, w_ws, u_ws, gc_ws,
+                            T, Hk, Dk, Hv, Dv, bt, bk, bvf, bv)
+            return
+        except OutOfResources:
+            # Shared memory of the chunk tiles exceeded on this device: halve the chunk (once per
+            # head-dim combination; the state passing is exact for any chunk size).
+            if chunk <= 16:
+                raise
+            chunk //= 2
+            _CHUNK_FOR[(Dk, Dv, bv)] = chunk
+
+
+_CHUNK_FOR: dict[tuple[int, int, int], int] = {}
+
+
+def _chunked_launch(q, k, v, g, beta, state, positions, slots, o, w_ws, u_ws, gc_ws,
+                    T, Hk, Dk, Hv, Dv, bt, bk, bvf, bv) -> None:
     prec = _precision()
     gdn_chunk_prep_kernel[(triton.cdiv(T, bt), Hv)](
         k, v, g, beta, w_ws, u_ws, gc_ws,
         T, Hv, Hv // Hk, Dk, Dv, L2_EPS,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        BT=bt, BK=bk, BVF=bvf, PRECISION=prec, num_warps=4,
+        BT=bt, BK=bk, BVF=bvf, PRECISION=prec, num_warps=4, num_stages=1,
     )
-    bv = block_v or min(32, bvf)
     gdn_chunk_state_kernel[(Hv, triton.cdiv(Dv, bv))](
         q, k, w_ws, u_ws, gc_ws, state, o, positions, slots,
         T, Hv, Hv // Hk, Dk, Dv, 1.0 / math.sqrt(Dk), L2_EPS,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         state.stride(0), state.stride(1), o.stride(0), o.stride(1),
-        BT=bt, BK=bk, BV=max(16, bv), PRECISION=prec, num_warps=4,
+        BT=bt, BK=bk, BV=bv, PRECISION=prec, num_warps=4,
+        num_stages=1,  # pipelined [64, Dk] fp32 chunk loads overflow shared memory at Dk = 128
     )

@@ -24,7 +24,10 @@ register(Route(
 register(Route(
     name="gdn_chunked_prefill", family="gated_delta_rule",
     domain=RouteDomain(extra={"phase": ("prefill",)}),
-    params={"block_v": ParamSpec("block_v", (16, 32, 64), 32, "Dv columns per state-passing program")},
+    params={
+        "block_v": ParamSpec("block_v", (16, 32, 64), 32, "Dv columns per state-passing program"),
+        "chunk": ParamSpec("chunk", (16, 32, 64), 64, "chunk length (halved automatically on shared-memory overflow)"),
+    },
     reference=f"{_M}.reference:gated_delta_rule", launcher=f"{_M}.launch:gated_delta_rule_chunked",
     kernels=(f"{_M}.kernels:gdn_chunk_prep_kernel", f"{_M}.kernels:gdn_chunk_state_kernel"),
     doc="one sequence per launch, any T; chunk 64 UT transform (chunk-parallel) + sequential state passing; "

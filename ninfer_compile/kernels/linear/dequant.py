@@ -75,6 +75,17 @@ def scales2d(scale_ptr, rows, rmask, wi, wmask, scale_row):
 # Each lane l of a word is its own [BN, KW] tensor; a fixed join tree interleaves them.
 # ---------------------------------------------------------------------------------------------
 @triton.jit
+def to_bf16(v, INTERP: tl.constexpr):
+    """fp32 -> bf16, round to nearest even. The Triton interpreter (3.9) truncates fp32 -> bf16,
+    so under it the rounding is done on the bits first (then the conversion is exact)."""
+    if INTERP:
+        b = v.to(tl.uint32, bitcast=True)
+        b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+        v = b.to(tl.float32, bitcast=True)
+    return v.to(tl.bfloat16)
+
+
+@triton.jit
 def _join8(l0, l1, l2, l3, l4, l5, l6, l7, BN: tl.constexpr, BK: tl.constexpr):
     # join adds a minor dim; the flat index of the tree below is 8w + 4a + 2b + c with the outer
     # join selecting c (even / odd lane), the middle b, the inner a.
@@ -90,24 +101,24 @@ def _join4(l0, l1, l2, l3, BN: tl.constexpr, BK: tl.constexpr):
 
 @triton.jit
 def _q4_lane(wx, s, J: tl.constexpr):
-    return (magic_f32((wx >> (4 * J)) & 0xF, 8) * s).to(tl.bfloat16)
+    return (magic_f32((wx >> (4 * J)) & 0xF, 8) * s)
 
 
 @triton.jit
 def _q5_lane(w, h, hsh, s, J: tl.constexpr):
     v = (((w >> (4 * J)) & 0xF) | (((h >> (hsh + J)) & 1) << 4)) ^ 16
-    return (magic_f32(v, 16) * s).to(tl.bfloat16)
+    return (magic_f32(v, 16) * s)
 
 
 @triton.jit
 def _q6_lane(w, h, hsh, s, J: tl.constexpr):
     v = (((w >> (4 * J)) & 0xF) | (((h >> (hsh + 2 * J)) & 3) << 4)) ^ 32
-    return (magic_f32(v, 32) * s).to(tl.bfloat16)
+    return (magic_f32(v, 32) * s)
 
 
 @triton.jit
 def _w8_lane(wx, s, J: tl.constexpr):
-    return (magic_f32((wx >> (8 * J)) & 0xFF, 128) * s).to(tl.bfloat16)
+    return (magic_f32((wx >> (8 * J)) & 0xFF, 128) * s)
 
 
 def _q4_asm_source() -> str:
@@ -155,7 +166,7 @@ def _q4_lanes_asm(wx, sb):
 def dequant_tile(base_ptr, high_ptr, scale_ptr, rows, rmask, k0, K, KW_TOTAL,
                  base_row, high_row, scale_row,
                  FMT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 USE_ASM: tl.constexpr):
+                 USE_ASM: tl.constexpr, INTERP: tl.constexpr = False):
     """bf16 W_hat[rows, k0:k0+BLOCK_K] as a [BLOCK_N, BLOCK_K] tile (zero outside the matrix).
 
     FMT 16: `base_ptr` is the bf16 weight, `base_row` its row stride in elements, `K` masks."""
@@ -177,47 +188,47 @@ def dequant_tile(base_ptr, high_ptr, scale_ptr, rows, rmask, k0, K, KW_TOTAL,
                 l0, l1, l2, l3, l4, l5, l6, l7 = _q4_lanes_asm(wx, s.to(tl.bfloat16))
             else:
                 sf = s.to(tl.float32)
-                l0 = _q4_lane(wx, sf, 0)
-                l1 = _q4_lane(wx, sf, 1)
-                l2 = _q4_lane(wx, sf, 2)
-                l3 = _q4_lane(wx, sf, 3)
-                l4 = _q4_lane(wx, sf, 4)
-                l5 = _q4_lane(wx, sf, 5)
-                l6 = _q4_lane(wx, sf, 6)
-                l7 = _q4_lane(wx, sf, 7)
+                l0 = to_bf16(_q4_lane(wx, sf, 0), INTERP)
+                l1 = to_bf16(_q4_lane(wx, sf, 1), INTERP)
+                l2 = to_bf16(_q4_lane(wx, sf, 2), INTERP)
+                l3 = to_bf16(_q4_lane(wx, sf, 3), INTERP)
+                l4 = to_bf16(_q4_lane(wx, sf, 4), INTERP)
+                l5 = to_bf16(_q4_lane(wx, sf, 5), INTERP)
+                l6 = to_bf16(_q4_lane(wx, sf, 6), INTERP)
+                l7 = to_bf16(_q4_lane(wx, sf, 7), INTERP)
             tile = _join8(l0, l1, l2, l3, l4, l5, l6, l7, BLOCK_N, BLOCK_K)
         elif FMT == 8:
             wx = w ^ XOR_W8
             sf = s.to(tl.float32)
-            l0 = _w8_lane(wx, sf, 0)
-            l1 = _w8_lane(wx, sf, 1)
-            l2 = _w8_lane(wx, sf, 2)
-            l3 = _w8_lane(wx, sf, 3)
+            l0 = to_bf16(_w8_lane(wx, sf, 0), INTERP)
+            l1 = to_bf16(_w8_lane(wx, sf, 1), INTERP)
+            l2 = to_bf16(_w8_lane(wx, sf, 2), INTERP)
+            l3 = to_bf16(_w8_lane(wx, sf, 3), INTERP)
             tile = _join4(l0, l1, l2, l3, BLOCK_N, BLOCK_K)
         elif FMT == 5:
             sf = s.to(tl.float32)
             h = tl.load(high_ptr + rows[:, None] * high_row + (wi // 4)[None, :], mask=m, other=0)
             hsh = ((wi % 4) * 8)[None, :]
-            l0 = _q5_lane(w, h, hsh, sf, 0)
-            l1 = _q5_lane(w, h, hsh, sf, 1)
-            l2 = _q5_lane(w, h, hsh, sf, 2)
-            l3 = _q5_lane(w, h, hsh, sf, 3)
-            l4 = _q5_lane(w, h, hsh, sf, 4)
-            l5 = _q5_lane(w, h, hsh, sf, 5)
-            l6 = _q5_lane(w, h, hsh, sf, 6)
-            l7 = _q5_lane(w, h, hsh, sf, 7)
+            l0 = to_bf16(_q5_lane(w, h, hsh, sf, 0), INTERP)
+            l1 = to_bf16(_q5_lane(w, h, hsh, sf, 1), INTERP)
+            l2 = to_bf16(_q5_lane(w, h, hsh, sf, 2), INTERP)
+            l3 = to_bf16(_q5_lane(w, h, hsh, sf, 3), INTERP)
+            l4 = to_bf16(_q5_lane(w, h, hsh, sf, 4), INTERP)
+            l5 = to_bf16(_q5_lane(w, h, hsh, sf, 5), INTERP)
+            l6 = to_bf16(_q5_lane(w, h, hsh, sf, 6), INTERP)
+            l7 = to_bf16(_q5_lane(w, h, hsh, sf, 7), INTERP)
             tile = _join8(l0, l1, l2, l3, l4, l5, l6, l7, BLOCK_N, BLOCK_K)
         else:  # FMT == 6
             sf = s.to(tl.float32)
             h = tl.load(high_ptr + rows[:, None] * high_row + (wi // 2)[None, :], mask=m, other=0)
             hsh = ((wi % 2) * 16)[None, :]
-            l0 = _q6_lane(w, h, hsh, sf, 0)
-            l1 = _q6_lane(w, h, hsh, sf, 1)
-            l2 = _q6_lane(w, h, hsh, sf, 2)
-            l3 = _q6_lane(w, h, hsh, sf, 3)
-            l4 = _q6_lane(w, h, hsh, sf, 4)
-            l5 = _q6_lane(w, h, hsh, sf, 5)
-            l6 = _q6_lane(w, h, hsh, sf, 6)
-            l7 = _q6_lane(w, h, hsh, sf, 7)
+            l0 = to_bf16(_q6_lane(w, h, hsh, sf, 0), INTERP)
+            l1 = to_bf16(_q6_lane(w, h, hsh, sf, 1), INTERP)
+            l2 = to_bf16(_q6_lane(w, h, hsh, sf, 2), INTERP)
+            l3 = to_bf16(_q6_lane(w, h, hsh, sf, 3), INTERP)
+            l4 = to_bf16(_q6_lane(w, h, hsh, sf, 4), INTERP)
+            l5 = to_bf16(_q6_lane(w, h, hsh, sf, 5), INTERP)
+            l6 = to_bf16(_q6_lane(w, h, hsh, sf, 6), INTERP)
+            l7 = to_bf16(_q6_lane(w, h, hsh, sf, 7), INTERP)
             tile = _join8(l0, l1, l2, l3, l4, l5, l6, l7, BLOCK_N, BLOCK_K)
     return tile

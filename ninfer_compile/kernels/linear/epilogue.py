@@ -18,7 +18,8 @@ EPI_CODES = {"none": 0, "swiglu": 1, "residual": 2}
 
 
 @triton.jit
-def store_epilogue(g, u, t_idx, n_idx, mask, out_ptr, res_ptr, so, sr, EPI: tl.constexpr):
+def store_epilogue(g, u, t_idx, n_idx, mask, out_ptr, res_ptr, so, sr, EPI: tl.constexpr,
+                   INTERP: tl.constexpr = False):
     if EPI == 1:
         val = g / (1.0 + tl.exp(-g)) * u
     elif EPI == 2:
@@ -26,6 +27,9 @@ def store_epilogue(g, u, t_idx, n_idx, mask, out_ptr, res_ptr, so, sr, EPI: tl.c
         val = g + r
     else:
         val = g
+    if INTERP:  # the interpreter truncates fp32 -> bf16: round to nearest even on the bits first
+        b = val.to(tl.uint32, bitcast=True)
+        val = ((b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
     tl.store(out_ptr + t_idx * so + n_idx, val.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -43,7 +47,8 @@ def store_partial(g, u, t_idx, n_idx, mask, ws_ptr, pid_k, T, N_OUT, EPI: tl.con
 
 @triton.jit
 def splitk_reduce_kernel(ws_ptr, out_ptr, res_ptr, T, N_OUT, so, sr,
-                         SPLIT_K: tl.constexpr, EPI: tl.constexpr, BLOCK: tl.constexpr):
+                         SPLIT_K: tl.constexpr, EPI: tl.constexpr, BLOCK: tl.constexpr,
+                         INTERP: tl.constexpr = False):
     pid = tl.program_id(0)
     idx = pid * BLOCK + tl.arange(0, BLOCK)
     m = idx < T * N_OUT
@@ -60,4 +65,4 @@ def splitk_reduce_kernel(ws_ptr, out_ptr, res_ptr, T, N_OUT, so, sr,
         g += tl.load(p, mask=m, other=0.0)
         if EPI == 1:
             u += tl.load(p + N_OUT, mask=m, other=0.0)
-    store_epilogue(g, u, t, n, m, out_ptr, res_ptr, so, sr, EPI)
+    store_epilogue(g, u, t, n, m, out_ptr, res_ptr, so, sr, EPI, INTERP)

@@ -132,7 +132,8 @@ def _accumulate_bf16(acc0, acc1, acc2, acc3, x_ptr, w_ptr, rows, rmask, kk, K, T
 
 @triton.jit
 def _finish(acc0, acc1, acc2, acc3, u0, u1, u2, u3, rows, rmask, T, N_OUT, out_ptr, res_ptr, ws_ptr,
-            so, sr, pid_k, EPI: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_T: tl.constexpr):
+            so, sr, pid_k, EPI: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_T: tl.constexpr,
+            INTERP: tl.constexpr):
     for t in tl.static_range(BLOCK_T):
         if t == 0:
             g = tl.sum(acc0, axis=1)
@@ -148,7 +149,7 @@ def _finish(acc0, acc1, acc2, acc3, u0, u1, u2, u3, rows, rmask, T, N_OUT, out_p
             u = tl.sum(u3, axis=1)
         mask = rmask & ((rows * 0 + t) < T)
         if SPLIT_K == 1:
-            store_epilogue(g, u, t, rows, mask, out_ptr, res_ptr, so, sr, EPI)
+            store_epilogue(g, u, t, rows, mask, out_ptr, res_ptr, so, sr, EPI, INTERP)
         else:
             store_partial(g, u, t, rows, mask, ws_ptr, pid_k, T, N_OUT, EPI)
 
@@ -158,7 +159,8 @@ def qlinear_gemv_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, 
                         T, K, N_OUT, KW_TOTAL, base_row, high_row, scale_row, up_off,
                         sx, so, sr, iters_per_split,
                         FMT: tl.constexpr, EPI: tl.constexpr, BLOCK_N: tl.constexpr,
-                        BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, SPLIT_K: tl.constexpr):
+                        BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, SPLIT_K: tl.constexpr,
+                        INTERP: tl.constexpr = False):
     tl.static_assert(BLOCK_T <= 4)
     LPW: tl.constexpr = 4 if FMT == 8 else 8
     KW: tl.constexpr = BLOCK_K // LPW
@@ -203,4 +205,4 @@ def qlinear_gemv_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, 
                                              rows + up_off, rmask, wi, wmask, K, T, sx, base_row,
                                              high_row, scale_row, FMT, BLOCK_T)
     _finish(a0, a1, a2, a3, u0, u1, u2, u3, rows, rmask, T, N_OUT, out_ptr, res_ptr, ws_ptr, so, sr,
-            pid_k, EPI, SPLIT_K, BLOCK_T)
+            pid_k, EPI, SPLIT_K, BLOCK_T, INTERP)

@@ -141,7 +141,7 @@ def launch(route_name: str, x, weight, out, *, epilogue: str = "none", residual=
             T, k, n_out, kw_total, base_row, high_row, scale_row, n_out,
             x.stride(0), out.stride(0), res.stride(0), ips,
             FMT=code, EPI=epi, BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], BLOCK_T=block_t,
-            SPLIT_K=split_k, num_warps=p["num_warps"], num_stages=p["num_stages"])
+            SPLIT_K=split_k, INTERP=interpreting(), num_warps=p["num_warps"], num_stages=p["num_stages"])
     else:
         use_asm = p["USE_ASM"]
         if use_asm == "auto":
@@ -163,7 +163,7 @@ def launch(route_name: str, x, weight, out, *, epilogue: str = "none", residual=
         block = 1024
         splitk_reduce_kernel[(triton.cdiv(T * n_out, block),)](
             ws, out, res, T, n_out, out.stride(0), res.stride(0),
-            SPLIT_K=split_k, EPI=epi, BLOCK=block, num_warps=4)
+            SPLIT_K=split_k, EPI=epi, BLOCK=block, INTERP=interpreting(), num_warps=4)
     return None
 
 

@@ -54,16 +54,16 @@ def qlinear_mma_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, w
         xt = tl.load(x_ptr + ts[None, :] * sx + kk[:, None],
                      mask=(kk < K)[:, None] & tmask[None, :], other=0.0)
         wt = dequant_tile(base_ptr, high_ptr, scale_ptr, rows, rmask, k0, K, KW_TOTAL,
-                          base_row, high_row, scale_row, FMT, BLOCK_N, BLOCK_K, USE_ASM)
+                          base_row, high_row, scale_row, FMT, BLOCK_N, BLOCK_K, USE_ASM, DOT_F32)
         acc = _mma(wt, xt, acc, DOT_F32)
         if EPI == 1:
             wu = dequant_tile(base_ptr, high_ptr, scale_ptr, rows + up_off, rmask, k0, K, KW_TOTAL,
-                              base_row, high_row, scale_row, FMT, BLOCK_N, BLOCK_K, USE_ASM)
+                              base_row, high_row, scale_row, FMT, BLOCK_N, BLOCK_K, USE_ASM, DOT_F32)
             acc_u = _mma(wu, xt, acc_u, DOT_F32)
     t_idx = ts[None, :]
     n_idx = rows[:, None]
     mask = rmask[:, None] & tmask[None, :]
     if SPLIT_K == 1:
-        store_epilogue(acc, acc_u, t_idx, n_idx, mask, out_ptr, res_ptr, so, sr, EPI)
+        store_epilogue(acc, acc_u, t_idx, n_idx, mask, out_ptr, res_ptr, so, sr, EPI, DOT_F32)
     else:
         store_partial(acc, acc_u, t_idx, n_idx, mask, ws_ptr, pid_k, T, N_OUT, EPI)

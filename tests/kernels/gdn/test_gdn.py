@@ -48,7 +48,7 @@ def test_decode_multi_slot(T, Hk, Hv, Dk, Dv):
     torch.testing.assert_close(sd.cpu(), s_ref, atol=1e-4, rtol=1e-4)
 
 
-def _chunked(T, Hk, Hv, Dk, Dv, p0, seed, atol=2e-2):
+def _chunked(T, Hk, Hv, Dk, Dv, p0, seed, atol=2e-2, chunk=64):
     q, k, v, a, b, a_log, dt_bias, g, beta, state = _inputs(T, Hk, Hv, Dk, Dv, 3, seed)
     slots = torch.full((T,), 2, dtype=torch.int32)
     pos = torch.arange(p0, p0 + T, dtype=torch.int32)
@@ -57,7 +57,7 @@ def _chunked(T, Hk, Hv, Dk, Dv, p0, seed, atol=2e-2):
     o = torch.empty(T, Hv, Dv, dtype=torch.bfloat16, device=DEV)
     ws = torch.empty(launch.chunked_workspace_numel(T, Hv, Dk, Dv), device=DEV)
     launch.gated_delta_rule_chunked(q.to(DEV), k.to(DEV), v.to(DEV), g.to(DEV), beta.to(DEV), sd,
-                                    pos.to(DEV), slots.to(DEV), o, ws)
+                                    pos.to(DEV), slots.to(DEV), o, ws, chunk=chunk)
     torch.testing.assert_close(o.float().cpu(), o_ref, atol=atol, rtol=2e-2)
     torch.testing.assert_close(sd.cpu(), s_ref, atol=2e-3 if DEV == "cpu" else 2e-2, rtol=1e-2)
     untouched = [i for i in range(3) if i != 2]
@@ -67,6 +67,10 @@ def _chunked(T, Hk, Hv, Dk, Dv, p0, seed, atol=2e-2):
 @pytest.mark.parametrize("T", [1, 3, 5, 17, 33, 130])
 def test_chunked_matches_recurrent(T):
     _chunked(T, 2, 6, 32, 16, p0=4, seed=T)
+
+
+def test_chunked_smaller_chunks():
+    _chunked(33, 1, 3, 16, 16, p0=2, seed=5, chunk=16)  # three chunks of 16 (the OutOfResources fallback)
 
 
 @pytest.mark.parametrize("Dk,Dv", [(16, 128), (128, 24)])

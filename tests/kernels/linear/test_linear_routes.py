@@ -5,6 +5,8 @@ row views of a fused parent, all epilogues, split-K, several T per route inside 
 and the domain edges (T = max_t runs, max_t + 1 is refused with a clear error).
 """
 
+import zlib
+
 import pytest
 import torch
 
@@ -82,7 +84,7 @@ def _run(name, t, n, k, epi, view, params, gen, residual_in_place=False):
 
 @pytest.mark.parametrize("name,t,n,k,epi,view,params", _cases())
 def test_route_matches_reference(name, t, n, k, epi, view, params):
-    gen = torch.Generator().manual_seed(hash((name, t, n, k, epi)) % 2**31)
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{name}/{t}/{n}/{k}/{epi}".encode()))
     out, expected = _run(name, t, n, k, epi, view, params, gen)
     assert_close_rel(out, expected, 1e-2, f"{name} T={t} [{n},{k}] {epi}")
 

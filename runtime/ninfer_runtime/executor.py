@@ -1,0 +1,306 @@
+"""Execute one extent's ordered launch list.
+
+An `ExtentRunner` turns the plan's launch entries into bound Python callables once (tensors
+resolved: weights on the device, arena views, per-slot state, per-step input buffers; params and
+attributes matched to the launcher's signature; workspaces preallocated), then `run(n)` calls them
+in order. `n` < the extent's T narrows every per-column value to its first n rows (a prefill tail
+chunk; the same memory, so no copy) — the route's declared T domain is checked for n.
+
+Launch kinds:
+- route families (`embedding`, `linear`, ...): the plan's emitted launcher for the route;
+- builtins (`add`, `concat`, `swiglu`, `select_rows`): small torch ops here (graph-capturable);
+- `sampling`: skipped; the runtime samples from the `logits` output itself (per-sequence
+  greedy / temperature / top-k / top-p with seeds, see sampling.py).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from .errors import PlanError
+
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32,
+          "i8": torch.int8, "u8": torch.uint8}
+ESIZE = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "i8": 1, "u8": 1}
+BUILTINS = ("add", "concat", "swiglu", "select_rows")
+SKIPPED = ("sampling",)
+
+
+@dataclass
+class Bound:
+    """One launch, ready to call: `fn(**kwargs)` (narrowed per column count)."""
+
+    op: str
+    kind: str
+    route: str | None
+    fn: Callable
+    kwargs: dict[str, Any]
+
+    def __call__(self) -> None:
+        self.fn(**self.kwargs)
+
+
+def _prod(xs) -> int:
+    n = 1
+    for x in xs:
+        n *= int(x)
+    return n
+
+
+class ExtentRunner:
+    """Runs one extent of the plan. Built by the Engine at load."""
+
+    def __init__(self, engine, name: str, entry: dict[str, Any]):
+        self.engine = engine
+        self.name = name
+        self.entry = entry
+        self.t = int(entry["t"])
+        self.phase = entry["phase"]
+        self.concurrency = int(entry.get("concurrency", 1))
+        self.capture = bool((entry.get("cuda_graph") or {}).get("capture", False))
+        self.tensors_spec: dict[str, dict] = entry.get("tensors", {})
+        if not entry.get("memory_planned", True) or entry.get("arena_bytes") is None:
+            raise PlanError(f"extent {name}: memory was not planned (compiled with plan_memory disabled)")
+        self._roots: dict[str, torch.Tensor] = {}
+        self._cache: dict[int, list[Bound]] = {}
+        self._views: dict[tuple[str, int], torch.Tensor] = {}
+        self.workspace = None
+        self._ws_numel = 0
+        self.inputs = {k: self.value(v) for k, v in entry.get("inputs", {}).items()}
+        self.outputs = {k: self.value(v) for k, v in entry.get("outputs", {}).items()}
+        self._bind_all()
+
+    # ------------------------------------------------------------------------- values
+    def value(self, name: str, n: int | None = None) -> torch.Tensor:
+        """The arena tensor of a value (narrowed to n leading rows when its leading dim is T)."""
+        key = (name, -1 if n is None else n)
+        v = self._views.get(key)
+        if v is not None:
+            return v
+        spec = self.tensors_spec.get(name)
+        if spec is None:
+            raise PlanError(f"extent {self.name}: launch references unknown value {name!r}")
+        shape = [int(d) for d in spec["shape"]]
+        if n is not None and shape and shape[0] == self.t:
+            shape[0] = n
+        dt = spec["dtype"]
+        if dt not in DTYPES:
+            raise PlanError(f"extent {self.name}: value {name} has unsupported dtype {dt}")
+        es = ESIZE[dt]
+        arena = self.engine.arena
+        if "view_of" in spec:
+            root = self.tensors_spec.get(spec["view_of"])
+            if root is None or "offset" not in root:
+                raise PlanError(f"extent {self.name}: value {name} is a view of unplaced {spec['view_of']!r}")
+            start = int(root["offset"]) + int(spec["byte_offset"])
+            if start % es:
+                raise PlanError(f"extent {self.name}: view {name} is misaligned for {dt}")
+            base = arena.view(DTYPES[dt]) if arena.numel() % es == 0 else arena[: arena.numel() // es * es].view(DTYPES[dt])
+            rest = shape[1:]
+            inner = [1] * len(rest)
+            for i in range(len(rest) - 2, -1, -1):
+                inner[i] = inner[i + 1] * rest[i + 1]
+            row = int(spec.get("row_stride", _prod(rest)))
+            strides = [row] + inner if shape else []
+            v = torch.as_strided(base, shape, strides, start // es)
+        else:
+            off = int(spec["offset"])
+            nbytes = _prod(shape) * es
+            if off + nbytes > arena.numel():
+                raise PlanError(f"extent {self.name}: value {name} [{off}, {off + nbytes}) exceeds the arena "
+                                f"({arena.numel()} bytes)")
+            v = arena[off:off + nbytes].view(DTYPES[dt]).view(shape)
+        self._views[key] = v
+        return v
+
+    def _resolve(self, ref: dict[str, Any], n: int | None):
+        if "buffer" in ref:
+            return self.value(ref["buffer"], n)
+        if "state" in ref:
+            return self.engine.state(ref["state"])
+        if "weight" in ref:
+            rows = ref.get("rows")
+            return self.engine.weight(ref["weight"], tuple(rows) if rows else None)
+        raise PlanError(f"extent {self.name}: bad operand reference {ref!r}")
+
+    # ------------------------------------------------------------------------- binding
+    def _bind_all(self) -> None:
+        self._launch_specs = []
+        for L in self.entry.get("launches", []):
+            kind = L["kind"]
+            if kind in SKIPPED:
+                continue
+            if L.get("route"):
+                info = self.engine.route_info(L["route"])
+                fn = self.engine.launcher(L["route"])
+                self._launch_specs.append((L, info, fn, self._signature(fn, L)))
+            elif kind in BUILTINS:
+                self._launch_specs.append((L, None, None, None))
+            else:
+                raise PlanError(f"extent {self.name}: launch {L.get('op')} of kind {kind!r} has no route and is "
+                                f"not a runtime builtin")
+        # workspaces: one float32 buffer per extent, sized for its largest need
+        need = 0
+        for L, info, fn, sig in self._launch_specs:
+            if sig is not None and "workspace" in sig:
+                need = max(need, self._workspace_numel(L, fn))
+        if need:
+            self.workspace = torch.zeros(need, dtype=torch.float32, device=self.engine.device)
+        self._ws_numel = need
+
+    @staticmethod
+    def _signature(fn, L) -> dict[str, inspect.Parameter]:
+        try:
+            return dict(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            raise PlanError(f"launcher of route {L['route']} has no inspectable signature") from None
+
+    def _workspace_numel(self, L, fn) -> int:
+        kind = L["kind"]
+        mod = inspect.getmodule(fn)
+        p = dict(L.get("params") or {})
+        t = self.t
+        try:
+            if kind == "linear":
+                split = int(p.get("SPLIT_K", 1))
+                out = self.tensors_spec[L["outs"]["out"]["buffer"]]
+                return int(mod.workspace_numel(int(out["shape"][0]), int(out["shape"][1]),
+                                               (L.get("attrs") or {}).get("epilogue", "none"), split))
+            if kind == "attention":
+                if not hasattr(mod, "decode_workspace_numel") or "split_tokens" not in _params_of(fn):
+                    return 0
+                q = self.tensors_spec[L["args"]["q"]["buffer"]]["shape"]
+                cache = self.engine.state(L["args"]["k_cache"]["state"])
+                sig = _params_of(fn)
+                st = int(p.get("split_tokens", sig["split_tokens"].default))
+                return int(mod.decode_workspace_numel(int(q[0]), int(q[1]), int(q[2]), int(cache.shape[1]), st))
+            if kind == "gated_delta_rule":
+                if not hasattr(mod, "chunked_workspace_numel"):
+                    return 0
+                q = self.tensors_spec[L["args"]["q"]["buffer"]]["shape"]
+                v = self.tensors_spec[L["args"]["v"]["buffer"]]["shape"]
+                return int(mod.chunked_workspace_numel(int(q[0]), int(v[1]), int(q[2]), int(v[2])))
+            if kind == "sampling":
+                lg = self.tensors_spec[L["args"]["logits"]["buffer"]]["shape"]
+                return int(mod.select_workspace_numel(int(lg[0]), int(lg[1])))
+        except (KeyError, AttributeError, TypeError) as exc:
+            raise PlanError(f"extent {self.name}: cannot size the workspace of {L['op']} ({L['route']}): {exc}") from None
+        raise PlanError(f"extent {self.name}: route {L['route']} takes a workspace, but the runtime does not know "
+                        f"how to size one for family {kind}")
+
+    def bound(self, n: int | None = None) -> list[Bound]:
+        """The bound launches for n columns (None = the extent's T). Cached per n."""
+        key = self.t if n is None else n
+        out = self._cache.get(key)
+        if out is not None:
+            return out
+        nn = None if key == self.t else key
+        out = []
+        for L, info, fn, sig in self._launch_specs:
+            if fn is None:
+                out.append(self._bind_builtin(L, nn))
+            else:
+                out.append(self._bind_route(L, info, fn, sig, nn))
+        self._cache[key] = out
+        return out
+
+    def _bind_route(self, L, info, fn, sig, n) -> Bound:
+        t_op = int(L.get("t", self.t))
+        t_eff = t_op if n is None or t_op != self.t else n
+        dom = (info or {}).get("domain") or {}
+        lo, hi = int(dom.get("min_t", 1)), dom.get("max_t")
+        if t_eff < lo or (hi is not None and t_eff > int(hi)):
+            raise PlanError(f"extent {self.name}: op {L['op']}: {t_eff} columns are outside route {L['route']}'s "
+                            f"domain [{lo}, {hi if hi is not None else 'max'}]")
+        kwargs: dict[str, Any] = {}
+        names = set(sig)
+        var_kw = any(p.kind == p.VAR_KEYWORD for p in sig.values())
+        for group in ("args", "outs"):
+            for operand, ref in (L.get(group) or {}).items():
+                target = operand
+                if target not in names and not var_kw:
+                    alias = {"out": "o"}.get(operand)
+                    if alias in names:
+                        target = alias
+                    else:
+                        raise PlanError(f"extent {self.name}: op {L['op']}: launcher of route {L['route']} takes no "
+                                        f"operand {operand!r}")
+                if target in kwargs:
+                    continue  # an updated state is both an argument and an output
+                kwargs[target] = self._resolve(ref, n)
+        for k, v in (L.get("attrs") or {}).items():
+            if k in names and k not in kwargs:
+                kwargs[k] = v
+        params = dict(L.get("params") or {})
+        if "params" in names:
+            kwargs["params"] = params
+        else:
+            for k, v in params.items():
+                if k not in names and not var_kw:
+                    raise PlanError(f"extent {self.name}: op {L['op']}: launcher of route {L['route']} takes no "
+                                    f"param {k!r}")
+                kwargs[k] = v
+        if "workspace" in names and self.workspace is not None:
+            kwargs["workspace"] = self.workspace
+        attrs = L.get("attrs") or {}
+        if attrs.get("prologue"):
+            raise PlanError(f"extent {self.name}: op {L['op']}: prologue {attrs['prologue']!r} is not supported "
+                            f"by the runtime")
+        return Bound(L["op"], L["kind"], L["route"], fn, kwargs)
+
+    def _bind_builtin(self, L, n) -> Bound:
+        kind = L["kind"]
+        a = {k: self._resolve(r, n) for k, r in (L.get("args") or {}).items()}
+        o = {k: self._resolve(r, n) for k, r in (L.get("outs") or {}).items()}
+        attrs = L.get("attrs") or {}
+        out = o.get("out")
+        if out is None:
+            raise PlanError(f"extent {self.name}: builtin {L['op']} has no output 'out'")
+        if kind == "add":
+            x, y = a["a"], a["b"]
+
+            def fn():
+                torch.add(x, y, out=out)
+        elif kind == "swiglu":
+            gate, up = a["gate"], a["up"]
+
+            def fn():
+                out.copy_(F.silu(gate.float()) * up.float())
+        elif kind == "concat":
+            axis = int(attrs.get("axis", 1))
+            parts = [a[f"x{i}"] for i in range(len(a))]
+            offs = []
+            pos = 0
+            for p in parts:
+                offs.append(pos)
+                pos += p.shape[axis]
+            if pos != out.shape[axis]:
+                raise PlanError(f"extent {self.name}: concat {L['op']}: parts do not fill the output")
+            dests = [out.narrow(axis, off, p.shape[axis]) for off, p in zip(offs, parts)]
+
+            def fn():
+                for d, p in zip(dests, parts):
+                    d.copy_(p)
+        elif kind == "select_rows":
+            x, rows = a["x"], a["rows"]
+
+            def fn():
+                torch.index_select(x, 0, rows, out=out)
+        else:  # pragma: no cover - filtered in _bind_all
+            raise PlanError(f"unknown builtin {kind}")
+        return Bound(L["op"], kind, None, fn, {})
+
+    # ------------------------------------------------------------------------- running
+    def run(self, n: int | None = None) -> None:
+        for b in self.bound(n):
+            b()
+
+
+def _params_of(fn) -> dict[str, inspect.Parameter]:
+    return dict(inspect.signature(fn).parameters)
+

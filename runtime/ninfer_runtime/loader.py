@@ -1,0 +1,360 @@
+"""Load a plan directory + its artifact into an `Engine`.
+
+`load(plan_dir, artifact, *, device=None, progress=True) -> Engine`:
+1. read PLAN/plan.json and PLAN/kernels/manifest.json;
+2. check the plan against the artifact (directory sha256), the GPU (sm; on CPU the plan runs under
+   the Triton interpreter) and the emitted kernel files (sha256); refuse with `PlanMismatch`;
+3. upload the weights the launches reference, streamed from the artifact's mmap (per object:
+   torch.frombuffer over the mmap span -> .to(device); no second host copy). Row-split objects
+   become the kernel library's `QuantWeight` (uint8 planes; row views are plane slices), direct
+   objects typed tensors in their logical shape (row views are row slices);
+4. allocate the activation arena and the per-slot state buffers (KV caches, GDN conv/recurrent);
+5. import PLAN/kernels as a uniquely named package and bind every extent's launches;
+6. on a GPU, capture one CUDA graph per decode extent the plan marks for capture.
+`Engine.load_times` = {"upload": s, "kernels": s, "capture": s, "total": s}.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import itertools
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .artifact_view import GROUPED, ArtifactView, ArtifactViewError, row_split_planes
+from .errors import NinferRuntimeError, PlanError, PlanMismatch
+
+PLAN_FORMAT = "ninfer-plan-v1"
+KERNELS_FORMAT = "ninfer-kernels-v1"
+_DIRECT = {"BF16": torch.bfloat16, "FP32": torch.float32, "I32": torch.int32}
+_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32,
+           "i8": torch.int8, "u8": torch.uint8}
+_counter = itertools.count()
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def read_plan(plan_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    plan_dir = Path(plan_dir)
+    pj = plan_dir / "plan.json"
+    if not pj.is_file():
+        raise PlanError(f"{plan_dir}: not a plan directory (no plan.json)")
+    try:
+        plan = json.loads(pj.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PlanError(f"{pj}: cannot read: {exc}") from None
+    if not isinstance(plan, dict) or plan.get("format") != PLAN_FORMAT:
+        raise PlanMismatch(f"{pj}: plan format {plan.get('format') if isinstance(plan, dict) else None!r}, "
+                           f"this runtime reads {PLAN_FORMAT}")
+    for key in ("model_id", "artifact", "sm", "buffers", "extents", "options"):
+        if key not in plan:
+            raise PlanError(f"{pj}: missing {key!r}")
+    km = plan_dir / "kernels" / "manifest.json"
+    if not km.is_file():
+        raise PlanError(f"{plan_dir}: the plan has no emitted kernels (kernels/manifest.json); recompile it with a "
+                        f"compiler that emits kernels")
+    try:
+        kernels = json.loads(km.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PlanError(f"{km}: cannot read: {exc}") from None
+    if kernels.get("format") != KERNELS_FORMAT:
+        raise PlanMismatch(f"{km}: kernel manifest format {kernels.get('format')!r}, this runtime reads {KERNELS_FORMAT}")
+    return plan, kernels
+
+
+def check_artifact(plan: dict, art: ArtifactView) -> None:
+    want = plan["artifact"].get("directory_sha256")
+    got = art.directory_sha256()
+    if want != got:
+        raise PlanMismatch(f"artifact {art.path.name} (model {art.model_id}, directory sha256 {got[:16]}...) is not the "
+                           f"artifact this plan was compiled for ({plan['artifact'].get('file')}, model "
+                           f"{plan['model_id']}, directory sha256 {str(want)[:16]}...)")
+    if art.model_id != plan["model_id"]:  # implied by the hash; kept for a clearer message
+        raise PlanMismatch(f"artifact model {art.model_id} != plan model {plan['model_id']}")
+
+
+def check_device(plan: dict, device: torch.device) -> str:
+    """Refuse a plan compiled for another sm; returns a one-line note about how it will run."""
+    sm = int(plan["sm"])
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        local = major * 10 + minor
+        if local != sm:
+            raise PlanMismatch(f"plan compiled for sm_{sm}, this GPU ({torch.cuda.get_device_name(device)}) is "
+                               f"sm_{local}; recompile with --sm {local}")
+        return f"sm_{sm} on {torch.cuda.get_device_name(device)}"
+    return f"no GPU: running the sm_{sm} plan on {device.type} under the Triton interpreter (slow)"
+
+
+def check_kernel_files(plan_dir: Path, kernels: dict) -> None:
+    for rel, sha in sorted((kernels.get("files") or {}).items()):
+        p = Path(plan_dir) / rel
+        if not p.is_file():
+            raise PlanMismatch(f"{plan_dir}: emitted kernel file {rel} is missing")
+        if hashlib.sha256(p.read_bytes()).hexdigest() != sha:
+            raise PlanMismatch(f"{plan_dir}: emitted kernel file {rel} does not match its sha256 in kernels/manifest.json")
+
+
+def import_kernels(plan_dir: Path, kernels: dict):
+    """Import PLAN/kernels as a fresh, uniquely named package; returns its name."""
+    kdir = (Path(plan_dir) / "kernels").resolve()
+    tag = hashlib.sha256(json.dumps(kernels.get("files", {}), sort_keys=True).encode()).hexdigest()[:12]
+    name = f"_ninfer_plan_{tag}_{next(_counter)}"
+    spec = importlib.util.spec_from_file_location(name, kdir / "__init__.py", submodule_search_locations=[str(kdir)])
+    if spec is None or spec.loader is None:
+        raise PlanError(f"{kdir}: cannot import the emitted kernels")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as exc:
+        del sys.modules[name]
+        raise PlanError(f"{kdir}: importing the emitted kernels failed: {type(exc).__name__}: {exc}") from None
+    return name
+
+
+class Engine:
+    """A loaded plan: weights, arena, state, bound extents. Generation: `generate`, `stream`
+    (generate.py); low-level: `prefill(tokens, slot)`, `decode(columns)`."""
+
+    def __init__(self, plan_dir, artifact, *, device=None, progress: bool = True):
+        t0 = time.perf_counter()
+        self.plan_dir = Path(plan_dir)
+        self.plan, self.kernel_manifest = read_plan(self.plan_dir)
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.device_note = check_device(self.plan, self.device)
+        try:
+            self.artifact = ArtifactView.open(artifact)
+        except ArtifactViewError as exc:
+            raise PlanMismatch(str(exc)) from None
+        try:
+            check_artifact(self.plan, self.artifact)
+            check_kernel_files(self.plan_dir, self.kernel_manifest)
+            self._init(progress, t0)
+        except BaseException:
+            self.artifact.close()
+            raise
+
+    # ------------------------------------------------------------------------- construction
+    def _init(self, progress: bool, t0: float) -> None:
+        from .executor import ExtentRunner
+        from .frontend import Frontend
+
+        opts = self.plan["options"]
+        self.max_context = int(opts["max_context"])
+        self.prefill_chunk = int(opts["prefill_chunk"])
+        self.slots = int(opts.get("slots") or max(opts.get("concurrency") or [1]))
+        if int(opts.get("draft_tokens", 0)) != 0:
+            raise PlanError("plans with a draft window (--draft-tokens > 0) are not supported by this runtime yet")
+        # weights
+        self._objects: dict[str, Any] = {}
+        self._weights: dict[tuple, Any] = {}
+        used = sorted({ref["weight"] for x in self.plan["extents"].values() for L in x["launches"]
+                       for ref in list((L.get("args") or {}).values()) + list((L.get("outs") or {}).values())
+                       if "weight" in ref})
+        if self.device.type == "cpu" and not _interpreting():
+            os.environ["TRITON_INTERPRET"] = "1"  # before the kernels are imported (triton.jit reads it)
+        t_kern = time.perf_counter()
+        self.kernel_package = import_kernels(self.plan_dir, self.kernel_manifest)
+        self._launchers: dict[str, Any] = {}
+        self._quant_weight_cls = None
+        t_kern = time.perf_counter() - t_kern
+        t_up = time.perf_counter()
+        self._upload(used, progress)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        t_up = time.perf_counter() - t_up
+        # arena + state
+        arena_bytes = int(self.plan["buffers"]["arena"]["bytes"])
+        need = max([int(x.get("arena_bytes") or 0) for x in self.plan["extents"].values()] + [arena_bytes, 256])
+        self.arena = torch.zeros((need + 255) // 256 * 256, dtype=torch.uint8, device=self.device)
+        self._state: dict[str, torch.Tensor] = {}
+        for name, b in sorted(self.plan["buffers"].get("state", {}).items()):
+            dt = _DTYPES.get(b["dtype"])
+            if dt is None:
+                raise PlanError(f"state buffer {name}: unsupported dtype {b['dtype']}")
+            if int(b["shape"][0]) != self.slots:
+                raise PlanError(f"state buffer {name}: leading dim {b['shape'][0]} != slots {self.slots}")
+            self._state[name] = torch.zeros([int(d) for d in b["shape"]], dtype=dt, device=self.device)
+        t_bind = time.perf_counter()
+        self.extents: dict[str, ExtentRunner] = {}
+        for name, entry in sorted(self.plan["extents"].items()):
+            if entry.get("graph", "text") != "text":
+                continue  # MTP draft graphs: not used by this runtime (no speculative decoding yet)
+            self.extents[name] = ExtentRunner(self, name, entry)
+        prefill = [r for r in self.extents.values() if r.phase == "prefill"]
+        if len(prefill) != 1:
+            raise PlanError(f"plan has {len(prefill)} text prefill extents; the runtime needs exactly one")
+        self.prefill_runner = prefill[0]
+        self.decode_runners = sorted((r for r in self.extents.values() if r.phase == "decode"),
+                                     key=lambda r: r.concurrency)
+        if not self.decode_runners:
+            raise PlanError("plan has no decode extent")
+        for r in self.extents.values():
+            if "logits" not in r.outputs:
+                raise PlanError(f"extent {r.name} has no logits output")
+        self.vocab_rows = int(self.prefill_runner.outputs["logits"].shape[-1])
+        self.max_concurrency = min(self.slots, self.decode_runners[-1].concurrency)
+        t_kern += time.perf_counter() - t_bind
+        # frontend (tokenizer, chat template, stop ids) from the artifact's resources
+        self.frontend = Frontend.from_artifact(self.artifact)
+        # CUDA graphs
+        t_cap = time.perf_counter()
+        self.graphs = {}
+        if self.device.type == "cuda":
+            from .graphs import capture_decode_graphs
+
+            self.graphs = capture_decode_graphs(self)
+        t_cap = time.perf_counter() - t_cap
+        self.load_times = {"upload": t_up, "kernels": t_kern, "capture": t_cap,
+                           "total": time.perf_counter() - t0}
+        self.last_stats: dict[str, float] = {}
+
+    def _upload(self, names: list[str], progress: bool) -> None:
+        total = 0
+        for n in names:
+            e = self.artifact.objects.get(n)
+            if e is None or e.kind != "tensor":
+                raise PlanMismatch(f"plan references object {n!r}, absent from artifact {self.artifact.path.name}")
+            total += e.bytes
+        bar = None
+        if progress:
+            try:
+                from tqdm import tqdm
+
+                bar = tqdm(total=total, unit="B", unit_scale=True, desc="upload weights", file=sys.stderr,
+                           leave=False)
+            except ImportError:
+                bar = None
+        try:
+            for n in names:
+                e = self.artifact.objects[n]
+                buf = torch.frombuffer(self.artifact.span(n), dtype=torch.uint8)
+                dev = buf.to(self.device, non_blocking=False)
+                self._objects[n] = self._bind_object(e, dev)
+                if bar is not None:
+                    bar.update(e.bytes)
+        finally:
+            if bar is not None:
+                bar.close()
+        self.weight_bytes = total
+
+    def _bind_object(self, e, dev: torch.Tensor):
+        if e.format in _DIRECT:
+            return dev.view(_DIRECT[e.format]).view(list(e.shape))
+        if e.format in GROUPED:
+            if len(e.shape) != 2:
+                raise PlanMismatch(f"object {e.name}: {e.format} must be rank 2")
+            g = row_split_planes(e.format, int(e.shape[0]), int(e.shape[1]))
+            if g.total != e.bytes:
+                raise PlanMismatch(f"object {e.name}: {e.bytes} bytes, {e.format} {list(e.shape)} needs {g.total}")
+            cls = self.quant_weight_cls()
+            return cls(format=e.format, n=g.n, k=g.k, k_pad=g.k_pad, groups_per_row=g.groups_per_row,
+                       base=dev[g.base_offset:g.base_offset + g.base_bytes],
+                       high=dev[g.high_offset:g.high_offset + g.high_bytes] if g.high_bytes else None,
+                       scale=dev[g.scale_offset:g.scale_offset + g.scale_bytes])
+        raise PlanMismatch(f"object {e.name}: format {e.format} is not supported by the runtime")
+
+    def quant_weight_cls(self):
+        """The kernel library's QuantWeight class, from the plan's emitted `linear.weights`."""
+        if self._quant_weight_cls is None:
+            try:
+                mod = importlib.import_module(f"{self.kernel_package}.linear.weights")
+                self._quant_weight_cls = mod.QuantWeight
+            except (ImportError, AttributeError) as exc:
+                raise PlanError(f"the plan's kernels have no linear.weights.QuantWeight (needed for row-split "
+                                f"weights): {exc}") from None
+        return self._quant_weight_cls
+
+    # ------------------------------------------------------------------------- lookups
+    def weight(self, name: str, rows: tuple[int, int] | None = None):
+        key = (name, rows)
+        w = self._weights.get(key)
+        if w is None:
+            base = self._objects.get(name)
+            if base is None:
+                raise PlanError(f"weight {name} was not uploaded")
+            if rows is None:
+                w = base
+            elif hasattr(base, "rows"):
+                w = base.rows(int(rows[0]), int(rows[1]))
+            else:
+                w = base[int(rows[0]):int(rows[0]) + int(rows[1])]
+            self._weights[key] = w
+        return w
+
+    def state(self, name: str) -> torch.Tensor:
+        s = self._state.get(name)
+        if s is None:
+            raise PlanError(f"state buffer {name!r} is not declared in the plan's buffers")
+        return s
+
+    def route_info(self, route: str) -> dict:
+        info = (self.kernel_manifest.get("routes") or {}).get(route)
+        if info is None:
+            raise PlanError(f"route {route} has no entry in kernels/manifest.json")
+        return info
+
+    def launcher(self, route: str):
+        fn = self._launchers.get(route)
+        if fn is None:
+            ref = self.route_info(route)["launcher"]
+            mod_name, _, attr = ref.partition(":")
+            try:
+                obj = importlib.import_module(f"{self.kernel_package}.{mod_name}")
+                for part in attr.split("."):
+                    obj = getattr(obj, part)
+            except (ImportError, AttributeError) as exc:
+                raise PlanError(f"route {route}: cannot load launcher {ref} from the plan's kernels: {exc}") from None
+            fn = self._launchers[route] = obj
+        return fn
+
+    def reset_slot(self, slot: int) -> None:
+        """Zero the per-slot state of one slot (a new sequence starts there)."""
+        for s in self._state.values():
+            s[slot].zero_()
+
+    def close(self) -> None:
+        self.graphs = {}
+        self.artifact.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # generation API (generate.py)
+    def generate(self, prompts, max_new_tokens: int = 32, **kw):
+        from .generate import generate
+
+        return generate(self, prompts, max_new_tokens, **kw)
+
+    def stream(self, prompts, max_new_tokens: int = 32, **kw):
+        from .generate import stream
+
+        return stream(self, prompts, max_new_tokens, **kw)
+
+
+def load(plan_dir, artifact, *, device=None, progress: bool = True) -> Engine:
+    """Load `plan_dir` with `artifact` onto `device` (default: the GPU, else CPU + Triton interpreter)."""
+    try:
+        return Engine(plan_dir, artifact, device=device, progress=progress)
+    except NinferRuntimeError:
+        raise
+    except ArtifactViewError as exc:
+        raise PlanMismatch(str(exc)) from None
