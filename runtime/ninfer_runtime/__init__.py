@@ -10,6 +10,15 @@ the plan directory (plan.json + the emitted kernels/) is its only interface with
         print(ev.token)
 """
 
+import os as _os
+import sys as _sys
+
+if "triton" not in _sys.modules and not _os.environ.get("TRITON_INTERPRET"):
+    import torch as _torch
+
+    if not _torch.cuda.is_available():  # no GPU: kernels run under the Triton interpreter
+        _os.environ["TRITON_INTERPRET"] = "1"
+
 from .errors import NinferRuntimeError, PlanError, PlanMismatch
 from .generate import GenerationResult, TokenEvent
 from .loader import Engine, load

@@ -223,16 +223,23 @@ class ExtentRunner:
         for group in ("args", "outs"):
             for operand, ref in (L.get(group) or {}).items():
                 target = operand
-                if target not in names and not var_kw:
+                if group == "outs" and f"{operand}_out" in names:
+                    target = f"{operand}_out"  # e.g. qk_norm_rope: outs q, k -> q_out, k_out
+                elif target not in names and not var_kw:
                     alias = {"out": "o"}.get(operand)
                     if alias in names:
                         target = alias
                     else:
                         raise PlanError(f"extent {self.name}: op {L['op']}: launcher of route {L['route']} takes no "
                                         f"operand {operand!r}")
+                value = self._resolve(ref, n)
                 if target in kwargs:
-                    continue  # an updated state is both an argument and an output
-                kwargs[target] = self._resolve(ref, n)
+                    if kwargs[target] is not value:  # an updated state is both an argument and an output
+                        raise PlanError(f"extent {self.name}: op {L['op']}: output {operand!r} is not the tensor of "
+                                        f"argument {target!r} and launcher of route {L['route']} has no "
+                                        f"{operand}_out")
+                    continue
+                kwargs[target] = value
         for k, v in (L.get("attrs") or {}).items():
             if k in names and k not in kwargs:
                 kwargs[k] = v

@@ -141,3 +141,12 @@ class StreamDecoder:
         new = text[len(self.sent):] if text.startswith(self.sent) else text
         self.sent = text
         return new
+
+    def flush(self) -> str:
+        """The text still held back (end of the sequence): everything not yet returned."""
+        if self.f.tokenizer is None:
+            return ""
+        text = self.f.decode(self.ids, skip_special_tokens=self.skip)
+        new = text[len(self.sent):] if text.startswith(self.sent) else text
+        self.sent = text
+        return new

@@ -192,6 +192,7 @@ def stream(engine, prompts, max_new_tokens: int = 32, *, temperature: float = 0.
             seq.done = True
             res.finish_reason = reason
             if seq.decoder is not None:
+                text += seq.decoder.flush()
                 res.text = seq.decoder.sent
         return TokenEvent(seq.index, tok, text, seq.done, reason)
 

@@ -167,7 +167,10 @@ class Engine:
                        for ref in list((L.get("args") or {}).values()) + list((L.get("outs") or {}).values())
                        if "weight" in ref})
         if self.device.type == "cpu" and not _interpreting():
-            os.environ["TRITON_INTERPRET"] = "1"  # before the kernels are imported (triton.jit reads it)
+            if "triton" in sys.modules:
+                raise PlanError("running on CPU needs the Triton interpreter, but triton was imported without "
+                                "TRITON_INTERPRET=1; set TRITON_INTERPRET=1 in the environment")
+            os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (triton.jit reads it)
         t_kern = time.perf_counter()
         self.kernel_package = import_kernels(self.plan_dir, self.kernel_manifest)
         self._launchers: dict[str, Any] = {}

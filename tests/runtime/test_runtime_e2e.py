@@ -1,0 +1,161 @@
+"""End to end under the Triton interpreter: HF tiny model -> pack -> compile --sm 90 -> ninfer_runtime.
+
+Every generated token must be the reference's argmax for its prefix (or a near-tie within 2% of
+the logit spread): transformers for the bf16 recipe, ninfer_compile.reference for the default
+(quantized) recipe. The 12-token prompt runs as two prefill chunks of 8 (state carried).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from . import support as S
+
+N_NEW = 12
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rt")
+    model = S.make_hf_checkpoint(d / "hf")
+    table = S.interp_table(d / "interp90.yaml")
+    return d, model, table
+
+
+@pytest.fixture(scope="module")
+def bf16(tiny):
+    d, model, table = tiny
+    art = S.pack(d / "hf", d / "tiny-bf16.ninfer", "bf16")
+    plan = S.compile_plan(art, d / "tiny-bf16.sm90.plan", table=table)
+    return art, plan
+
+
+@pytest.fixture(scope="module")
+def bf16_engine(bf16):
+    import ninfer_runtime as nr
+
+    art, plan = bf16
+    eng = nr.load(plan, art, progress=False)
+    yield eng
+    eng.close()
+
+
+def test_bf16_greedy_matches_transformers(tiny, bf16_engine):
+    _, model, _ = tiny
+    eng = bf16_engine
+    assert eng.device.type == "cpu" and "interpreter" in eng.device_note
+    r = eng.generate(S.PROMPT, N_NEW, ignore_eos=True)
+    assert len(r.tokens) == N_NEW and r.finish_reason == "length"
+    bad = S.check_tokens_against(lambda t: S.hf_logits(model, t), S.PROMPT, r.tokens)
+    assert not bad, "\n".join(bad)
+    st = eng.last_stats
+    assert st["prefill_tokens"] == len(S.PROMPT) and st["decode_tokens"] == N_NEW - 1
+    # text from the artifact's tokenizer
+    assert isinstance(r.text, str) and r.text == eng.frontend.decode(r.tokens)
+
+
+def test_concurrent_sequences_and_slot_reuse(tiny, bf16_engine):
+    """3 prompts through 2 slots (C=2 decode extent, then C=1 padded): each matches transformers."""
+    _, model, _ = tiny
+    eng = bf16_engine
+    prompts = [S.PROMPT[:5], [7, 8, 9, 10, 11, 300, 2, 4, 6], S.PROMPT[3:6]]
+    news = 4
+    events = list(eng.stream(prompts, news, ignore_eos=True, concurrency=2))
+    per = {i: [e.token for e in events if e.index == i] for i in range(3)}
+    assert sorted(per) == [0, 1, 2] and all(len(v) == news for v in per.values())
+    # the third prompt was admitted only after a slot was freed: its first token comes after
+    # the first sequence's last token
+    first2 = next(k for k, e in enumerate(events) if e.index == 2)
+    last0 = max(k for k, e in enumerate(events) if e.index == 0)
+    assert first2 > last0
+    for i, p in enumerate(prompts):
+        bad = S.check_tokens_against(lambda t: S.hf_logits(model, t), p, per[i])
+        assert not bad, f"prompt {i}: " + "\n".join(bad)
+
+
+def test_sampling_is_seeded(bf16_engine):
+    eng = bf16_engine
+    kw = dict(temperature=1.5, top_k=50, top_p=0.95, seed=123, ignore_eos=True)
+    a = eng.generate(S.PROMPT[:4], 3, **kw).tokens
+    b = eng.generate(S.PROMPT[:4], 3, **kw).tokens
+    assert a == b
+
+
+def test_prompt_errors(bf16_engine):
+    eng = bf16_engine
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        eng.generate([1, 99999], 2)
+    with pytest.raises(ValueError, match="max context"):
+        eng.generate([1] * (eng.max_context + 1), 2)
+    with pytest.raises(ValueError, match="concurrency"):
+        eng.generate([1, 2], 2, concurrency=99)
+
+
+@pytest.fixture(scope="module")
+def quant(tiny):
+    d, _, table = tiny
+    art = S.pack(d / "hf", d / "tiny-q.ninfer", "default")
+    plan = S.compile_plan(art, d / "tiny-q.sm90.plan", table=table)
+    return art, plan
+
+
+def test_plan_refuses_another_artifact(bf16, quant):
+    """A plan compiled for one artifact refuses another (directory hash mismatch)."""
+    import ninfer_runtime as nr
+
+    art, plan = bf16
+    other, _ = quant
+    with pytest.raises(nr.PlanMismatch, match="not the artifact this plan was compiled for"):
+        nr.load(plan, other, progress=False)
+
+
+def test_default_recipe_matches_reference(quant):
+    art, plan = quant
+    pj = json.loads((plan / "plan.json").read_text())
+    formats = {r.get("format") for x in pj["extents"].values() for L in x["launches"]
+               for r in L["args"].values() if "weight" in r}
+    assert formats & {"Q4G64_F16S", "Q5G64_F16S", "Q6G64_F16S", "W8G32_F16S"}, formats
+    import ninfer_runtime as nr
+
+    with nr.load(plan, art, progress=False) as eng:
+        r = eng.generate(S.PROMPT, N_NEW, ignore_eos=True)
+    bad = S.check_tokens_against(S.reference_logits_fn(art), S.PROMPT, r.tokens)
+    assert not bad, "\n".join(bad)
+
+
+def test_cli_streams_text_and_prints_tokens_last(bf16, bf16_engine):
+    art, plan = bf16
+    expect = bf16_engine.generate(S.PROMPT[:6], 3, ignore_eos=True).tokens
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(S.RUNTIME)}
+    p = subprocess.run([sys.executable, "-m", "ninfer_runtime.cli", str(plan), "--artifact", str(art), "--tokens",
+                        ",".join(map(str, S.PROMPT[:6])), "--max-new-tokens", "3", "--greedy", "--ignore-eos"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.strip().splitlines()
+    assert lines[-1] == "tokens: " + " ".join(map(str, expect))
+    assert "decode:" in p.stderr and "tok/s" in p.stderr and "load" in p.stderr
+    # errors: one line, exit 2
+    p = subprocess.run([sys.executable, "-m", "ninfer_runtime.cli", str(plan), "--artifact", str(plan / "plan.json"),
+                        "--tokens", "1,2"], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1, p.stderr
+
+
+@pytest.mark.gpu
+def test_gpu_graphs_match_eager_and_repeat(bf16, tmp_path):
+    import ninfer_runtime as nr
+
+    art, _ = bf16
+    plan = S.compile_plan(art, tmp_path / "gpu.plan", chunk=8)
+    eng = nr.load(plan, art, device="cuda", progress=False)
+    assert eng.graphs, "decode extents should be captured"
+    prompts = [S.PROMPT, S.PROMPT[:5]]
+    runs = [[r.tokens for r in eng.generate(prompts, 16, ignore_eos=True)] for _ in range(3)]
+    eager = [r.tokens for r in eng.generate(prompts, 16, ignore_eos=True, use_graphs=False)]
+    assert runs[0] == runs[1] == runs[2] == eager
+    eng.close()
