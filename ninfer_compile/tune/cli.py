@@ -1,0 +1,579 @@
+"""`ninfer-compile tune`: measure route crossovers on the local GPU and write a route table.
+
+    ninfer-compile tune --sm 90 [--artifact A] [--contract C] [-o routes/sm90.yaml]
+                        [--families linear,gdn,attention] [--t-points 1,2,4,...] [--quick]
+
+1. Refuses (exit 2) without a CUDA GPU, or when the local GPU's sm differs from --sm.
+2. Derives the match set from the model (shapes.py): the ops `compile` would select routes for.
+3. Times every candidate (route whose declared domain covers the match and T, x params) cold on
+   the GPU (measure.py), after checking it once against the route's reference.
+4. Picks crossovers (crossover.py) per match (a row group pinned to the shape) and per generic
+   match (format/epilogue/phase/kv_dtype: the sum over the model's shapes), carries every other
+   group of the base table over unchanged, validates the table and writes it atomically, plus a
+   markdown report with the whole timing grid.
+`--replay FILE` re-picks from saved measurements (`--save-measurements`) without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import NinferError, RouteError
+from . import crossover as X
+from .shapes import (KV_DTYPES, MatchCase, derive_match_set, describe, generic_match, load_model,
+                     match_text, parse_families)
+
+DEFAULT_T_POINTS = (1, 2, 3, 4, 5, 8, 12, 16, 24, 32, 48, 64, 128, 256, 512, 1024)
+QUICK_T_POINTS = (1, 2, 4, 5, 8, 16, 32, 64, 128, 512, 1024)
+DECODE_CONTEXTS = (1024, 8192, 32768)
+QUICK_DECODE_CONTEXTS = (4096, 32768)
+PREFILL_CONTEXTS = (0, 4096, 16384)
+QUICK_PREFILL_CONTEXTS = (0, 8192)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sm", type=int, required=True, help="the local GPU's architecture (e.g. 90); refused if it differs")
+    parser.add_argument("--artifact", type=Path, help="take the shapes from this artifact (header only, never weights)")
+    parser.add_argument("--contract", help="model contract (path or model id; default qwen3.6-27b)")
+    parser.add_argument("-o", "--output", type=Path, help="table to write (default routes/smNN.yaml)")
+    parser.add_argument("--report", type=Path, help="markdown report (default: the output with .md)")
+    parser.add_argument("--families", help="families or groups to measure (linear, attention, gdn, norms, rope, "
+                                           "kv_cache, conv1d, ..., all); default all tunable")
+    parser.add_argument("--t-points", help="T points, comma separated (default %s; --quick %s)"
+                        % (",".join(map(str, DEFAULT_T_POINTS)), ",".join(map(str, QUICK_T_POINTS))))
+    parser.add_argument("--quick", action="store_true",
+                        help="pruned: 2 param sets per route, fewer T points / contexts, 5 reps")
+    parser.add_argument("--kv-dtypes", default=",".join(KV_DTYPES), help="KV dtypes for attention/kv_append (bf16,int8)")
+    parser.add_argument("--decode-contexts", help="attention decode contexts (default %s)" % ",".join(map(str, DECODE_CONTEXTS)))
+    parser.add_argument("--prefill-contexts", help="attention prefill cached prefixes (default %s)"
+                        % ",".join(map(str, PREFILL_CONTEXTS)))
+    parser.add_argument("--reps", type=int, help="timed replays per measurement (median; default 10, --quick 5)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed replays before timing (default 2)")
+    parser.add_argument("--hysteresis", type=float, default=X.HYSTERESIS,
+                        help="keep the previous route unless another is this much faster (default 0.03)")
+    parser.add_argument("--tol", type=float, help="relative RMS tolerance of the reference check (default per family)")
+    parser.add_argument("--check", choices=("once", "all"), default="once",
+                        help="reference-check each candidate once (first T) or at every T")
+    parser.add_argument("--jobs", type=int, help="processes that pre-compile the Triton kernels (default min(8, cpus); 1 = off)")
+    parser.add_argument("--base", type=Path, help="table whose other groups are carried over (default: the output if it "
+                                                  "exists, else the shipped routes/smNN.yaml)")
+    parser.add_argument("--no-base", action="store_true", help="write only the measured groups")
+    parser.add_argument("--no-generic", action="store_true", help="no per-format/phase fallback groups")
+    parser.add_argument("--save-measurements", type=Path, help="write the raw measurements (JSON)")
+    parser.add_argument("--replay", type=Path, help="re-pick from saved measurements; no GPU needed")
+    parser.add_argument("--no-graph", action="store_true", help="time eager launches between events (no CUDA graph)")
+    parser.add_argument("--dry-run", action="store_true", help="print the match set and measurement count, measure nothing")
+
+
+# --------------------------------------------------------------------------- helpers
+def _ints(text: str | None, default, what: str, minimum: int = 1) -> tuple[int, ...]:
+    if text is None:
+        return tuple(default)
+    try:
+        vals = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise NinferError(f"{what}: expected comma-separated integers, got {text!r}") from None
+    if not vals or vals[0] < minimum:
+        raise NinferError(f"{what}: values must be integers >= {minimum}, got {text!r}")
+    return tuple(vals)
+
+
+def gpu_check(sm: int) -> tuple[int, str]:
+    """(local sm, device name); NinferError (one line, exit 2) without a CUDA GPU or on a mismatch."""
+    import torch
+
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
+        raise NinferError(f"tune measures on the local GPU, and there is no CUDA GPU here; run it on the sm{sm} "
+                          f"machine whose table you want (or --replay saved measurements)")
+    major, minor = torch.cuda.get_device_capability()
+    local = major * 10 + minor
+    if local != sm:
+        raise NinferError(f"--sm {sm} but the local GPU ({torch.cuda.get_device_name()}) is sm{local}; a table is only "
+                          f"measured on its own architecture (run with --sm {local}, or on an sm{sm} GPU)")
+    return local, torch.cuda.get_device_name()
+
+
+def _command(args) -> str:
+    argv = sys.argv
+    if "tune" in argv:
+        return "ninfer-compile " + shlex.join(argv[argv.index("tune"):])
+    parts = ["ninfer-compile", "tune", "--sm", str(args.sm)]
+    for flag, val in (("--artifact", args.artifact), ("--contract", args.contract), ("-o", args.output),
+                      ("--families", args.families), ("--t-points", args.t_points)):
+        if val is not None:
+            parts += [flag, str(val)]
+    if args.quick:
+        parts.append("--quick")
+    return shlex.join(parts)
+
+
+def _nvidia_smi() -> dict:
+    """driver / power limit / clocks as nvidia-smi reports them (read only; nothing is changed)."""
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,power.limit,clocks.max.sm,clocks.max.mem",
+                            "--format=csv,noheader,nounits", "-i", str(_cuda_index())],
+                           capture_output=True, text=True, timeout=20)
+        vals = [v.strip() for v in r.stdout.strip().splitlines()[0].split(",")]
+    except Exception:  # noqa: BLE001
+        return {}
+    out: dict[str, Any] = {}
+    if vals and vals[0]:
+        out["driver"] = vals[0]
+    try:
+        out["power_w"] = float(vals[1])
+        if out["power_w"].is_integer():
+            out["power_w"] = int(out["power_w"])
+    except (IndexError, ValueError):
+        pass
+    if len(vals) > 3 and vals[2] and vals[3]:
+        out["clocks"] = f"max sm {vals[2]} MHz, max mem {vals[3]} MHz"
+    return out
+
+
+def _cuda_index() -> int:
+    import torch
+
+    return torch.cuda.current_device()
+
+
+def environment(device: str) -> dict:
+    import torch
+    import triton
+
+    env = {"device": device, "cuda": str(torch.version.cuda), "torch": torch.__version__,
+           "triton": triton.__version__, "host": platform.node() or None}
+    env.update(_nvidia_smi())
+    try:
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        env["sm_count"] = props.multi_processor_count
+        l2 = getattr(props, "L2_cache_size", 0)
+        if l2:
+            env["l2_bytes"] = int(l2)
+    except Exception:  # noqa: BLE001
+        pass
+    return env
+
+
+# --------------------------------------------------------------------------- the plan
+def candidates_for(case: MatchCase, t: int, quick: bool):
+    """[(route, params)] whose declared domain covers the case's match and T."""
+    from ..kernels.registry import routes_for
+    from ..routes.table import effective_match
+    from .measure import param_candidates
+
+    eff = effective_match(case.match)
+    out = []
+    for r in routes_for(case.family):
+        if r.covers(t, t, eff) is not None:
+            continue
+        if quick and r.family == "linear" and r.name.endswith("_wide_mma") and t < 16:
+            continue  # pruned: the wide schedule pads T to its tile
+        for p in param_candidates(r, t, quick):
+            out.append((r, p))
+    return out
+
+
+def contexts_for(case: MatchCase, args) -> list:
+    if case.family != "attention":
+        return [None]
+    if case.phase == "decode":
+        return list(_ints(args.decode_contexts, QUICK_DECODE_CONTEXTS if args.quick else DECODE_CONTEXTS,
+                          "--decode-contexts"))
+    return list(_ints(args.prefill_contexts, QUICK_PREFILL_CONTEXTS if args.quick else PREFILL_CONTEXTS,
+                      "--prefill-contexts", minimum=0))
+
+
+def build_plan(cases: list[MatchCase], t_points, args) -> list[tuple[int, Any, int, list]]:
+    """[(case index, ctx, T, [(route, params)])] in measurement order."""
+    plan = []
+    for ci, case in enumerate(cases):
+        for ctx in contexts_for(case, args):
+            for t in t_points:
+                cands = candidates_for(case, t, args.quick)
+                if cands:
+                    plan.append((ci, ctx, t, cands))
+    return plan
+
+
+# --------------------------------------------------------------------------- measuring
+def _precompile(cases, plan, jobs: int, progress) -> list[str]:
+    import concurrent.futures as cf
+    import dataclasses
+    import multiprocessing as mp
+
+    from .measure import _worker_init, precompile_job
+
+    work = []
+    for ci, ctx, t, cands in plan:
+        c = cases[ci]
+        data = dataclasses.asdict(c)
+        # small contexts compile the same kernels
+        cctx = None if ctx is None else min(int(ctx), 1024)
+        work.append((data, t, cctx, [(r.name, p) for r, p in cands]))
+    # one job per distinct specialisation-relevant key
+    uniq, seen = [], set()
+    for w in work:
+        key = json.dumps([w[0]["family"], sorted(w[0]["match"].items()), w[1], w[2],
+                          [(n, sorted(p.items())) for n, p in w[3]]], default=str)
+        if key not in seen:
+            seen.add(key)
+            uniq.append(w)
+    errs: list[str] = []
+    try:
+        with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
+                                    initializer=_worker_init) as pool:
+            futs = [pool.submit(precompile_job, w) for w in uniq]
+            with progress(total=len(futs), desc="compile", unit="job") as bar:
+                for f in cf.as_completed(futs):
+                    try:
+                        errs += f.result()
+                    except Exception as exc:  # noqa: BLE001
+                        errs.append(f"precompile worker: {type(exc).__name__}: {exc}")
+                    bar.update(1)
+    except Exception as exc:  # noqa: BLE001 - the timed pass compiles what is missing
+        errs.append(f"precompile pool failed ({type(exc).__name__}: {exc}); compiling in the timed pass")
+    return errs
+
+
+def measure_all(cases, plan, args, warn) -> list[dict]:
+    import torch
+    from tqdm import tqdm
+
+    from .measure import DEFAULT_TOL, FAMILY_TOL, build, time_launches
+
+    reps = args.reps or (5 if args.quick else 10)
+    total = sum(len(c) for *_, c in plan)
+    records: list[dict] = []
+    dropped: dict[tuple, str] = {}  # (case, route, params key) -> reason
+    checked: set = set()
+    with tqdm(total=total, desc="measure", unit="run", dynamic_ncols=True) as bar:
+        for ci, ctx, t, cands in plan:
+            case = cases[ci]
+            bar.set_postfix_str(f"{describe(case)[:48]} T={t}" + (f" ctx={ctx}" if ctx is not None else ""))
+            try:
+                bench = build(case, t, ctx)
+            except Exception as exc:  # noqa: BLE001
+                warn(f"{describe(case)} T={t} ctx={ctx}: cannot build operands: {type(exc).__name__}: {exc}")
+                bar.update(len(cands))
+                continue
+            tol = args.tol if args.tol is not None else FAMILY_TOL.get(case.family, DEFAULT_TOL)
+            for route, params in cands:
+                ck = (ci, route.name, json.dumps(params, sort_keys=True, default=str))
+                rec = {"case": ci, "family": case.family, "match": dict(case.match), "t": t, "ctx": ctx,
+                       "route": route.name, "params": params, "min_t": route.domain.min_t,
+                       "max_t": route.domain.max_t}
+                if ck in dropped:
+                    rec["error"] = f"dropped earlier: {dropped[ck]}"
+                    records.append(rec)
+                    bar.update(1)
+                    continue
+                try:
+                    if args.check == "all" or ck not in checked:
+                        err = bench.check(route, params)
+                        checked.add(ck)
+                        rec["rel_rms"] = err
+                        if not err <= tol:
+                            why = f"reference check failed at T={t}: relative RMS {err:.3g} > {tol:g}"
+                            dropped[ck] = why
+                            warn(f"dropping {route.name} {params or ''} for {describe(case)}: {why}")
+                            rec["error"] = why
+                            records.append(rec)
+                            bar.update(1)
+                            continue
+                    us, mode = time_launches(bench.launches(route, params), reps=reps, warmup=args.warmup,
+                                             use_graph=not args.no_graph)
+                    rec.update(us=us, mode=mode, copies=bench.copies, cold_bytes=bench.cold_bytes)
+                except Exception as exc:  # noqa: BLE001
+                    why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                    warn(f"{route.name} {params or ''} failed for {describe(case)} T={t}"
+                         + (f" ctx={ctx}" if ctx is not None else "") + f": {why} (not a candidate there)")
+                    rec["error"] = why
+                    torch.cuda.synchronize()
+                records.append(rec)
+                bar.update(1)
+            del bench
+            torch.cuda.empty_cache()
+    return records
+
+
+# --------------------------------------------------------------------------- picking
+def grids_from_records(cases, records) -> dict[int, dict[int, dict[X.Candidate, float]]]:
+    """Per case: T -> {candidate: µs}, summed over contexts (a candidate missing at one context
+    is not a candidate at that T)."""
+    per_ctx: dict[tuple, dict[int, dict[X.Candidate, float]]] = defaultdict(lambda: defaultdict(dict))
+    ctxs: dict[int, set] = defaultdict(set)
+    for r in records:
+        ctxs[r["case"]].add(r["ctx"])
+        if "us" not in r:
+            continue
+        c = X.Candidate.make(r["route"], r["params"], r.get("min_t", 1), r.get("max_t"))
+        per_ctx[(r["case"], r["ctx"])][r["t"]][c] = float(r["us"])
+    out = {}
+    for ci in range(len(cases)):
+        grids = [per_ctx[(ci, ctx)] for ctx in sorted(ctxs.get(ci, ()), key=lambda v: (v is None, v or 0))]
+        grids = [g for g in grids if g]
+        out[ci] = X.sum_grids(grids) if grids else {}
+    return out
+
+
+def all_candidates(records) -> dict[str, list[X.Candidate]]:
+    fam: dict[str, set] = defaultdict(set)
+    for r in records:
+        fam[r["family"]].add(X.Candidate.make(r["route"], r["params"], r.get("min_t", 1), r.get("max_t")))
+    return {k: sorted(v, key=lambda c: (c.route, repr(c.params))) for k, v in fam.items()}
+
+
+def route_candidates(family: str, match) -> list[X.Candidate]:
+    """Default-params candidates of every registered route covering the match (for coverage)."""
+    from ..kernels.registry import routes_for
+    from ..routes.table import effective_match
+
+    eff = effective_match(match)
+    return [X.Candidate.make(r.name, {}, r.domain.min_t, r.domain.max_t) for r in routes_for(family)
+            if r.domain.covers_match(eff) is None]
+
+
+def pick_groups(cases, records, t_points, hysteresis: float, generic: bool = True) -> list[X.Group]:
+    from ..kernels.registry import routes_for
+    from ..routes.table import effective_match
+
+    grids = grids_from_records(cases, records)
+    groups: list[X.Group] = []
+    gen_members: dict[tuple, list[int]] = defaultdict(list)
+    for ci, case in enumerate(cases):
+        grid = grids.get(ci) or {}
+        if not any(grid.values()):
+            continue
+        cands = route_candidates(case.family, case.match)
+        rows = X.pick_rows(grid, cands, t_points, hysteresis, what=f"{case.family} {match_text(case.match)}")
+        ops = ", ".join(case.ops[:4]) + (f", ... ({len(case.ops)} ops)" if len(case.ops) > 4 else "")
+        groups.append(X.Group(case.family, dict(case.match), rows, comment=f"measured: {ops}"))
+        gm = generic_match(case.family, case.match, routes_for(case.family))
+        gen_members[(case.family, json.dumps(gm, sort_keys=True))].append(ci)
+    if generic:
+        for (fam, gm_text), members in gen_members.items():
+            gm = json.loads(gm_text)
+            if any(effective_match(gm) == effective_match(cases[ci].match) for ci in members):
+                continue  # the pinned group already is the generic one
+            grid = X.sum_grids([grids[ci] for ci in members if grids.get(ci)])
+            rows = X.pick_rows(grid, route_candidates(fam, gm), t_points, hysteresis,
+                               what=f"{fam} {match_text(gm)}")
+            shapes = "; ".join(describe(cases[ci]).split(" (")[0] for ci in members)
+            groups.append(X.Group(fam, gm, rows, comment=f"fallback for other shapes; evidence = sum over: {shapes}"))
+    return groups
+
+
+# --------------------------------------------------------------------------- report
+def _fmt_us(v) -> str:
+    return "" if v is None else f"{v:.1f}"
+
+
+def render_report(cases, records, groups, prov: dict, dropped: list[str], carried: list[str],
+                  t_points, elapsed: float | None) -> str:
+    lines = [f"# Route tuning, sm{prov.get('sm', '?')} on {prov.get('device', '?')}", "",
+             f"- command: `{prov.get('command', '')}`", f"- date: {prov.get('date', '')}",
+             f"- driver {prov.get('driver', '?')}, CUDA {prov.get('cuda', '?')}, torch {prov.get('torch', '?')}, "
+             f"triton {prov.get('triton', '?')}, power limit {prov.get('power_w', '?')} W",
+             "- method: cold (cold operands rotate over copies > 3x L2), CUDA-graph replay, median µs per launch; "
+             "attention rows sum the contexts measured"]
+    if elapsed is not None:
+        lines.append(f"- measured in {elapsed:.0f} s, {sum('us' in r for r in records)} timings")
+    lines.append("")
+    # choice summary
+    lines += ["## Chosen rows", "", "| family | match | T | route | params |", "|---|---|---|---|---|"]
+    for g in groups:
+        if g.raw is not None:
+            continue
+        for r in g.rows:
+            t = f"{r.lo}..{'max' if r.hi is None else r.hi}"
+            if r.candidate is None:
+                lines.append(f"| {g.family} | `{match_text(g.match)}` | {t} | unsupported | |")
+            else:
+                lines.append(f"| {g.family} | `{match_text(g.match)}` | {t} | {r.candidate.route} | "
+                             f"{json.dumps(r.candidate.params_dict) if r.candidate.params else ''} |")
+    # timing grids
+    lines += ["", "## Timing grid (µs)", ""]
+    by_case: dict[tuple, list[dict]] = defaultdict(list)
+    for r in records:
+        by_case[(r["case"], r["ctx"])].append(r)
+    for (ci, ctx), recs in sorted(by_case.items(), key=lambda kv: (kv[0][0], kv[0][1] is None, kv[0][1] or 0)):
+        case = cases[ci]
+        ts = [t for t in t_points if any(r["t"] == t for r in recs)]
+        keys = []
+        for r in recs:
+            k = X.Candidate.make(r["route"], r["params"]).key
+            if k not in keys:
+                keys.append(k)
+        title = describe(case) + (f", context {ctx}" if ctx is not None else "")
+        lines += [f"### {title}", "", "| candidate | " + " | ".join(f"T={t}" for t in ts) + " |",
+                  "|---|" + "---:|" * len(ts)]
+        cell = {}
+        for r in recs:
+            k = X.Candidate.make(r["route"], r["params"]).key
+            cell[(k, r["t"])] = _fmt_us(r.get("us")) if "us" in r else "fail"
+        best = {}
+        for t in ts:
+            vals = [(r["us"], X.Candidate.make(r["route"], r["params"]).key) for r in recs if r["t"] == t and "us" in r]
+            if vals:
+                best[t] = min(vals)[1]
+        for k in keys:
+            row = []
+            for t in ts:
+                v = cell.get((k, t), "")
+                row.append(f"**{v}**" if best.get(t) == k and v not in ("", "fail") else v)
+            lines.append(f"| `{k}` | " + " | ".join(row) + " |")
+        lines.append("")
+    if dropped:
+        lines += ["## Dropped candidates", ""] + [f"- {d}" for d in dropped] + [""]
+    if carried:
+        lines += ["## Groups carried over unmeasured from the base table", ""] + [f"- {c}" for c in carried] + [""]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- main
+def run(args) -> int:
+    from ..routes.table import ROUTES_DIR
+
+    t0 = time.time()
+    families = parse_families(args.families)
+    quick = args.quick
+    t_points = tuple(sorted(set(_ints(args.t_points, QUICK_T_POINTS if quick else DEFAULT_T_POINTS,
+                                      "--t-points")) | {1}))
+    out = args.output or (ROUTES_DIR / f"sm{args.sm}.yaml")
+    report = args.report or out.with_suffix(".md")
+    kv = tuple(v.strip() for v in args.kv_dtypes.split(",") if v.strip())
+    warnings: list[str] = []
+
+    def warn(msg: str) -> None:
+        warnings.append(msg)
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(f"warning: {msg}", file=sys.stderr)
+        except Exception:  # noqa: BLE001
+            print(f"warning: {msg}", file=sys.stderr)
+
+    if args.replay is not None:
+        try:
+            saved = json.loads(Path(args.replay).read_text())
+        except (OSError, ValueError) as exc:
+            raise NinferError(f"--replay {args.replay}: cannot read saved measurements: {exc}") from None
+        if int(saved.get("sm", -1)) != args.sm:
+            raise NinferError(f"--replay {args.replay}: measured on sm{saved.get('sm')}, not --sm {args.sm}")
+        cases = [MatchCase(**c) for c in saved["cases"]]
+        records = saved["records"]
+        env = saved["environment"]
+        t_points = tuple(saved.get("t_points", t_points))
+        warnings = list(saved.get("warnings", []))
+        elapsed = saved.get("elapsed_s")
+        source = saved.get("source", "")
+        command = saved.get("command", _command(args))
+    else:
+        device = "(dry run)" if args.dry_run else gpu_check(args.sm)[1]
+        spec, objects, source = load_model(args.artifact, args.contract)
+        notes_kv: list[str] = []
+        cases = derive_match_set(spec, objects, kv_dtypes=kv, families=families, notes=notes_kv)
+        for n in notes_kv:
+            print(f"note: {n}", file=sys.stderr)
+        if not cases:
+            raise NinferError(f"{source}: no op of the families {', '.join(families)} to tune")
+        plan = build_plan(cases, t_points, args)
+        n_meas = sum(len(c) for *_, c in plan)
+        print(f"tune sm{args.sm} on {device}: {source}; {len(cases)} matches, {len(plan)} operand sets, "
+              f"{n_meas} measurements (T points {','.join(map(str, t_points))}{', quick' if quick else ''})",
+              flush=True)
+        for c in cases:
+            print(f"  {describe(c)}", flush=True)
+        if args.dry_run:
+            return 0
+        env = environment(device)
+        if env.get("l2_bytes"):
+            from .measure import set_l2_bytes
+
+            set_l2_bytes(env["l2_bytes"])
+        jobs = args.jobs if args.jobs is not None else min(8, os.cpu_count() or 1)
+        if jobs > 1:
+            from tqdm import tqdm
+
+            errs = _precompile(cases, plan, jobs, tqdm)
+            if errs:
+                print(f"precompile: {len(errs)} launch errors (the timed pass reports them per candidate)",
+                      file=sys.stderr)
+        records = measure_all(cases, plan, args, warn)
+        elapsed = time.time() - t0
+        command = _command(args)
+        if args.save_measurements:
+            import dataclasses
+
+            X.write_text_atomic(args.save_measurements, json.dumps({
+                "sm": args.sm, "source": source, "command": command, "environment": env,
+                "t_points": list(t_points), "elapsed_s": elapsed, "warnings": warnings,
+                "cases": [dataclasses.asdict(c) for c in cases], "records": records}, default=str, indent=1))
+    groups = pick_groups(cases, records, t_points, args.hysteresis, generic=not args.no_generic)
+    if not groups:
+        raise NinferError("no candidate produced a timing; nothing to write (see the warnings above)")
+    carried: list[str] = []
+    base_groups: list[X.Group] = []
+    if not args.no_base:
+        base = args.base or (out if out.is_file() else ROUTES_DIR / f"sm{args.sm}.yaml")
+        if base.is_file():
+            try:
+                data = yaml.safe_load(base.read_text(encoding="utf-8"))
+            except (OSError, yaml.YAMLError) as exc:
+                raise NinferError(f"--base {base}: cannot read: {exc}") from None
+            if isinstance(data, dict):
+                if data.get("sm") not in (None, args.sm):
+                    raise NinferError(f"--base {base}: table is for sm {data.get('sm')}, not {args.sm}")
+                base_groups, carried = X.carry_groups(data, groups)
+                carried = [f"{c} (from {base.name})" for c in carried]
+    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    dropped = [w for w in warnings if w.startswith("dropping ")]
+    notes = [f"shapes from {source}",
+             "rows pinned to a shape (n/k/head_dim) carry that op's evidence; fallback groups (format/epilogue/"
+             "phase/kv_dtype only) were picked on the sum of µs over the model's shapes",
+             "evidence: µs per route (best params) at each measured T inside the row; `selected` = the row's own "
+             "params when they are not that route's best there; attention sums its contexts",
+             f"hysteresis {args.hysteresis:g}; cold = operands rotated over copies > 3x L2, CUDA graph replay, median"]
+    if quick:
+        notes.append("--quick: pruned params / T points / contexts")
+    if dropped:
+        notes.append(f"{len(dropped)} candidates dropped by the reference check (see the report)")
+    if carried:
+        notes.append("groups without evidence were carried over unmeasured from the base table: "
+                     + "; ".join(carried))
+    prov: dict[str, Any] = {"source": "measured", "command": command, "date": date,
+                            "device": env.get("device"), "driver": env.get("driver"), "cuda": env.get("cuda"),
+                            "torch": env.get("torch"), "triton": env.get("triton"), "power_w": env.get("power_w"),
+                            "clocks": env.get("clocks"), "host": env.get("host"),
+                            "tool": "ninfer-compile tune", "notes": ". ".join(notes)}
+    prov = {k: v for k, v in prov.items() if v is not None}
+    header = (f"Route table for sm_{args.sm}, measured by `ninfer-compile tune` on {env.get('device')} ({date}).\n"
+              f"Timing grid: {report.name}. Validate: ninfer-compile routes validate {out.name}")
+    text = X.render_table(args.sm, prov, groups + base_groups, header_comment=header)
+    try:
+        table = X.write_table(out, text)
+    except RouteError as exc:
+        bad = out.with_name(out.name + ".rejected")
+        X.write_text_atomic(bad, text)
+        raise RouteError(f"the picked table did not validate (kept as {bad}; {out} untouched): "
+                         f"{str(exc).splitlines()[0]}") from None
+    md = render_report(cases, records, groups, {**prov, "sm": args.sm}, dropped, carried, t_points, elapsed)
+    X.write_text_atomic(report, md)
+    n_rows = sum(len(g.rows) for g in groups)
+    print(f"wrote {out} ({len(groups)} measured groups, {n_rows} rows; {len(base_groups)} carried over; "
+          f"sha256 {table.sha256[:12]}) and {report}; {len(warnings)} warnings", flush=True)
+    return 0
