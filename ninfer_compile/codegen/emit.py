@@ -337,6 +337,8 @@ def kernel_files(launches: Iterable[tuple[Any, Mapping[str, Any] | None]], *,
             out.add(m)
             for imp in modules[m][2]:
                 todo.extend(t for t in imp.targets if t in modules)
+            parts = m.split(".")  # parent packages run on import
+            todo.extend(".".join(parts[:i]) for i in range(2, len(parts)) if ".".join(parts[:i]) in modules)
         # relative imports are resolved into targets too, so the closure is complete
         return sorted(out)
 

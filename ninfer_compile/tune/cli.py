@@ -154,8 +154,8 @@ def environment(device: str) -> dict:
     import torch
     import triton
 
-    env = {"device": device, "cuda": str(torch.version.cuda), "torch": torch.__version__,
-           "triton": triton.__version__, "host": platform.node() or None}
+    env = {"device": str(device), "cuda": str(torch.version.cuda), "torch": str(torch.__version__),
+           "triton": str(triton.__version__), "host": platform.node() or None}
     env.update(_nvidia_smi())
     try:
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -237,7 +237,8 @@ def _precompile(cases, plan, jobs: int, progress) -> list[str]:
         with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
                                     initializer=_worker_init) as pool:
             futs = [pool.submit(precompile_job, w) for w in uniq]
-            with progress(total=len(futs), desc="compile", unit="job") as bar:
+            with progress(total=len(futs), desc="compile", unit="job",
+                          mininterval=0.5 if sys.stderr.isatty() else 20) as bar:
                 for f in cf.as_completed(futs):
                     try:
                         errs += f.result()
@@ -260,7 +261,8 @@ def measure_all(cases, plan, args, warn) -> list[dict]:
     records: list[dict] = []
     dropped: dict[tuple, str] = {}  # (case, route, params key) -> reason
     checked: set = set()
-    with tqdm(total=total, desc="measure", unit="run", dynamic_ncols=True) as bar:
+    with tqdm(total=total, desc="measure", unit="run", dynamic_ncols=True,
+              mininterval=0.5 if sys.stderr.isatty() else 20) as bar:
         for ci, ctx, t, cands in plan:
             case = cases[ci]
             bar.set_postfix_str(f"{describe(case)[:48]} T={t}" + (f" ctx={ctx}" if ctx is not None else ""))
@@ -509,7 +511,9 @@ def run(args) -> int:
         if jobs > 1:
             from tqdm import tqdm
 
+            tc = time.time()
             errs = _precompile(cases, plan, jobs, tqdm)
+            print(f"precompiled in {time.time() - tc:.0f} s with {jobs} processes", flush=True)
             if errs:
                 print(f"precompile: {len(errs)} launch errors (the timed pass reports them per candidate)",
                       file=sys.stderr)

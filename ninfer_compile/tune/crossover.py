@@ -202,8 +202,25 @@ class Group:
     raw: dict | None = None  # a group carried over from a base table (plain data, written as is)
 
 
+def _plain(value: Any) -> Any:
+    """Plain YAML-representable data (str subclasses such as torch's version become str)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
 def _flow(value: Any) -> str:
-    return yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=10 ** 9,
+    return yaml.safe_dump(_plain(value), default_flow_style=True, sort_keys=False, width=10 ** 9,
                           allow_unicode=True).strip().removesuffix("...").strip()
 
 
@@ -305,6 +322,7 @@ def write_table(path: Path, text: str, registry=None) -> Any:
     """Validate `text` as a route table (ninfer_compile.routes.load_table), then atomically
     replace `path` (temp file in the same folder + os.replace). Returns the loaded RouteTable;
     RouteError (with every `file:line: field: message`) leaves `path` untouched."""
+    from ..errors import RouteError
     from ..routes.table import load_table
 
     path = Path(path)
@@ -313,8 +331,12 @@ def write_table(path: Path, text: str, registry=None) -> Any:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        table = load_table(tmp, registry)
+        try:
+            table = load_table(tmp, registry)
+        except RouteError as exc:  # name the output, not the temp file
+            raise RouteError(str(exc).replace(Path(tmp).name, path.name)) from None
         os.replace(tmp, path)
+        table.path, table.name = path, path.name
     except BaseException:
         try:
             os.unlink(tmp)

@@ -359,7 +359,7 @@ def build_attention(case: MatchCase, t: int, ctx: int | None, copies: int | None
 
     def check(route, params):
         make(route, params, 0)()
-        torch.cuda.synchronize()
+        _sync()
         kc, vc, ks, vs = caches[0]
         ref = _ref_call(route, q, gate, kc, vc, positions, slots, scale, ks, vs)
         return rel_rms(out, ref)

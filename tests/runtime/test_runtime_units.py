@@ -1,0 +1,230 @@
+"""Runtime unit tests: artifact view, plan checks on hand-made plan dirs, sampling, frontend."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ninfer_runtime import PlanError, PlanMismatch, SamplingParams, load
+from ninfer_runtime.artifact_view import GROUPED, ArtifactView, ArtifactViewError, row_split_planes
+from ninfer_runtime.frontend import Frontend, FrontendError, StreamDecoder, stop_ids_from
+from ninfer_runtime.loader import check_device, read_plan
+from ninfer_runtime.sampling import filter_logits, sample_row, sample_rows
+
+
+# ----------------------------------------------------------------------------- artifact view
+
+
+@pytest.fixture()
+def small_artifact(tmp_path):
+    from ninfer_compile.artifact.writer import ResourceSpec, TensorSpec, write_artifact  # noqa: F401
+    from ninfer_compile.artifact.writer import ArtifactWriter
+
+    w = torch.arange(12, dtype=torch.float32).reshape(3, 4).to(torch.bfloat16)
+    res = b'{"eos_token_id": [3, 4]}'
+    path = tmp_path / "small.ninfer"
+    specs = [ResourceSpec("frontend/generation_config.json", len(res)), TensorSpec("w", (3, 4), "BF16"),
+             TensorSpec("v", (5,), "FP32")]
+    with ArtifactWriter(path, "tiny-test", specs) as wr:
+        wr.write("frontend/generation_config.json", res)
+        wr.write("w", w.contiguous().view(torch.uint8).numpy().tobytes())
+        wr.write("v", torch.arange(5, dtype=torch.float32).numpy().tobytes())
+    return path, w, res
+
+
+def test_artifact_view_matches_compiler_reader(small_artifact):
+    from ninfer_compile.artifact import Artifact
+
+    path, w, res = small_artifact
+    with ArtifactView.open(path) as av, Artifact.open(path) as ref:
+        assert av.model_id == ref.model_id == "tiny-test"
+        assert av.directory_sha256() == ref.directory_sha256()
+        assert av.payload_offset == ref.payload_offset
+        assert list(av.objects) == [o.name for o in ref.objects]
+        for name in av.objects:
+            assert bytes(av.span(name)) == bytes(ref.span(name))
+        assert av.resource_bytes("frontend/generation_config.json") == res
+        t = torch.frombuffer(av.span("w"), dtype=torch.uint8).view(torch.bfloat16).view(3, 4)
+        assert torch.equal(t, w)
+        with pytest.raises(ArtifactViewError, match="not a resource"):
+            av.resource_bytes("w")
+
+
+def test_artifact_view_rejects_bad_files(tmp_path, small_artifact):
+    bad = tmp_path / "bad.ninfer"
+    bad.write_bytes(b"NOTNINFER" + b"\0" * 100)
+    with pytest.raises(ArtifactViewError, match="bad magic"):
+        ArtifactView.open(bad)
+    path, _, _ = small_artifact
+    data = path.read_bytes()
+    (tmp_path / "trunc.ninfer").write_bytes(data[:40])
+    with pytest.raises(ArtifactViewError):
+        ArtifactView.open(tmp_path / "trunc.ninfer")
+    with pytest.raises(ArtifactViewError, match="cannot open"):
+        ArtifactView.open(tmp_path / "missing.ninfer")
+
+
+@pytest.mark.parametrize("fmt", sorted(GROUPED))
+@pytest.mark.parametrize("shape", [(1, 1), (2, 130), (7, 256), (3, 5120)])
+def test_row_split_planes_match_compiler(fmt, shape):
+    from ninfer_compile.artifact.formats import row_split_geometry
+
+    g = row_split_geometry(fmt, *shape)
+    p = row_split_planes(fmt, *shape)
+    assert (p.k_pad, p.groups_per_row, p.base_offset, p.base_bytes, p.high_offset, p.high_bytes, p.scale_offset,
+            p.scale_bytes, p.total) == (g.k_pad, g.groups_per_row, g.base_offset, g.base_bytes, g.high_offset,
+                                        g.high_bytes, g.scale_offset, g.scale_bytes, g.total)
+
+
+# ----------------------------------------------------------------------------- plan checks
+
+
+def _plan_dir(tmp_path: Path, art: Path, **over) -> Path:
+    d = tmp_path / "p.plan"
+    (d / "kernels").mkdir(parents=True)
+    with ArtifactView.open(art) as av:
+        sha = av.directory_sha256()
+    plan = {"format": "ninfer-plan-v1", "model_id": "tiny-test", "artifact": {"file": art.name, "directory_sha256": sha},
+            "sm": 90, "options": {"max_context": 16, "prefill_chunk": 4, "concurrency": [1], "slots": 1},
+            "buffers": {"arena": {"bytes": 256}, "state": {}}, "extents": {}}
+    plan.update(over)
+    (d / "plan.json").write_text(json.dumps(plan))
+    init = "# emitted\n"
+    (d / "kernels" / "__init__.py").write_text(init)
+    km = {"format": "ninfer-kernels-v1", "triton": "x", "routes": {},
+          "files": {"kernels/__init__.py": hashlib.sha256(init.encode()).hexdigest()}}
+    (d / "kernels" / "manifest.json").write_text(json.dumps(km))
+    return d
+
+
+def test_plan_errors(tmp_path, small_artifact):
+    art, _, _ = small_artifact
+    with pytest.raises(PlanError, match="no plan.json"):
+        load(tmp_path, art, device="cpu", progress=False)
+    d = _plan_dir(tmp_path, art)
+    with pytest.raises(PlanError, match="text prefill"):  # no extents at all
+        load(d, art, device="cpu", progress=False)
+    # another artifact -> directory hash mismatch, one line
+    plan = json.loads((d / "plan.json").read_text())
+    plan["artifact"]["directory_sha256"] = "0" * 64
+    (d / "plan.json").write_text(json.dumps(plan))
+    with pytest.raises(PlanMismatch, match="not the artifact this plan was compiled for") as ei:
+        load(d, art, device="cpu", progress=False)
+    assert "\n" not in str(ei.value)
+    # wrong plan format
+    plan["format"] = "ninfer-plan-v0"
+    (d / "plan.json").write_text(json.dumps(plan))
+    with pytest.raises(PlanMismatch, match="plan format"):
+        read_plan(d)
+
+
+def test_plan_kernel_files_checked(tmp_path, small_artifact):
+    art, _, _ = small_artifact
+    d = _plan_dir(tmp_path, art)
+    (d / "kernels" / "__init__.py").write_text("# edited\n")
+    with pytest.raises(PlanMismatch, match="does not match its sha256"):
+        load(d, art, device="cpu", progress=False)
+    (d / "kernels" / "manifest.json").unlink()
+    with pytest.raises(PlanError, match="no emitted kernels"):
+        load(d, art, device="cpu", progress=False)
+
+
+def test_sm_mismatch_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (8, 6))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "Fake RTX 3090")
+    with pytest.raises(PlanMismatch, match="sm_90.*sm_86"):
+        check_device({"sm": 90}, torch.device("cuda", 0))
+    assert "sm_86" in check_device({"sm": 86}, torch.device("cuda", 0))
+    assert "interpreter" in check_device({"sm": 90}, torch.device("cpu"))
+
+
+# ----------------------------------------------------------------------------- sampling
+
+
+def test_sampling_greedy_and_filters():
+    logits = torch.tensor([0.0, 3.0, 1.0, 2.9, -5.0])
+    assert sample_row(logits, SamplingParams(), None) == 1
+    assert sample_rows(torch.stack([logits, -logits]), [SamplingParams()] * 2, [None, None]) == [1, 4]
+    p = SamplingParams(temperature=1.0, top_k=1, seed=3)
+    assert all(sample_row(logits, p, p.generator("cpu")) == 1 for _ in range(5))
+    probs = filter_logits(logits, 1.0, top_k=2)
+    assert set(torch.nonzero(probs).flatten().tolist()) == {1, 3}
+    probs = filter_logits(logits, 1.0, top_p=0.5)  # the top token alone holds > 0.5? no: keep 1 and 3
+    kept = set(torch.nonzero(probs).flatten().tolist())
+    assert 1 in kept and 4 not in kept and abs(float(probs.sum()) - 1) < 1e-6
+    assert set(torch.nonzero(filter_logits(logits, 1.0, top_p=1e-6)).flatten().tolist()) == {1}
+
+
+def test_sampling_seeded_and_validated():
+    logits = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+    p = SamplingParams(temperature=1.0, top_p=0.9, seed=42)
+    g1, g2 = p.generator("cpu"), p.generator("cpu")
+    a = [sample_row(logits, p, g1) for _ in range(8)]
+    b = [sample_row(logits, p, g2) for _ in range(8)]
+    assert a == b and len(set(a)) > 1
+    with pytest.raises(ValueError):
+        SamplingParams(temperature=-1)
+    with pytest.raises(ValueError):
+        SamplingParams(top_p=0.0)
+    assert SamplingParams(temperature=0.7, greedy=True).is_greedy
+
+
+# ----------------------------------------------------------------------------- frontend
+
+
+class _FakeArt:
+    def __init__(self, res: dict[str, bytes]):
+        self.res = res
+
+    def has_resource(self, name):
+        return name in self.res
+
+    def resource_bytes(self, name):
+        return self.res[name]
+
+
+def _tokenizer_json() -> bytes:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tr = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|im_start|>", "<|im_end|>"],
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(["hello world, the runtime streams tokens é ü"] * 4, trainer=tr)
+    return tok.to_str().encode()
+
+
+def test_frontend_from_resources():
+    tmpl = ("{%- for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{%- endfor %}"
+            "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}")
+    f = Frontend.from_artifact(_FakeArt({
+        "frontend/tokenizer.json": _tokenizer_json(),
+        "frontend/chat_template.jinja": tmpl.encode(),
+        "frontend/generation_config.json": b'{"eos_token_id": 1}',
+    }))
+    assert f.stop_ids == (1,)
+    ids = f.encode("hello world é")
+    assert f.decode(ids) == "hello world é"
+    chat = f.encode_chat("hello")
+    assert chat[0] == 0 and f.decode(chat).startswith("<|im_start|>user\nhello<|im_end|>")
+    # streaming decode reproduces the text, holding back partial UTF-8
+    sd = StreamDecoder(f)
+    text = "".join(sd.push(i) for i in ids) + sd.flush()
+    assert text == "hello world é"
+
+
+def test_frontend_without_tokenizer():
+    f = Frontend.from_artifact(_FakeArt({}))
+    assert not f.has_tokenizer and f.stop_ids == ()
+    with pytest.raises(FrontendError, match="no tokenizer"):
+        f.encode("hi")
+    with pytest.raises(FrontendError, match="no chat template"):
+        f.render_chat([{"role": "user", "content": "x"}])
+    assert stop_ids_from({"eos_token_id": [5, 6]}) == (5, 6)
+    with pytest.raises(FrontendError):
+        stop_ids_from({"eos_token_id": "x"})

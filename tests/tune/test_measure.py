@@ -1,0 +1,82 @@
+"""Operand builders and the drop-on-failed-check rule. Without a GPU the builders run on the CPU
+under the Triton interpreter (tests/conftest.py sets TRITON_INTERPRET); timings never run here."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+from ninfer_compile.kernels.registry import all_routes, get_route
+from ninfer_compile.tune import cli as tcli
+from ninfer_compile.tune import measure as M
+from ninfer_compile.tune.shapes import MatchCase
+
+
+@pytest.fixture
+def device(monkeypatch):
+    monkeypatch.setattr(M, "DEVICE", None if torch.cuda.is_available() else "cpu")
+
+
+def test_param_candidates_are_legal_and_start_with_defaults():
+    for r in all_routes():
+        for t in (1, 5, 64, 1024):
+            if r.domain.covers_t(t, t) is not None:
+                continue
+            full = M.param_candidates(r, t, quick=False)
+            quick = M.param_candidates(r, t, quick=True)
+            assert full and 1 <= len(quick) <= 2 and quick == full[:len(quick)]
+            for p in full:
+                assert r.check_params(p) is None, (r.name, p)
+            keys = [tuple(sorted(p.items())) for p in full]
+            assert len(keys) == len(set(keys))
+
+
+def test_linear_builder_checks_against_the_reference(device):
+    case = MatchCase("linear", {"format": "Q4G64_F16S", "n": 64, "k": 128, "epilogue": "swiglu"},
+                     {"x": (1, 128), "weight": (64, 128)})
+    bench = M.build(case, 3, copies=2)
+    assert bench.copies == 2 and len(bench.launches(get_route("q4_gemv"), {})) == 2
+    assert bench.check(get_route("q4_gemv"), {}) < 2e-2
+    # random planes of the right sizes with small positive scales
+    w = M.random_linear_weight("Q5G64_F16S", 32, 128, torch.Generator(device=M._dev()).manual_seed(0))
+    assert w.nbytes == 32 * (2 * 32 + 2 * 8 + 2 * 2)
+    assert (w.scales().float() > 0).all() and (w.scales().float() < 0.03).all()
+
+
+def test_attention_int8_decode_builder(device):
+    case = MatchCase("attention", {"format": "BF16", "kv_dtype": "int8_g64", "head_dim": 64, "phase": "decode"},
+                     {"q": (1, 4, 64), "k_cache": (1, 32, 2, 64)})
+    bench = M.build(case, 2, ctx=40, copies=1)
+    assert bench.check(get_route("attention_decode_splitkv"), {}) < 2e-2
+
+
+def test_failed_reference_check_drops_the_candidate_with_a_warning(monkeypatch):
+    case = MatchCase("linear", {"format": "Q4G64_F16S", "n": 4096, "k": 5120, "epilogue": "none"},
+                     {"x": (1, 5120), "weight": (4096, 5120)})
+
+    class FakeBench:
+        copies = 1
+        cold_bytes = 1
+
+        def check(self, route, params):
+            return 0.5 if params.get("BLOCK_N") == 16 else 1e-3
+
+        def launches(self, route, params):
+            return [lambda: None]
+
+    monkeypatch.setattr(M, "build", lambda *a, **k: FakeBench())
+    monkeypatch.setattr(M, "time_launches", lambda fns, reps, warmup=1, use_graph=True: (12.5, "graph"))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    args = argparse.Namespace(quick=True, decode_contexts=None, prefill_contexts=None, reps=3, warmup=1,
+                              tol=None, check="once", no_graph=False)
+    plan = tcli.build_plan([case], (1, 2), args)
+    warnings: list[str] = []
+    recs = tcli.measure_all([case], plan, args, warnings.append)
+    bad = [r for r in recs if r["params"].get("BLOCK_N") == 16]
+    assert bad and all("us" not in r and "error" in r for r in bad)
+    assert any(w.startswith("dropping q4_gemv") and "relative RMS" in w for w in warnings)
+    assert all("us" in r for r in recs if r["params"].get("BLOCK_N") != 16)
+    groups = tcli.pick_groups([case], recs, (1, 2), 0.03)
+    assert all(r.candidate.params_dict.get("BLOCK_N") != 16 for g in groups for r in g.rows if r.candidate)
