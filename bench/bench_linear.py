@@ -50,6 +50,14 @@ COLD_BYTES = 3 * L2_BYTES
 
 # per-route launch params tried (the best is reported; all are recorded)
 CANDIDATES = {
+    "gemv_fast": [{"BLOCK_N": 16, "BLOCK_K": 1024, "num_warps": 4},
+                  {"BLOCK_N": 8, "BLOCK_K": 1024, "num_warps": 4},
+                  {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 4},
+                  {"BLOCK_N": 32, "BLOCK_K": 512, "num_warps": 8},
+                  {"BLOCK_N": 8, "BLOCK_K": 512, "num_warps": 2},
+                  {"BLOCK_N": 4, "BLOCK_K": 1024, "num_warps": 4},
+                  {"BLOCK_N": 16, "BLOCK_K": 1024, "num_warps": 4, "USE_ASM": False},
+                  {"BLOCK_N": 8, "BLOCK_K": 256, "num_warps": 4, "USE_ASM": False}],
     "gemv": [{"BLOCK_N": 8, "BLOCK_K": 256, "num_warps": 4},
              {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4},
              {"BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4},
@@ -135,6 +143,8 @@ def main(argv=None):
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--t", default=None, help="comma-separated T values")
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--gemv-only", action="store_true",
+                    help="only the *_gemv routes (T <= 4), with the GEMV optimisation sweep; peers kept")
     ap.add_argument("--max-candidates", type=int, default=99, help="param sets tried per route (best reported)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new rows after this")
     args = ap.parse_args(argv)
@@ -202,6 +212,10 @@ def main(argv=None):
                 if t < dom.min_t or (dom.max_t is not None and t > dom.max_t):
                     continue
                 kind = name.split("_", 1)[1]
+                if args.gemv_only and kind != "gemv":
+                    continue
+                if args.gemv_only:
+                    kind = "gemv_fast" if fmt == "Q4G64_F16S" else "gemv"
                 if kind == "wide_mma" and t < 16:
                     continue
                 cands = CANDIDATES[kind][:2] if args.quick else CANDIDATES[kind][:args.max_candidates]

@@ -62,6 +62,7 @@ class Compiled:
     manifest: dict[str, Any]
     memory: MemoryReport
     memory_txt: str
+    kernel_files: dict[str, str]  # emitted route library: relative path under the plan dir -> text
 
 
 def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None, contract: Path | None = None,
@@ -105,7 +106,11 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
         graphs, model_id=model_id, artifact_file=Path(artifact_path).name, directory_sha256=directory_sha256,
         contract=contract_ref, sm=sm, table=table, table_ref=table_ref, options=options,
         enabled=[p for p in PASS_NAMES if p not in disabled_set], disabled=sorted(disabled_set), memory=mem)
-    return Compiled(graphs, manifest, mem, report_text(mem, budget_gib))
+    # emission: the route-library source of every launched route, standalone (runtime imports it)
+    from .codegen.emit import kernel_files, launches_from_manifest
+
+    files, _ = kernel_files(launches_from_manifest(manifest))
+    return Compiled(graphs, manifest, mem, report_text(mem, budget_gib), files)
 
 
 def _shape(s) -> str:
@@ -151,7 +156,7 @@ def run(args) -> int:
             dump_tmp = Path(tempfile.mkdtemp(prefix=f".{args.dump_ir.name}.tmp-", dir=parent))
         compiled = compile_artifact(args.artifact, args.sm, routes=args.routes, contract=args.contract, opts=opts,
                                     budget_gib=args.memory_budget, disabled=args.disable_pass, dump_dir=dump_tmp)
-        write_plan(out_dir, compiled.manifest, compiled.memory_txt)
+        write_plan(out_dir, compiled.manifest, compiled.memory_txt, extra_files=compiled.kernel_files)
         if dump_tmp is not None:
             if args.dump_ir.exists():
                 shutil.rmtree(args.dump_ir)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up (idempotent), then run the main job on the embedded default: a tiny random Qwen3.5
 # checkpoint (examples/make_tiny_checkpoint.py) is packed into a .ninfer artifact, inspected,
-# checked against its contract, run through the float32 reference model, and compiled for sm 86.
+# checked against its contract, run through the float32 reference model, compiled for sm 86, and
+# run by the runtime (Triton interpreter on the CPU).
 # Everything runs on the CPU; outputs land in ./out/quickstart/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,9 +32,12 @@ import sys, numpy as np
 x = np.load(sys.argv[1]); print(f"logits {x.shape} {x.dtype}; argmax per position: {x.argmax(-1).tolist()}")
 PY
 
-if ninfer-compile --help | grep -q "compile "; then
-  step "6. compile a plan for an RTX 3090 (sm 86) — no GPU needed"
-  ninfer-compile "$OUT/tiny.ninfer" --sm 86 --concurrency 1,2 --max-context 256 --prefill-chunk 64 -o "$OUT/tiny.sm86.plan"
-  ls -la "$OUT/tiny.sm86.plan"
-fi
+step "6. compile a plan for an RTX 3090 (sm 86) — no GPU needed; --explain shows each op's route"
+ninfer-compile "$OUT/tiny.ninfer" --sm 86 --concurrency 1,2 --max-context 256 --prefill-chunk 64 \
+  -o "$OUT/tiny.sm86.plan" --explain > "$OUT/explain.tsv"
+head -n 8 "$OUT/explain.tsv"; echo "... ($(wc -l < "$OUT/explain.tsv") lines in $OUT/explain.tsv)"
+cat "$OUT/tiny.sm86.plan/memory.txt" | head -n 6
+
+step "7. generate with the runtime (no GPU here: the sm_86 plan's Triton kernels run under the interpreter, slowly)"
+ninfer-run "$OUT/tiny.sm86.plan" --artifact "$OUT/tiny.ninfer" --prompt "Hello world" --max-new-tokens 5 --greedy
 printf '\ndone: outputs in %s\n' "$OUT"

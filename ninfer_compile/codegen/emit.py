@@ -10,10 +10,12 @@ to run a plan without importing `ninfer_compile`. Emission makes the kernels sel
 - Imports are rewritten so the copy is a standalone package that works under any package name:
   `from ninfer_compile.kernels.linear.weights import X` becomes `from ..linear.weights import X`
   (relative imports inside the kernel tree are kept as written).
-- A copied module that imports anything of `ninfer_compile` outside `kernels/` (e.g.
-  `ninfer_compile.errors`) makes emission fail with an `EmitError` naming the module and the
-  import: the route library has to stay self-contained. (`vendor=` lets a caller copy named
-  outside modules to `kernels/_ext/...` instead, as an explicit, transitional exception.)
+- The route library depends on exactly two leaf modules outside `kernels/`: the error types
+  (`ninfer_compile.errors`) and the row-split geometry (`ninfer_compile.artifact.formats`); both
+  import nothing else of the project. They are vendored into `kernels/_ext/` (`KERNEL_DEPENDENCIES`,
+  the default `vendor=`). Any other import of `ninfer_compile` outside `kernels/` makes emission
+  fail with an `EmitError` naming the module and the import: the route library stays
+  self-contained, so a plan runs without the compiler installed.
 - The emitted root `kernels/__init__.py` is generated (docstring only): the library's own root
   imports the registry, which the runtime never needs.
 - `kernels/manifest.json`: format, Triton version at compile time, the files (path -> sha256),
@@ -39,7 +41,7 @@ from typing import Any
 
 from ..errors import CompileError
 
-__all__ = ["EmitError", "KERNELS_FORMAT", "TRANSITIONAL_VENDOR", "emit_kernels", "kernel_files",
+__all__ = ["EmitError", "KERNELS_FORMAT", "KERNEL_DEPENDENCIES", "emit_kernels", "kernel_files",
            "launches_from_manifest"]
 
 KERNELS_FORMAT = "ninfer-kernels-v1"
@@ -47,10 +49,8 @@ ROOT = "ninfer_compile"
 KROOT = "ninfer_compile.kernels"
 EXT = "_ext"  # where vendored outside modules go inside the emitted package
 
-# Outside modules the route library imports today (error types, row-split geometry). Passing
-# `vendor=TRANSITIONAL_VENDOR` copies them into the plan instead of failing; the route library
-# should stop importing them (see the module docstring).
-TRANSITIONAL_VENDOR = ("ninfer_compile.errors", "ninfer_compile.artifact.formats")
+# The leaf modules outside kernels/ that the route library may import; vendored into the plan.
+KERNEL_DEPENDENCIES = ("ninfer_compile.errors", "ninfer_compile.artifact.formats")
 
 _HEADER = "# Emitted by ninfer-compile from {src}; imports rewritten for a standalone package.\n"
 
@@ -285,7 +285,7 @@ def _emitted_path(mod: str, is_pkg: bool, vendor: frozenset[str]) -> str:
 
 
 def kernel_files(launches: Iterable[tuple[Any, Mapping[str, Any] | None]], *,
-                 vendor: Iterable[str] = ()) -> tuple[dict[str, str], dict[str, Any]]:
+                 vendor: Iterable[str] = KERNEL_DEPENDENCIES) -> tuple[dict[str, str], dict[str, Any]]:
     """Render the emitted kernel package: ({relative path under the plan dir: text}, manifest).
 
     `launches`: (Route, params) pairs, one per launch (duplicates are fine). Pure: writes nothing.
@@ -370,7 +370,7 @@ def kernel_files(launches: Iterable[tuple[Any, Mapping[str, Any] | None]], *,
 
 
 def emit_kernels(plan_dir: Path, launches: Iterable[tuple[Any, Mapping[str, Any] | None]], *,
-                 vendor: Iterable[str] = ()) -> dict[str, Any]:
+                 vendor: Iterable[str] = KERNEL_DEPENDENCIES) -> dict[str, Any]:
     """Write `plan_dir/kernels/` (replacing an existing one) and return the kernel manifest.
 
     Call it on the plan's temp directory before the atomic rename (or use `kernel_files` to add

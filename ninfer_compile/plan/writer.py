@@ -71,13 +71,20 @@ def kernels_manifest(manifest: dict[str, Any]) -> str:
     return render_json({"routes": manifest.get("used_routes", []), "emitted": []})
 
 
-def write_plan(out_dir: Path, manifest: dict[str, Any], memory_txt: str) -> Path:
+def write_plan(out_dir: Path, manifest: dict[str, Any], memory_txt: str,
+               extra_files: dict[str, str] | None = None) -> Path:
+    """Write the plan directory atomically (temp dir + rename). `extra_files` (relative path ->
+    text, e.g. the emitted kernels) are written inside the same atomic step."""
     out_dir = Path(out_dir)
     files = {
         "plan.json": render_json(manifest),
         "memory.txt": memory_txt,
         "kernels/routes.json": kernels_manifest(manifest),
     }
+    for rel, text in (extra_files or {}).items():
+        if rel in files:
+            raise CompileError(f"{out_dir}: two writers for {rel}")
+        files[rel] = text
     parent = out_dir.parent if str(out_dir.parent) else Path(".")
     if not parent.is_dir():
         raise CompileError(f"{out_dir}: parent directory {parent} does not exist")

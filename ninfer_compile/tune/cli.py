@@ -68,7 +68,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tol", type=float, help="relative RMS tolerance of the reference check (default per family)")
     parser.add_argument("--check", choices=("once", "all"), default="once",
                         help="reference-check each candidate once (first T) or at every T")
-    parser.add_argument("--jobs", type=int, help="processes that pre-compile the Triton kernels (default min(8, cpus); 1 = off)")
+    parser.add_argument("--jobs", type=int, help="processes that pre-compile the Triton kernels (default cpus-2, at most 16; 1 = off)")
     parser.add_argument("--base", type=Path, help="table whose other groups are carried over (default: the output if it "
                                                   "exists, else the shipped routes/smNN.yaml)")
     parser.add_argument("--no-base", action="store_true", help="write only the measured groups")
@@ -507,7 +507,7 @@ def run(args) -> int:
             from .measure import set_l2_bytes
 
             set_l2_bytes(env["l2_bytes"])
-        jobs = args.jobs if args.jobs is not None else min(8, os.cpu_count() or 1)
+        jobs = args.jobs if args.jobs is not None else max(1, min(16, (os.cpu_count() or 1) - 2))
         if jobs > 1:
             from tqdm import tqdm
 

@@ -108,17 +108,14 @@ def interp_table(dest: Path, sm: int = 90) -> Path:
 def compile_plan(artifact: Path, out: Path, *, table: Path | None = None, chunk: int = 8, max_context: int = 64,
                  concurrency=(1, 2), sm: int = 90) -> Path:
     """Compile `artifact` into `out` and make sure it carries emitted kernels."""
-    from ninfer_compile.codegen.emit import TRANSITIONAL_VENDOR, emit_kernels, launches_from_manifest
     from ninfer_compile.compile_cli import compile_artifact
     from ninfer_compile.ir.lower import LowerOptions
     from ninfer_compile.plan.writer import write_plan
 
     opts = LowerOptions(prefill_chunk=chunk, concurrency=tuple(concurrency), max_context=max_context, sampling=False)
     c = compile_artifact(Path(artifact), sm, routes=table, opts=opts)
-    write_plan(out, c.manifest, c.memory_txt)
-    if not (out / "kernels" / "manifest.json").is_file():
-        manifest = json.loads((out / "plan.json").read_text())
-        emit_kernels(out, launches_from_manifest(manifest), vendor=TRANSITIONAL_VENDOR)
+    write_plan(out, c.manifest, c.memory_txt, extra_files=c.kernel_files)
+    assert (out / "kernels" / "manifest.json").is_file()
     return out
 
 

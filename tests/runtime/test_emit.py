@@ -137,7 +137,7 @@ def test_emit_real_route_library_standalone(tmp_path):
         vendor = ()
     except E.EmitError as exc:
         assert "outside ninfer_compile.kernels" in str(exc)
-        vendor = E.TRANSITIONAL_VENDOR
+        vendor = E.KERNEL_DEPENDENCIES
     man = E.emit_kernels(tmp_path, launches, vendor=vendor)
     import ast
 

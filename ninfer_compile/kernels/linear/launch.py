@@ -136,12 +136,20 @@ def launch(route_name: str, x, weight, out, *, epilogue: str = "none", residual=
         ips = triton.cdiv(n_iters, split_k)
         block_t = triton.next_power_of_2(T)
         grid = (triton.cdiv(n_out, p["BLOCK_N"]), split_k)
+        use_asm = p["USE_ASM"]
+        if use_asm is True and not asm_supported(x.device):
+            raise RouteError(f"route {route.name}: USE_ASM=True needs a CUDA sm_90+ device outside the "
+                             f"Triton interpreter")
+        # the packed path reads each word's 8 activations with one 16-byte load
+        x_ok = k % 8 == 0 and x.stride(0) % 8 == 0 and x.data_ptr() % 16 == 0
+        use_asm = bool(use_asm) and code == 4 and x_ok and (use_asm is True or asm_supported(x.device))
         qlinear_gemv_kernel[grid](
             x, base, high, scale, out, res, ws,
             T, k, n_out, kw_total, base_row, high_row, scale_row, n_out,
             x.stride(0), out.stride(0), res.stride(0), ips,
             FMT=code, EPI=epi, BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], BLOCK_T=block_t,
-            SPLIT_K=split_k, INTERP=interpreting(), num_warps=p["num_warps"], num_stages=p["num_stages"])
+            SPLIT_K=split_k, INTERP=interpreting(), USE_ASM=use_asm, num_warps=p["num_warps"],
+            num_stages=p["num_stages"])
     else:
         use_asm = p["USE_ASM"]
         if use_asm == "auto":

@@ -34,6 +34,9 @@ def _gemv_params():
         "SPLIT_K": _p("SPLIT_K", (1, 2, 4, 8, 16), 1, "K ranges (deterministic two-phase reduce; needs a workspace)"),
         "num_warps": _p("num_warps", (1, 2, 4, 8), 4),
         "num_stages": _p("num_stages", (1, 2, 3, 4), 2),
+        "USE_ASM": _p("USE_ASM", ("auto", False, True), "auto",
+                      "packed bf16x2 prmt/lop3 dequant + bf16x2 FMA per word (Q4 only; auto = on for "
+                      "sm_90+ outside the interpreter when K % 8 == 0 and x rows are 16-byte aligned)"),
     }
 
 

@@ -72,3 +72,33 @@ def test_splitk_deterministic(name):
         runs.append(out.clone())
     assert all(torch.equal(runs[0], r) for r in runs[1:])
     assert_close_rel(runs[0], ref_linear(x, w, "residual", res), 1e-2, f"{name} split-K")
+
+
+@pytest.mark.parametrize("t", [1, 2, 3, 4])
+@pytest.mark.parametrize("epi", ["none", "swiglu", "residual"])
+@pytest.mark.parametrize("params", [{"BLOCK_N": 8, "BLOCK_K": 256}, {"BLOCK_N": 16, "BLOCK_K": 1024}])
+def test_q4_gemv_asm_matches_reference(t, epi, params):
+    """The packed bf16x2 GEMV path (USE_ASM) against the fp32 reference and the plain path, fresh
+    random data per case, K with a padded tail (1344 = 10.5 groups of 128) and rows past N."""
+    assert L.asm_supported(torch.device("cuda")), "USE_ASM path not available on this GPU"
+    w, x, res, out = _setup("Q4G64_F16S", 1000, 1344, t, epi, seed=100 + t)
+    x = x * 3.0  # realistic magnitudes (post-norm activations), not only unit variance
+    expected = ref_linear(x, w, epi, res)
+    outs = {}
+    for asm in (True, False):
+        out.fill_(float("nan"))
+        L.q4_gemv(x, w, out, epilogue=epi, residual=res, params={**params, "USE_ASM": asm})
+        torch.cuda.synchronize()
+        assert_close_rel(out, expected, 1e-2, f"q4_gemv USE_ASM={asm} T={t} {epi}")
+        outs[asm] = out.clone()
+    assert_close_rel(outs[True], outs[False].float(), 1e-2, "asm vs plain")
+
+
+def test_q4_gemv_asm_splitk_and_large_k():
+    w, x, res, out = _setup("Q4G64_F16S", 512, 17408, 4, "residual", seed=7)
+    ws = torch.empty(L.workspace_numel(4, 512, "residual", 4), device="cuda")
+    out.fill_(float("nan"))
+    L.q4_gemv(x, w, out, epilogue="residual", residual=res, workspace=ws,
+              params={"SPLIT_K": 4, "USE_ASM": True, "BLOCK_N": 16, "BLOCK_K": 512})
+    torch.cuda.synchronize()
+    assert_close_rel(out, ref_linear(x, w, "residual", res), 1e-2, "q4_gemv asm split-K")
