@@ -65,6 +65,11 @@ class Compiled:
     kernel_files: dict[str, str]  # emitted route library: relative path under the plan dir -> text
 
 
+# Emit the route library into every plan. Only the compiler's own tests, which route through an
+# isolated registry of launcher-less fake routes, switch it off (tests/compile/conftest.py).
+EMIT_KERNELS = True
+
+
 def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None, contract: Path | None = None,
                      opts: LowerOptions, budget_gib: float | None = None, disabled: list[str] = (),
                      dump_dir: Path | None = None) -> Compiled:
@@ -107,9 +112,11 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
         contract=contract_ref, sm=sm, table=table, table_ref=table_ref, options=options,
         enabled=[p for p in PASS_NAMES if p not in disabled_set], disabled=sorted(disabled_set), memory=mem)
     # emission: the route-library source of every launched route, standalone (runtime imports it)
-    from .codegen.emit import kernel_files, launches_from_manifest
+    files = {}
+    if EMIT_KERNELS:
+        from .codegen.emit import kernel_files, launches_from_manifest
 
-    files, _ = kernel_files(launches_from_manifest(manifest))
+        files, _ = kernel_files(launches_from_manifest(manifest, registry=ctx.registry))
     return Compiled(graphs, manifest, mem, report_text(mem, budget_gib), files)
 
 

@@ -111,12 +111,12 @@ def test_emit_refuses_imports_outside_kernels(tmp_path, monkeypatch):
     plan.mkdir()
     with pytest.raises(E.EmitError, match=r"kernel module ninfer_compile\.kernels\.fam\.launch imports "
                                           r"ninfer_compile\.errors"):
-        E.emit_kernels(plan, [(_route(), None)])
+        E.emit_kernels(plan, [(_route(), None)], vendor=())
     assert not (plan / "kernels").exists()
     # relative escapes are caught too
     (pkg / "kernels" / "fam" / "launch.py").write_text("def go(x):\n    from ...errors import RouteError\n    return x\n")
     with pytest.raises(E.EmitError, match="imports ninfer_compile.errors"):
-        E.emit_kernels(plan, [(_route(), None)])
+        E.emit_kernels(plan, [(_route(), None)], vendor=())
     # the explicit vendor list copies them instead
     man = E.emit_kernels(plan, [(_route(), None)], vendor=("ninfer_compile.errors",))
     assert man["vendored"] == ["ninfer_compile.errors"]
@@ -125,20 +125,16 @@ def test_emit_refuses_imports_outside_kernels(tmp_path, monkeypatch):
 
 
 def test_emit_real_route_library_standalone(tmp_path):
-    """The real library's launchers emit and import with ninfer_compile blocked (using the
-    transitional vendor list while kernels still import ninfer_compile.errors)."""
+    """The real library's launchers emit and import with ninfer_compile blocked (its two leaf
+    dependencies, KERNEL_DEPENDENCIES, are vendored into the plan)."""
     from ninfer_compile.kernels.registry import get_route
 
     names = ["rmsnorm_rows", "bf16_tiled", "q4_small_t_mma", "embedding_rowsplit", "attention_decode_splitkv",
              "gdn_chunked_prefill", "conv1d_prefill", "kv_append_rows", "qk_norm_rope_fused", "gated_rmsnorm_rows"]
     launches = [(get_route(n), None) for n in names]
-    try:
-        E.emit_kernels(tmp_path, launches)
-        vendor = ()
-    except E.EmitError as exc:
-        assert "outside ninfer_compile.kernels" in str(exc)
-        vendor = E.KERNEL_DEPENDENCIES
-    man = E.emit_kernels(tmp_path, launches, vendor=vendor)
+    with pytest.raises(E.EmitError, match="outside ninfer_compile.kernels"):
+        E.emit_kernels(tmp_path, launches, vendor=())
+    man = E.emit_kernels(tmp_path, launches)
     import ast
 
     for p in (tmp_path / "kernels").rglob("*.py"):

@@ -34,11 +34,10 @@ from .epilogue import store_epilogue, store_partial
 # => (13 + 8 T) / 8 instructions per weight (T=1: 2.6, T=4: 5.6) versus ~5 T for the fp32 path.
 # ---------------------------------------------------------------------------------------------
 def _q4_gemv_asm_source(n_t: int) -> str:
-    # operands: $0..$(n_t-1) fp32 outputs, $n_t the word, $(n_t+1+t) the address of column t's
-    # 8 activations of this word (16-byte aligned: one ld.global.v4 = the 4 natural bf16 pairs)
+    # operands: $0..$(n_t-1) fp32 outputs, $n_t the word, $(n_t+1+4t+p) column t's natural bf16
+    # pair p (x[8w+2p], x[8w+2p+1]) of this word
     w = f"${n_t}"
-    lines = ["{", ".reg .b32 w4, p0, p1, p2, p3, m0, m1, m2, m3, q0, q1, q2, q3, a, lo, hi, one, k136, nz, "
-             "x0, x1, x2, x3;",
+    lines = ["{", ".reg .b32 w4, p0, p1, p2, p3, m0, m1, m2, m3, q0, q1, q2, q3, a, lo, hi, one, k136, nz;",
              "mov.b32 one, 0x3F803F80;", "mov.b32 k136, 0xC308C308;", "mov.b32 nz, 0x80008000;",
              f"shr.u32 w4, {w}, 4;"]
     for p in range(4):
@@ -48,10 +47,9 @@ def _q4_gemv_asm_source(n_t: int) -> str:
     for p in range(4):
         lines.append(f"fma.rn.bf16x2 q{p}, m{p}, one, k136;")
     for t in range(n_t):
-        lines.append(f"ld.global.nc.v4.b32 {{x0, x1, x2, x3}}, [${n_t + 1 + t}];")
         for p in range(4):
             acc = "nz" if p == 0 else "a"
-            lines.append(f"fma.rn.bf16x2 a, q{p}, x{p}, {acc};")
+            lines.append(f"fma.rn.bf16x2 a, q{p}, ${n_t + 1 + 4 * t + p}, {acc};")
         lines.append("shl.b32 lo, a, 16;")
         lines.append("and.b32 hi, a, 0xFFFF0000;")
         lines.append(f"add.f32 ${t}, lo, hi;")
@@ -62,19 +60,27 @@ def _q4_gemv_asm_source(n_t: int) -> str:
 Q4_GEMV_ASM1 = tl.constexpr(_q4_gemv_asm_source(1))
 Q4_GEMV_ASM2 = tl.constexpr(_q4_gemv_asm_source(2))
 Q4_GEMV_ASM4 = tl.constexpr(_q4_gemv_asm_source(4))
-_C1 = tl.constexpr("=f,r,l")
-_C2 = tl.constexpr("=f,=f,r,l,l")
-_C4 = tl.constexpr("=f,=f,=f,=f,r,l,l,l,l")
+_C1 = tl.constexpr("=f," + ",".join(["r"] * 5))
+_C2 = tl.constexpr("=f,=f," + ",".join(["r"] * 9))
+_C4 = tl.constexpr("=f,=f,=f,=f," + ",".join(["r"] * 17))
+# one 16-byte load of a word's 8 activations, as an elementwise asm over the [KW] word vector so
+# that it keeps the weight tile's (sliced) layout: no layout conversion, one load per thread and
+# word, shared by every row the thread holds
+X_LD_ASM = tl.constexpr("ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];")
 
 
 @triton.jit
-def _xaddr(x_ptr, t, sx, wc, T, shape):
-    """int64 address of column t's 8 activations of every word, [BN, KW]. Columns >= T read
-    column 0 and words past K read the last word (finite values; their products are discarded:
-    such columns are never stored, such words have code 0)."""
+def _xpairs(x_ptr, t, sx, wc, T, shape):
+    """Column t's 4 natural bf16 pairs of every word as int32, broadcast to [BN, KW]. Columns >= T
+    read column 0 and words past K read the last word (finite values; their products are
+    discarded: such columns are never stored, such words have code 0)."""
     tt = tl.where(t < T, t, 0)
     a = (x_ptr + tt * sx + wc * 8).to(tl.int64, bitcast=True)
-    return tl.broadcast_to(a[None, :], shape)
+    p0, p1, p2, p3 = tl.inline_asm_elementwise(X_LD_ASM, "=r,=r,=r,=r,l", [a],
+                                               dtype=(tl.int32, tl.int32, tl.int32, tl.int32),
+                                               is_pure=True, pack=1)
+    return (tl.broadcast_to(p0[None, :], shape), tl.broadcast_to(p1[None, :], shape),
+            tl.broadcast_to(p2[None, :], shape), tl.broadcast_to(p3[None, :], shape))
 
 
 @triton.jit
@@ -84,21 +90,23 @@ def _accumulate_q4_asm(acc0, acc1, acc2, acc3, x_ptr, base_ptr, scale_ptr, rows,
     w = tl.load(base_ptr + rows[:, None] * base_row + wi[None, :], mask=m, other=0)
     s = tl.load(scale_ptr + rows[:, None] * scale_row + (wi // 8)[None, :], mask=m, other=0.0).to(tl.float32)
     wc = tl.minimum(wi, K // 8 - 1)
+    a0, a1, a2, a3 = _xpairs(x_ptr, 0, sx, wc, T, w.shape)
     if BLOCK_T == 1:
-        o0 = tl.inline_asm_elementwise(Q4_GEMV_ASM1, _C1, [w, _xaddr(x_ptr, 0, sx, wc, T, w.shape)],
-                                       dtype=tl.float32, is_pure=True, pack=1)
+        o0 = tl.inline_asm_elementwise(Q4_GEMV_ASM1, _C1, [w, a0, a1, a2, a3], dtype=tl.float32,
+                                       is_pure=True, pack=1)
         acc0 += o0 * s
     elif BLOCK_T == 2:
-        o0, o1 = tl.inline_asm_elementwise(
-            Q4_GEMV_ASM2, _C2, [w, _xaddr(x_ptr, 0, sx, wc, T, w.shape), _xaddr(x_ptr, 1, sx, wc, T, w.shape)],
-            dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
+        b0, b1, b2, b3 = _xpairs(x_ptr, 1, sx, wc, T, w.shape)
+        o0, o1 = tl.inline_asm_elementwise(Q4_GEMV_ASM2, _C2, [w, a0, a1, a2, a3, b0, b1, b2, b3],
+                                           dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
         acc0 += o0 * s
         acc1 += o1 * s
     else:
+        b0, b1, b2, b3 = _xpairs(x_ptr, 1, sx, wc, T, w.shape)
+        c0, c1, c2, c3 = _xpairs(x_ptr, 2, sx, wc, T, w.shape)
+        d0, d1, d2, d3 = _xpairs(x_ptr, 3, sx, wc, T, w.shape)
         o0, o1, o2, o3 = tl.inline_asm_elementwise(
-            Q4_GEMV_ASM4, _C4,
-            [w, _xaddr(x_ptr, 0, sx, wc, T, w.shape), _xaddr(x_ptr, 1, sx, wc, T, w.shape),
-             _xaddr(x_ptr, 2, sx, wc, T, w.shape), _xaddr(x_ptr, 3, sx, wc, T, w.shape)],
+            Q4_GEMV_ASM4, _C4, [w, a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, d0, d1, d2, d3],
             dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
         acc0 += o0 * s
         acc1 += o1 * s
