@@ -566,7 +566,9 @@ def run(args) -> int:
     prov = {k: v for k, v in prov.items() if v is not None}
     header = (f"Route table for sm_{args.sm}, measured by `ninfer-compile tune` on {env.get('device')} ({date}).\n"
               f"Timing grid: {report.name}. Validate: ninfer-compile routes validate {out.name}")
-    text = X.render_table(args.sm, prov, groups + base_groups, header_comment=header)
+    from ..kernels.registry import default_registry
+
+    text = X.render_table(args.sm, prov, groups + base_groups, header_comment=header, registry=default_registry)
     try:
         table = X.write_table(out, text)
     except RouteError as exc:

@@ -224,21 +224,26 @@ def _flow(value: Any) -> str:
                           allow_unicode=True).strip().removesuffix("...").strip()
 
 
-def row_data(row: Row) -> dict:
+def row_data(row: Row, registry=None) -> dict:
+    """One table row. With `registry`, params are written fully resolved (defaults included), so
+    a later change of a route's defaults cannot silently change what a measured row means."""
     d: dict[str, Any] = {"t": [row.lo, "max" if row.hi is None else row.hi]}
     if row.candidate is None:
         d["unsupported"] = row.reason or "no route"
         return d
     d["route"] = row.candidate.route
-    if row.candidate.params:
-        d["params"] = row.candidate.params_dict
+    params = row.candidate.params_dict
+    if registry is not None:
+        params = registry.get_route(row.candidate.route).resolve_params(params)
+    if params:
+        d["params"] = params
     if row.evidence:
         d["evidence"] = {int(t): dict(v) for t, v in sorted(row.evidence.items())}
     return d
 
 
 def render_table(sm: int, provenance: Mapping[str, Any], groups: Sequence[Group],
-                 header_comment: str = "", miss: str = "error") -> str:
+                 header_comment: str = "", miss: str = "error", registry=None) -> str:
     lines = []
     for c in header_comment.splitlines():
         lines.append(f"# {c}".rstrip())
@@ -269,7 +274,7 @@ def render_table(sm: int, provenance: Mapping[str, Any], groups: Sequence[Group]
             lines.append(f"  - match: {_flow(dict(g.match))}")
             lines.append("    routes:")
             for r in g.rows:
-                lines.append(f"      - {_flow(row_data(r))}")
+                lines.append(f"      - {_flow(row_data(r, registry))}")
     return "\n".join(lines) + "\n"
 
 

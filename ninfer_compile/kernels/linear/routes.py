@@ -83,10 +83,7 @@ def _build() -> dict[str, Route]:
             tiled = _route(
                 "bf16_tiled", fmt, "mma:qlinear_mma_kernel",
                 RouteDomain(formats=(fmt,), min_t=1, max_t=None, epilogues=EPILOGUES),
-                # defaults sized for ~72 KB of shared memory at 3 stages: fits sm_86/89/120 (99 KB)
-                # as well as sm_90 (BLOCK_K 128 overflowed the H200's 227 KB with 3 stages)
                 {**_mma_params(False), "BLOCK_T": _p("BLOCK_T", (16, 32, 64, 128, 256), 64),
-                 "BLOCK_K": _p("BLOCK_K", (32, 64, 128, 256), 64),
                  "BLOCK_N": _p("BLOCK_N", (16, 32, 64, 128, 256), 128),
                  "num_warps": _p("num_warps", (2, 4, 8), 8),
                  "num_stages": _p("num_stages", (1, 2, 3, 4), 3)},
