@@ -1,0 +1,136 @@
+"""End-to-end speed of a compiled plan on one GPU (issue: runtime speed on the H200).
+
+Measures, in one run, against limits measured in the same run:
+- HBM read bandwidth (bf16 cuBLAS GEMV over rotated 34816x5120 weights: bytes read / time);
+- load time (upload / kernel load / CUDA-graph capture) and load-to-first-token;
+- prefill tok/s at each requested prompt length;
+- decode tok/s at each concurrency C with a `--context`-token prompt per sequence, and its
+  fraction of the weight-read roofline (plan weight bytes read per decode step / read bandwidth).
+
+    python bench/bench_e2e.py --plan P.plan --artifact A.ninfer --out DIR [--label bf16-kv]
+        [--prefill 1024,4096] [--context 4096] [--concurrency 1,2,4,8] [--decode-tokens 32]
+
+Writes DIR/e2e_<label>.json and .md with provenance (GPU, driver, torch, triton, date).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def read_bandwidth_gbs(torch, n: int = 34816, k: int = 5120, copies: int = 8) -> float:
+    """Practical HBM read bandwidth: bf16 cuBLAS GEMV over `copies` rotated weight matrices (cold:
+    together they are far larger than L2), bytes of W read / median time (GB/s). This is the
+    read roofline the decode step is compared with (a copy's read+write rate overstates it)."""
+    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    x = torch.randn(k, device="cuda", dtype=torch.bfloat16)
+    for w in ws:
+        torch.mv(w, x)
+    torch.cuda.synchronize()
+    times = []
+    for rep in range(5):
+        for w in ws:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            torch.mv(w, x)
+            e1.record()
+            torch.cuda.synchronize()
+            times.append(e0.elapsed_time(e1) / 1e3)
+    times.sort()
+    del ws
+    torch.cuda.empty_cache()
+    return n * k * 2 / times[len(times) // 2] / 1e9
+
+
+def provenance(torch) -> dict:
+    import triton
+
+    drv = "?"
+    try:
+        drv = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "gpu": torch.cuda.get_device_name(), "driver": drv, "torch": torch.__version__,
+            "triton": triton.__version__, "python": sys.version.split()[0]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--plan", type=Path, required=True)
+    ap.add_argument("--artifact", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--label", default="run")
+    ap.add_argument("--prefill", default="1024,4096")
+    ap.add_argument("--context", type=int, default=4096)
+    ap.add_argument("--concurrency", default="1,2,4,8")
+    ap.add_argument("--decode-tokens", type=int, default=32)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    import ninfer_runtime
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    prov = provenance(torch)
+    read_gbs = read_bandwidth_gbs(torch)
+    t0 = time.perf_counter()
+    eng = ninfer_runtime.load(args.plan, args.artifact, progress=False)
+    plan = json.loads((args.plan / "plan.json").read_text())
+    vocab = 1000  # random token ids below this are valid in any vocabulary we compile
+    first = eng.generate([1, 2, 3, 4], max_new_tokens=1, greedy=True, ignore_eos=True)
+    torch.cuda.synchronize()
+    load_to_first = time.perf_counter() - t0
+    res = {"provenance": prov, "label": args.label, "read_bandwidth_gbs": read_gbs,
+           "load_times_s": eng.load_times, "load_to_first_token_s": load_to_first,
+           "weights_bytes": plan.get("memory", {}).get("weights"), "options": plan.get("options"),
+           "prefill": {}, "decode": {}}
+    g = torch.Generator().manual_seed(0)
+
+    def prompt(n):
+        return torch.randint(5, vocab, (n,), generator=g).tolist()
+
+    for n in [int(x) for x in args.prefill.split(",") if x]:
+        eng.generate(prompt(n), max_new_tokens=1, greedy=True, ignore_eos=True)  # warm
+        eng.generate(prompt(n), max_new_tokens=1, greedy=True, ignore_eos=True)
+        st = eng.last_stats
+        res["prefill"][n] = {"tok_s": st["prefill_tokens"] / st["prefill_s"], "s": st["prefill_s"]}
+        print(f"prefill {n}: {res['prefill'][n]['tok_s']:.0f} tok/s", flush=True)
+    wbytes = res["weights_bytes"] or 0
+    for c in [int(x) for x in args.concurrency.split(",") if x]:
+        ps = [prompt(args.context) for _ in range(c)]
+        eng.generate(ps, max_new_tokens=4, greedy=True, ignore_eos=True, concurrency=c)  # warm
+        eng.generate(ps, max_new_tokens=args.decode_tokens, greedy=True, ignore_eos=True, concurrency=c)
+        st = eng.last_stats
+        tok_s = st["decode_tokens"] / st["decode_s"]
+        step_s = st["decode_s"] / max(1, st["decode_steps"])
+        roof = wbytes / (read_gbs * 1e9) if wbytes else float("nan")  # s per step, weights only
+        res["decode"][c] = {"tok_s": tok_s, "step_ms": step_s * 1e3, "roofline_step_ms": roof * 1e3,
+                            "fraction_of_roofline": roof / step_s if wbytes else None}
+        print(f"decode C={c}: {tok_s:.1f} tok/s, step {step_s*1e3:.2f} ms "
+              f"(roofline {roof*1e3:.2f} ms, {100*roof/step_s:.0f}%)", flush=True)
+    (args.out / f"e2e_{args.label}.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+    lines = [f"# End to end, {args.label}: {prov['gpu']}, {prov['date']}", "",
+             f"driver {prov['driver']}, torch {prov['torch']}, triton {prov['triton']}; read bandwidth "
+             f"{read_gbs:.0f} GB/s (bf16 cuBLAS GEMV, cold, same run); weights {wbytes/1e9:.2f} GB per decode step", "",
+             f"load: {json.dumps({k: round(v, 2) for k, v in eng.load_times.items()})}; "
+             f"load-to-first-token {load_to_first:.1f} s", "",
+             "| prefill T | tok/s |", "|---|---|"]
+    lines += [f"| {n} | {v['tok_s']:.0f} |" for n, v in res["prefill"].items()]
+    lines += ["", "| C | decode tok/s | step ms | roofline step ms | % of roofline |", "|---|---|---|---|---|"]
+    lines += [f"| {c} | {v['tok_s']:.1f} | {v['step_ms']:.2f} | {v['roofline_step_ms']:.2f} | "
+              f"{100 * (v['fraction_of_roofline'] or 0):.0f}% |" for c, v in res["decode"].items()]
+    (args.out / f"e2e_{args.label}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
