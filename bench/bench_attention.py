@@ -10,8 +10,6 @@ SDPA (flash backend, GQA, no gate) in the same run. Writes attention.json and at
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
@@ -19,9 +17,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from triton.testing import do_bench  # noqa: E402
 
-from bench_gdn import best, copy_bandwidth, env_info, timed  # noqa: E402
+from _common import copy_bandwidth, eager, env_info, out_dir, pick_best, timed, try_config, write_results  # noqa: E402
 from ninfer_compile.kernels.attention import launch  # noqa: E402
 from ninfer_compile.kernels.kv_cache.reference import quantize_g64  # noqa: E402
 
@@ -52,13 +49,8 @@ def bench_decode(ctx, C, int8, bw, res):
             ws = torch.empty(max(1, launch.decode_workspace_numel(C, HQ, D, ctx, split)), device="cuda")
             fn = lambda: launch.attention_decode(q, gate, kc, vc, pos, slots, out, workspace=ws,  # noqa: E731
                                                  k_scale=ks, v_scale=vs, split_tokens=split, block_n=bn)
-            try:
-                row["configs"][f"s{split}_n{bn}"] = timed(fn)
-            except Exception as exc:  # noqa: BLE001
-                row["configs"][f"s{split}_n{bn}"] = {"error": str(exc)[:200]}
-    ok = {k_: best(v_) for k_, v_ in row["configs"].items() if "eager_us" in v_}
-    row["best_config"] = min(ok, key=ok.get)
-    row["ours_us"] = ok[row["best_config"]]
+            try_config(row, f"s{split}_n{bn}", fn)
+    pick_best(row)
     res["decode"].append(row)
     print(f"decode ctx={ctx} C={C} {row['kv']}: ours {row['ours_us']:.1f} us ({row['best_config']}), "
           f"floor {row['floor_us']:.1f} us", flush=True)
@@ -75,13 +67,8 @@ def bench_prefill(T, int8, res):
     for bm, bn, nw in ((64, 32, 8), (64, 64, 8), (128, 32, 8), (32, 64, 4), (64, 32, 4)):
         fn = lambda: launch.attention_prefill(q, gate, kc, vc, pos, slots, out, k_scale=ks, v_scale=vs,  # noqa: E731
                                               block_m=bm, block_n=bn, num_warps=nw)
-        try:
-            row["configs"][f"m{bm}_n{bn}_w{nw}"] = {"eager_us": do_bench(fn, warmup=10, rep=40) * 1e3}
-        except Exception as exc:  # noqa: BLE001
-            row["configs"][f"m{bm}_n{bn}_w{nw}"] = {"error": str(exc)[:200]}
-    ok = {k_: v_["eager_us"] for k_, v_ in row["configs"].items() if "eager_us" in v_}
-    row["best_config"] = min(ok, key=ok.get)
-    row["ours_us"] = ok[row["best_config"]]
+        try_config(row, f"m{bm}_n{bn}_w{nw}", fn, measure=eager)
+    pick_best(row)
     flops = 4 * HQ * D * T * T / 2  # causal QK^T + PV
     row["ours_tflops"] = flops / (row["ours_us"] * 1e-6) / 1e12
     if not int8:
@@ -90,11 +77,11 @@ def bench_prefill(T, int8, res):
         vv = vc[0].transpose(0, 1)[None]
         try:
             fn = lambda: F.scaled_dot_product_attention(qs, kk, vv, is_causal=True, enable_gqa=True)  # noqa: E731
-            row["sdpa_us"] = do_bench(fn, warmup=10, rep=40) * 1e3
+            row["sdpa_us"] = eager(fn)["eager_us"]
         except Exception as exc:  # noqa: BLE001
             kr, vr = kk.repeat_interleave(HQ // HKV, 1), vv.repeat_interleave(HQ // HKV, 1)
             fn = lambda: F.scaled_dot_product_attention(qs, kr, vr, is_causal=True)  # noqa: E731
-            row["sdpa_us"] = do_bench(fn, warmup=10, rep=40) * 1e3
+            row["sdpa_us"] = eager(fn)["eager_us"]
             row["sdpa_note"] = f"enable_gqa failed ({type(exc).__name__}); K/V pre-expanded"
         ref = F.scaled_dot_product_attention(qs.float(), kk.repeat_interleave(6, 1).float(),
                                              vv.repeat_interleave(6, 1).float(), is_causal=True)
@@ -128,10 +115,7 @@ def markdown(res) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
+    out = out_dir(__doc__, argv)
     res = {"env": env_info(), "decode": [], "prefill": []}
     bw = copy_bandwidth()
     res["copy_bw_TBps"] = bw / 1e12
@@ -150,11 +134,7 @@ def main(argv=None) -> int:
                 except Exception as exc:  # noqa: BLE001
                     res["errors"].append(f"decode ctx={ctx} C={C} int8={int8}: {type(exc).__name__}: {str(exc)[:300]}")
     print("errors:", res["errors"], flush=True)
-    with open(os.path.join(args.out, "attention.json"), "w") as f:
-        json.dump(res, f, indent=1)
-    with open(os.path.join(args.out, "attention.md"), "w") as f:
-        f.write(markdown(res))
-    print(markdown(res))
+    write_results(out, "attention", res, markdown)
     return 0
 
 

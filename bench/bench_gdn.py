@@ -12,55 +12,18 @@ Writes gdn.json and gdn.md to --out.
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
 import math
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import torch  # noqa: E402
-import triton  # noqa: E402
-from triton.testing import do_bench, do_bench_cudagraph  # noqa: E402
 
+from _common import best, copy_bandwidth, env_info, out_dir, pick_best, timed, try_config, write_results  # noqa: E402
 from ninfer_compile.kernels.gdn import launch  # noqa: E402
 
 HK, HV, DK, DV = 16, 48, 128, 128
-
-
-def env_info() -> dict:
-    try:
-        drv = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20).stdout.strip()
-    except Exception:  # noqa: BLE001
-        drv = "unknown"
-    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "gpu": torch.cuda.get_device_name(), "driver": drv, "torch": torch.__version__,
-            "triton": triton.__version__}
-
-
-def copy_bandwidth() -> float:
-    """bytes read + written per second of a 1 GiB device-to-device copy."""
-    a = torch.empty(1 << 28, dtype=torch.float32, device="cuda")
-    b = torch.empty_like(a)
-    ms = do_bench(lambda: b.copy_(a), rep=200)
-    return 2 * a.numel() * 4 / (ms * 1e-3)
-
-
-def timed(fn) -> dict:
-    out = {"eager_us": do_bench(fn, warmup=10, rep=40) * 1e3}
-    try:
-        out["graph_us"] = do_bench_cudagraph(fn, rep=40) * 1e3
-    except Exception as exc:  # noqa: BLE001
-        out["graph_error"] = f"{type(exc).__name__}: {exc}"[:200]
-    return out
-
-
-def best(d: dict) -> float:
-    return d.get("graph_us", d["eager_us"])
 
 
 def fla_funcs():
@@ -94,13 +57,8 @@ def bench_decode(C, bw, fused_recurrent, res):
             st = state.clone()
             fn = lambda: launch.gated_delta_rule_decode(q, k, v, g, beta, st, pos, slots, o,  # noqa: E731
                                                         block_v=bv, num_warps=nw)
-            try:
-                row["configs"][f"bv{bv}_w{nw}"] = timed(fn)
-            except Exception as exc:  # noqa: BLE001
-                row["configs"][f"bv{bv}_w{nw}"] = {"error": str(exc)[:200]}
-    ok = {k_: best(v_) for k_, v_ in row["configs"].items() if "eager_us" in v_}
-    row["best_config"] = min(ok, key=ok.get)
-    row["ours_us"] = ok[row["best_config"]]
+            try_config(row, f"bv{bv}_w{nw}", fn)
+    pick_best(row)
     if fused_recurrent is not None:
         q4, k4, v4 = q[None].transpose(0, 1), k[None].transpose(0, 1), v[None].transpose(0, 1)  # [C,1,H,D]
         g4, b4 = g[:, None], beta[:, None]
@@ -134,13 +92,8 @@ def bench_prefill(T, bw, chunk, res):
     for bv in (16, 32, 64):
         st = state.clone()
         fn = lambda: launch.gated_delta_rule_chunked(q, k, v, g, beta, st, pos, slots, o, ws, block_v=bv)  # noqa: E731
-        try:
-            row["configs"][f"bv{bv}"] = timed(fn)
-        except Exception as exc:  # noqa: BLE001
-            row["configs"][f"bv{bv}"] = {"error": str(exc)[:200]}
-    ok = {k_: best(v_) for k_, v_ in row["configs"].items() if "eager_us" in v_}
-    row["best_config"] = min(ok, key=ok.get)
-    row["ours_us"] = ok[row["best_config"]]
+        try_config(row, f"bv{bv}", fn)
+    pick_best(row)
     if chunk is not None:
         st = state.clone()
 
@@ -188,10 +141,7 @@ def markdown(res) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
+    out = out_dir(__doc__, argv)
     fused_recurrent, chunk, err = fla_funcs()
     res = {"env": env_info(), "decode": [], "prefill": [], "fla_error": err}
     try:
@@ -214,11 +164,7 @@ def main(argv=None) -> int:
             res["errors"].append(f"prefill T={T}: {type(exc).__name__}: {str(exc)[:300]}")
     res["chunk_fallbacks"] = {str(k_): v_ for k_, v_ in launch._CHUNK_FOR.items()}
     print("errors:", res["errors"], "chunk fallbacks:", res["chunk_fallbacks"], flush=True)
-    with open(os.path.join(args.out, "gdn.json"), "w") as f:
-        json.dump(res, f, indent=1)
-    with open(os.path.join(args.out, "gdn.md"), "w") as f:
-        f.write(markdown(res))
-    print(markdown(res))
+    write_results(out, "gdn", res, markdown)
     return 0
 
 

@@ -216,7 +216,13 @@ def resource_bytes(name: str, *, token_count: int = 2) -> bytes:
     if leaf == "generation_config.json":
         obj = {"eos_token_id": eos, "do_sample": False}
     elif leaf == "tokenizer.json":
-        obj = {"version": "1.0", "synthetic": True, "model": {"type": "BPE", "vocab": {}, "merges": []}}
+        # a real (tiny) tokenizer that `tokenizers` loads: a byte-level word model over a few tokens
+        from tokenizers import Tokenizer, models, pre_tokenizers
+
+        vocab = {"<unk>": 0, "<|endoftext|>": 1, "<|im_start|>": 2, "<|im_end|>": 3, "synthetic": 4}
+        tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        return tok.to_str().encode() + b"\n"
     elif leaf == "tokenizer_config.json":
         obj = {"synthetic": True, "added_tokens_decoder": {}, "eos_token": None}
     elif leaf.endswith(".json"):

@@ -23,6 +23,9 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import CompileError
+# KV append and attention (the int8-g64 cache codec included) are the kernel families' fp32 references.
+from ..kernels.attention.reference import attention as b_attention
+from ..kernels.kv_cache.reference import kv_append as b_kv_append
 from .graph import Graph
 
 _TORCH_DTYPE = {"bf16": torch.float32, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32,
@@ -92,47 +95,6 @@ def b_rope(x, positions, rotary_dim, theta):
     x1, x2 = rot[..., :half], rot[..., half:]
     rot = rot * cos + torch.cat([-x2, x1], -1) * sin
     return torch.cat([rot, rest], -1)
-
-
-def _q64(x):
-    g = x.float().reshape(*x.shape[:-1], -1, 64)
-    s = (g.abs().amax(-1) / 127.0).to(torch.float16)
-    sf = s.float()
-    c = torch.where(sf[..., None] > 0, torch.round(g / sf[..., None].clamp_min(1e-30)), torch.zeros_like(g))
-    return c.clamp(-127, 127).to(torch.int8).reshape(x.shape), s
-
-
-def _dq64(c, s):
-    return (c.float().reshape(*c.shape[:-1], -1, 64) * s.float()[..., None]).reshape(c.shape)
-
-
-def b_kv_append(k, v, positions, slots, k_cache, v_cache, k_scale=None, v_scale=None, kv_dtype="bf16"):
-    kc, vc = k_cache.clone(), v_cache.clone()
-    ks = None if k_scale is None else k_scale.clone()
-    vs = None if v_scale is None else v_scale.clone()
-    for t in range(k.shape[0]):
-        s, p = int(slots[t]), int(positions[t])
-        if kc.dtype == torch.int8:
-            kc[s, p], ks[s, p] = _q64(k[t])
-            vc[s, p], vs[s, p] = _q64(v[t])
-        else:
-            kc[s, p], vc[s, p] = k[t].to(kc.dtype), v[t].to(vc.dtype)
-    return (kc, vc) if ks is None else (kc, vc, ks, vs)
-
-
-def b_attention(q, gate, k_cache, v_cache, positions, slots, scale, k_scale=None, v_scale=None, kv_dtype="bf16"):
-    T, Hq, D = q.shape
-    kf = k_cache.float() if k_scale is None else _dq64(k_cache, k_scale)
-    vf = v_cache.float() if v_scale is None else _dq64(v_cache, v_scale)
-    group = Hq // kf.shape[2]
-    out = torch.empty(T, Hq, D)
-    for t in range(T):
-        s, p = int(slots[t]), int(positions[t])
-        keys = kf[s, : p + 1].repeat_interleave(group, dim=1)  # [p+1, Hq, D]
-        vals = vf[s, : p + 1].repeat_interleave(group, dim=1)
-        sc = torch.einsum("hd,shd->hs", q[t].float(), keys) * scale
-        out[t] = torch.einsum("hs,shd->hd", torch.softmax(sc, -1), vals)
-    return (out * torch.sigmoid(gate.float())).reshape(T, Hq * D)
 
 
 def b_conv1d(x, weight, conv_state, positions, slots, activation="silu"):

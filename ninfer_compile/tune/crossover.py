@@ -22,7 +22,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import yaml
 
@@ -331,33 +331,29 @@ def write_table(path: Path, text: str, registry=None) -> Any:
     from ..routes.table import load_table
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+
+    def validate(tmp: str) -> Any:
         try:
-            table = load_table(tmp, registry)
+            return load_table(tmp, registry)
         except RouteError as exc:  # name the output, not the temp file
             raise RouteError(str(exc).replace(Path(tmp).name, path.name)) from None
-        os.replace(tmp, path)
-        table.path, table.name = path, path.name
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+
+    table = write_text_atomic(path, text, validate)
+    table.path, table.name = path, path.name
     return table
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str, check: Callable[[str], Any] | None = None) -> Any:
+    """Write `text` to a temp file beside `path`, run `check(temp_path)` on it (if given), then
+    os.replace it onto `path`; any failure removes the temp file and leaves `path` untouched.
+    Returns what `check` returned (None without one)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        result = check(tmp) if check is not None else None
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -365,3 +361,4 @@ def write_text_atomic(path: Path, text: str) -> None:
         except OSError:
             pass
         raise
+    return result

@@ -262,6 +262,17 @@ def _ref_call(route: Route, *args, **kwargs):
         return ref(*[mv(a) for a in args], **{k: mv(v) for k, v in kwargs.items()})
 
 
+def _columns(t: int, decode: bool, decode_pos: int, prefill_start: int):
+    """(slots used, positions, slots) of t columns: decode = t sequences of one column each at
+    position decode_pos (slot i = column i); prefill = one sequence's t consecutive columns from
+    prefill_start in slot 0."""
+    if decode:
+        return (t, torch.full((t,), decode_pos, dtype=torch.int32, device=_dev()),
+                torch.arange(t, dtype=torch.int32, device=_dev()))
+    return (1, torch.arange(prefill_start, prefill_start + t, dtype=torch.int32, device=_dev()),
+            torch.zeros(t, dtype=torch.int32, device=_dev()))
+
+
 def build_linear(case: MatchCase, t: int, ctx: int | None, copies: int | None, seed: int = 0) -> Bench:
     from ..kernels.linear.launch import workspace_numel
 
@@ -311,14 +322,9 @@ def build_attention(case: MatchCase, t: int, ctx: int | None, copies: int | None
     decode = case.match.get("phase") == "decode"
     ctx = int(ctx or 4096)
     gen = _gen(seed)
-    if decode:
-        slots_n, max_ctx = t, ctx
-        positions = torch.full((t,), ctx - 1, dtype=torch.int32, device=_dev())
-        slots = torch.arange(t, dtype=torch.int32, device=_dev())
-    else:  # one sequence: a prefix of ctx cached rows, then the chunk's t columns
-        slots_n, max_ctx = 1, ctx + t
-        positions = torch.arange(ctx, ctx + t, dtype=torch.int32, device=_dev())
-        slots = torch.zeros(t, dtype=torch.int32, device=_dev())
+    # prefill: one sequence, a prefix of ctx cached rows, then the chunk's t columns
+    slots_n, positions, slots = _columns(t, decode, ctx - 1, ctx)
+    max_ctx = ctx if decode else ctx + t
     shape = (slots_n, max_ctx, hkv, d)
 
     def cache():
@@ -376,14 +382,7 @@ def build_gated_delta_rule(case: MatchCase, t: int, ctx: int | None, copies: int
     _, hv, dv = sh["v"]
     decode = case.match.get("phase") == "decode"
     gen = _gen(seed)
-    if decode:
-        n_slots = t
-        positions = torch.full((t,), 100, dtype=torch.int32, device=_dev())
-        slots = torch.arange(t, dtype=torch.int32, device=_dev())
-    else:
-        n_slots = 1
-        positions = torch.arange(5, 5 + t, dtype=torch.int32, device=_dev())
-        slots = torch.zeros(t, dtype=torch.int32, device=_dev())
+    n_slots, positions, slots = _columns(t, decode, 100, 5)
     q = _randn((t, hk, dk), gen)
     k = _randn((t, hk, dk), gen)
     v = _randn((t, hv, dv), gen)
@@ -420,14 +419,7 @@ def build_conv1d(case: MatchCase, t: int, ctx: int | None, copies: int | None, s
     c, kk = int(m["n"]), int(m["k"])
     decode = m.get("phase") == "decode"
     gen = _gen(seed)
-    if decode:
-        n_slots = t
-        positions = torch.full((t,), 10, dtype=torch.int32, device=_dev())
-        slots = torch.arange(t, dtype=torch.int32, device=_dev())
-    else:
-        n_slots = 1
-        positions = torch.arange(3, 3 + t, dtype=torch.int32, device=_dev())
-        slots = torch.zeros(t, dtype=torch.int32, device=_dev())
+    n_slots, positions, slots = _columns(t, decode, 10, 3)
     x = _randn((t, c), gen)
     weight = _randn((kk, c), gen, 0.5)
     state0 = _randn((n_slots, kk - 1, c), gen)

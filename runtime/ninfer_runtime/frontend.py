@@ -64,7 +64,12 @@ class Frontend:
             try:
                 tok = Tokenizer.from_str(art.resource_bytes(TOKENIZER).decode("utf-8"))
             except Exception as exc:
-                raise FrontendError(f"artifact resource {TOKENIZER}: cannot load tokenizer: {exc}") from None
+                # token ids still work; text in or out fails later with this reason
+                import warnings
+
+                warnings.warn(f"artifact resource {TOKENIZER}: cannot load tokenizer ({exc}); "
+                              "only token ids can be used", stacklevel=2)
+                tok = None
         tmpl = art.resource_bytes(CHAT_TEMPLATE).decode("utf-8") if art.has_resource(CHAT_TEMPLATE) else None
         return cls(tok, tmpl, _json(art, TOKENIZER_CONFIG), stop_ids_from(_json(art, GENERATION_CONFIG)))
 

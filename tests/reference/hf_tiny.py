@@ -1,4 +1,4 @@
-"""Tiny HF Qwen3_5ForCausalLM models (bf16-exact random weights) for the reference tests."""
+"""Tiny HF Qwen3_5ForCausalLM models (bf16-exact random weights) for the reference and runtime tests."""
 
 from __future__ import annotations
 

@@ -5,20 +5,32 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
+
+import reference.hf_tiny as _tiny
 
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME = REPO / "runtime"
 PY = sys.executable
 
-TINY = dict(vocab_size=320, hidden_size=96, intermediate_size=160, num_hidden_layers=4,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_key_head_dim=16,
-            linear_value_head_dim=24, linear_num_key_heads=2, linear_num_value_heads=4,
-            linear_conv_kernel_dim=4, rms_norm_eps=1e-6)
-PROMPT = [5, 77, 301, 12, 9, 250, 64, 3, 199, 42, 128, 7]  # 12 tokens: two prefill chunks of 8
+# The reference tests' tiny model (tests/reference/hf_tiny.py; `tests/` is on sys.path, as for
+# `compile.support`) with 4 GDN V heads and an untied LM head.
+TINY_OVERRIDES = dict(linear_num_value_heads=4, tie_word_embeddings=False)
+TINY = {**_tiny.TINY, **TINY_OVERRIDES}
+PROMPT = _tiny.PROMPT  # 12 tokens: two prefill chunks of 8
+hf_logits = _tiny.hf_logits  # float32 logits [len(tokens), V] of the HF model (teacher forcing)
+
+
+# Python source for a `python -c` child: makes ninfer_compile (and its submodules) unimportable.
+BLOCK_NINFER_COMPILE = """import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "ninfer_compile" or name.startswith("ninfer_compile."):
+            raise ImportError("blocked: " + name)
+sys.meta_path.insert(0, Block())
+"""
 
 
 def _example():
@@ -31,36 +43,7 @@ def _example():
 def make_hf_checkpoint(out: Path, seed: int = 0, tokenizer: bool = True):
     """A tiny random Qwen3_5ForCausalLM (eval, eager attention, bf16-exact params) saved to `out`
     with a real byte-level BPE tokenizer, chat template and generation config. Returns the model."""
-    import torch
-    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
-
-    rot = int(TINY["head_dim"] * 0.25)
-    half = rot // 2
-    rope = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
-            "mrope_interleaved": True, "mrope_section": [half - 2 * (half // 4), half // 4, half // 4]}
-    cfg = Qwen3_5TextConfig(**TINY, rope_parameters=rope, attn_implementation="eager", tie_word_embeddings=False)
-    torch.manual_seed(seed)
-    model = Qwen3_5ForCausalLM(cfg).eval()
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("linear_attn.norm.weight"):
-                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
-            elif "norm" in name:
-                p.copy_(0.2 * torch.randn(p.shape, generator=g))
-            elif name.endswith("A_log"):
-                p.copy_(torch.empty(p.shape).uniform_(0.5, 4.0, generator=g).log())
-            elif name.endswith("dt_bias"):
-                p.copy_(0.5 * torch.randn(p.shape, generator=g))
-            elif name.endswith("conv1d.weight"):
-                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]))
-            elif name.endswith("embed_tokens.weight"):
-                p.copy_(torch.randn(p.shape, generator=g))
-            elif name.endswith(("o_proj.weight", "out_proj.weight", "down_proj.weight")):
-                p.copy_(0.25 * torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]))
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]))
-            p.copy_(p.to(torch.bfloat16).to(torch.float32))
+    model = _tiny.make_hf_model(seed, **TINY_OVERRIDES)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     if tokenizer:
@@ -117,14 +100,6 @@ def compile_plan(artifact: Path, out: Path, *, table: Path | None = None, chunk:
     write_plan(out, c.manifest, c.memory_txt, extra_files=c.kernel_files)
     assert (out / "kernels" / "manifest.json").is_file()
     return out
-
-
-def hf_logits(model, tokens: list[int]):
-    """float32 logits [len(tokens), V] of the HF model (teacher forcing)."""
-    import torch
-
-    with torch.no_grad():
-        return model(torch.tensor([tokens])).logits[0].float()
 
 
 def check_tokens_against(logits_fn, prompt: list[int], generated: list[int], tie: float = 0.02) -> list[str]:

@@ -14,6 +14,8 @@ import pytest
 from ninfer_compile.codegen import emit as E
 from ninfer_compile.kernels.registry import ParamSpec, Route, RouteDomain
 
+from . import support as S
+
 
 def _fake_tree(root: Path, launch_src: str) -> Path:
     pkg = root / "ninfer_compile"
@@ -144,12 +146,7 @@ def test_emit_real_route_library_standalone(tmp_path):
             elif isinstance(node, ast.Import):
                 assert not any(a.name.startswith("ninfer_compile") for a in node.names), p
     code = f"""
-import importlib, importlib.abc, importlib.util, sys
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "ninfer_compile" or name.startswith("ninfer_compile."):
-            raise ImportError("blocked: " + name)
-sys.meta_path.insert(0, Block())
+{S.BLOCK_NINFER_COMPILE}import importlib, importlib.util
 kdir = {str(tmp_path / "kernels")!r}
 spec = importlib.util.spec_from_file_location("plan_k", kdir + "/__init__.py", submodule_search_locations=[kdir])
 m = importlib.util.module_from_spec(spec); sys.modules["plan_k"] = m; spec.loader.exec_module(m)

@@ -169,13 +169,7 @@ def test_runtime_never_imports_ninfer_compile(bf16):
     ninfer_compile made unimportable."""
     art, plan = bf16
     code = f"""
-import importlib.abc, sys
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "ninfer_compile" or name.startswith("ninfer_compile."):
-            raise ImportError("blocked: " + name)
-sys.meta_path.insert(0, Block())
-import ninfer_runtime, ninfer_runtime.cli, ninfer_runtime.executor, ninfer_runtime.graphs
+{S.BLOCK_NINFER_COMPILE}import ninfer_runtime, ninfer_runtime.cli, ninfer_runtime.executor, ninfer_runtime.graphs
 import ninfer_runtime.sampling, ninfer_runtime.frontend, ninfer_runtime.generate, ninfer_runtime.artifact_view
 eng = ninfer_runtime.load({str(plan)!r}, {str(art)!r}, progress=False)
 r = eng.generate([5, 77, 301], 2, ignore_eos=True)

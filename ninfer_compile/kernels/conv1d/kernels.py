@@ -45,6 +45,20 @@ def _lagged(x_ptr, state_ptr, t, s, p, n_prev, d, cols, cmask, stride_xt, stride
 
 
 @triton.jit
+def _roll_state(x_ptr, state_ptr, t, s, p, n_prev, cols, cmask, stride_xt, stride_ss, stride_sk,
+                K: tl.constexpr, KP: tl.constexpr):
+    """Write slot s's new state as of column t: row i holds the input at lag K-2-i (row K-2 =
+    column t), read through `_lagged` before any row is overwritten."""
+    i = tl.arange(0, KP)
+    dn = K - 2 - i
+    rmask = (i < K - 1)[:, None] & cmask[None, :]
+    nv = _lagged(x_ptr, state_ptr, t, s, p, n_prev, dn, cols, cmask, stride_xt, stride_ss, stride_sk, K)
+    tl.debug_barrier()
+    tl.store(state_ptr + s * stride_ss + i[:, None] * stride_sk + cols[None, :],
+             nv.to(state_ptr.dtype.element_ty), mask=rmask)
+
+
+@triton.jit
 def conv1d_kernel(
     x_ptr, w_ptr, state_ptr, out_ptr, pos_ptr, slots_ptr,
     C, stride_xt, stride_ot, stride_ss, stride_sk,
@@ -67,14 +81,7 @@ def conv1d_kernel(
     y = acc / (1.0 + tl.exp(-acc))
     tl.store(out_ptr + t * stride_ot + cols, y.to(out_ptr.dtype.element_ty), mask=cmask)
     if FUSE_STATE:
-        # New state row i holds the input at lag K-2-i (row K-2 = this column).
-        i = tl.arange(0, KP)
-        dn = K - 2 - i
-        rmask = (i < K - 1)[:, None] & cmask[None, :]
-        nv = _lagged(x_ptr, state_ptr, t, s, p, n_prev, dn, cols, cmask, stride_xt, stride_ss, stride_sk, K)
-        tl.debug_barrier()
-        tl.store(state_ptr + s * stride_ss + i[:, None] * stride_sk + cols[None, :],
-                 nv.to(state_ptr.dtype.element_ty), mask=rmask)
+        _roll_state(x_ptr, state_ptr, t, s, p, n_prev, cols, cmask, stride_xt, stride_ss, stride_sk, K, KP)
 
 
 @triton.jit
@@ -93,10 +100,4 @@ def conv1d_state_kernel(
     if is_end:
         p = tl.load(pos_ptr + t)
         n_prev = _n_prev(slots_ptr, t, s, K)
-        i = tl.arange(0, KP)
-        dn = K - 2 - i
-        rmask = (i < K - 1)[:, None] & cmask[None, :]
-        nv = _lagged(x_ptr, state_ptr, t, s, p, n_prev, dn, cols, cmask, stride_xt, stride_ss, stride_sk, K)
-        tl.debug_barrier()
-        tl.store(state_ptr + s * stride_ss + i[:, None] * stride_sk + cols[None, :],
-                 nv.to(state_ptr.dtype.element_ty), mask=rmask)
+        _roll_state(x_ptr, state_ptr, t, s, p, n_prev, cols, cmask, stride_xt, stride_ss, stride_sk, K, KP)
