@@ -113,5 +113,5 @@ def test_shipped_table_selects_other_families(sm):
     for fam, match in DECODE_ONLY:
         for t in (1, 4, 16, 64):
             assert table.select(fam, t, match).route.domain.max_t == 64
-        with pytest.raises(UnsupportedRange, match="at most 64 columns"):
+        with pytest.raises(UnsupportedRange, match="at T=65: the table marks T 65..max unsupported"):
             table.select(fam, 65, match)
