@@ -4,7 +4,8 @@ Decode: one recurrent step of a 27B GDN layer (Hk=16, Hv=48, Dk=Dv=128, fp32 sta
 C = 1, 2, 4, 8 concurrent sequences, cold state (rotated over copies > 3x L2, as in production);
 floor = state bytes read + written / measured copy bandwidth.
 Prefill: chunked, one sequence of T = 1024, 4096; floor = (q,k,v,g,beta in + o out + state r/w)
-bytes / copy bandwidth. fla (`fused_recurrent_gated_delta_rule`, `chunk_gated_delta_rule`) runs
+bytes / copy bandwidth. Both prefill routes are timed: gdn_chunked_prefill ("ours") and
+gdn_chunked_prefill_fast ("fast", launch_fast; block_v x num_warps x num_stages sweep). fla (`fused_recurrent_gated_delta_rule`, `chunk_gated_delta_rule`) runs
 in the same process on the same inputs (its output is also compared with ours).
 Writes gdn.json and gdn.md to --out.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -22,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 
 from _common import best, copy_bandwidth, env_info, out_dir, pick_best, timed, try_config, write_results  # noqa: E402
-from ninfer_compile.kernels.gdn import launch  # noqa: E402
+from ninfer_compile.kernels.gdn import launch, launch_fast  # noqa: E402
 
 HK, HV, DK, DV = 16, 48, 128, 128
 
@@ -109,6 +111,29 @@ def bench_prefill(T, bw, chunk, res):
         fn = lambda: launch.gated_delta_rule_chunked(q, k, v, g, beta, st, pos, slots, o, ws, block_v=bv)  # noqa: E731
         try_config(row, f"bv{bv}", fn)
     pick_best(row)
+    # route gdn_chunked_prefill_fast: its own workspace size (launch_fast.chunked_workspace_numel)
+    ws_fast = torch.empty(launch_fast.chunked_workspace_numel(T, HV, DK, DV), device="cuda")
+    fast = {"configs": {}}
+    for bv in (32, 64):
+        for nw in (4, 8):
+            for ns in (1, 2, 3):
+                st = state.clone()
+                fn = lambda bv=bv, nw=nw, ns=ns, st=st: launch_fast.gated_delta_rule_chunked_fast(  # noqa: E731
+                    q, k, v, g, beta, st, pos, slots, o, ws_fast, block_v=bv, num_warps=nw, num_stages=ns)
+                try_config(fast, f"bv{bv}_w{nw}_s{ns}", fn)
+    try:
+        pick_best(fast)
+        row["fast_configs"], row["fast_best_config"], row["fast_us"] = fast["configs"], fast["best_config"], fast["ours_us"]
+        s1, s2 = state.clone(), state.clone()
+        o1 = torch.empty_like(o)
+        launch.gated_delta_rule_chunked(q, k, v, g, beta, s1, pos, slots, o1, ws)
+        bv_, nw_, ns_ = (int(x) for x in re.fullmatch(r"bv(\d+)_w(\d+)_s(\d+)", fast["best_config"]).groups())
+        launch_fast.gated_delta_rule_chunked_fast(q, k, v, g, beta, s2, pos, slots, o, ws_fast, block_v=bv_,
+                                                  num_warps=nw_, num_stages=ns_)
+        row["max_abs_diff_o_fast_vs_ours"] = (o.float() - o1.float()).abs().max().item()
+        row["max_abs_diff_state_fast_vs_ours"] = (s2 - s1).abs().max().item()
+    except ValueError:  # no fast config ran
+        row["fast_configs"] = fast["configs"]
     if chunk is not None:
         st = state.clone()
 
@@ -123,8 +148,9 @@ def bench_prefill(T, bw, chunk, res):
         row["max_abs_diff_o_vs_fla"] = (of[0].float() - o.float()).abs().max().item()
         row["max_abs_diff_state_vs_fla"] = (sf.float() - s1).abs().max().item()
     res["prefill"].append(row)
-    print(f"prefill T={T}: ours {row['ours_us']:.1f} us ({row['best_config']}), floor {row['floor_us']:.1f} us, "
-          f"fla {row.get('fla_us', float('nan')):.1f} us", flush=True)
+    print(f"prefill T={T}: ours {row['ours_us']:.1f} us ({row['best_config']}), fast {row.get('fast_us', float('nan')):.1f} us "
+          f"({row.get('fast_best_config')}), floor {row['floor_us']:.1f} us, fla {row.get('fla_us', float('nan')):.1f} us",
+          flush=True)
 
 
 def markdown(res) -> str:
@@ -141,11 +167,15 @@ def markdown(res) -> str:
                      f"{r['floor_us']:.2f} | {r['ours_us'] / r['floor_us']:.2f}x | "
                      f"{r.get('max_abs_diff_o_vs_fla', float('nan')):.2e} |")
     lines += ["", "## Chunked prefill (one sequence)", "",
-              "| T | ours µs | config | fla µs | IO floor µs | ours/fla | max|Δo| vs fla |", "|---|---|---|---|---|---|---|"]
+              "| T | ours µs | config | fast µs | fast config | fla µs | IO floor µs | ours/fla | fast/fla | "
+              "max|Δo| vs fla | max|Δo| fast vs ours |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["prefill"]:
         fla = r.get("fla_us", float("nan"))
-        lines.append(f"| {r['T']} | {r['ours_us']:.1f} | {r['best_config']} | {fla:.1f} | {r['floor_us']:.1f} | "
-                     f"{r['ours_us'] / fla:.2f}x | {r.get('max_abs_diff_o_vs_fla', float('nan')):.2e} |")
+        fast = r.get("fast_us", float("nan"))
+        lines.append(f"| {r['T']} | {r['ours_us']:.1f} | {r['best_config']} | {fast:.1f} | {r.get('fast_best_config')} | "
+                     f"{fla:.1f} | {r['floor_us']:.1f} | {r['ours_us'] / fla:.2f}x | {fast / fla:.2f}x | "
+                     f"{r.get('max_abs_diff_o_vs_fla', float('nan')):.2e} | "
+                     f"{r.get('max_abs_diff_o_fast_vs_ours', float('nan')):.2e} |")
     if res.get("chunk_fallbacks"):
         lines += ["", f"chunk size fallbacks (shared memory): {res['chunk_fallbacks']}"]
     for err in res.get("errors", []):

@@ -177,6 +177,7 @@ def run(args) -> int:
     m = compiled.memory
     print(f"wrote {out_dir}: {len(compiled.graphs)} extents, "
           f"{sum(len(x['launches']) for x in compiled.manifest['extents'].values())} launches, "
-          f"needs {m.total} bytes (weights {m.weights}, KV {m.kv}, state {m.state}, workspace {m.workspace})",
+          f"needs {m.total} bytes (weights {m.weights}, KV {m.kv}, state {m.state}, workspace {m.workspace}"
+          f"{f', route workspaces {m.route_workspace}' if m.route_workspace else ''})",
           file=sys.stderr)
     return 0

@@ -4,7 +4,13 @@
 - K: KV cache of every attention layer (text + MTP), all slots, `max_context` positions
   (bf16: 2 B/value; int8: 1 B/value + one fp16 scale per 64 values);
 - S: GDN conv state [slots, kernel-1, C] bf16 and recurrent state [slots, Hv, Dk, Dv] fp32;
-- A: the activation arena = max over extents of each extent's high-water mark.
+- A: the activation arena = max over extents of each extent's high-water mark;
+- R: route workspaces — the runtime allocates one float32 buffer per extent, sized for the largest
+  need among that extent's launches; counted here (sum over extents of each extent's max) for
+  the linear family, whose routes declare their size through
+  `kernels.linear.routes.linear_workspace_numel` (split-K partials, the `<f>_dequant_gemm`
+  routes' bf16 W_hat + swiglu scratch). Other families' workspaces (split-KV decode attention,
+  chunked GDN, sampling) are not counted yet.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import CompileError
+from ..errors import CompileError, RouteError
 from ..ir.graph import Graph
 
 GIB = 1 << 30
@@ -32,17 +38,21 @@ class MemoryReport:
     weight_objects: int
     state_buffers: dict[str, dict[str, Any]] = field(default_factory=dict)
     arena_by_extent: dict[str, int] = field(default_factory=dict)
+    route_workspace: int = 0
+    route_workspace_by_extent: dict[str, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv + self.state + self.workspace
+        return self.weights + self.kv + self.state + self.workspace + self.route_workspace
 
     def to_dict(self) -> dict[str, Any]:
         return {"weights_bytes": self.weights, "kv_bytes": self.kv, "state_bytes": self.state,
                 "workspace_bytes": self.workspace, "total_bytes": self.total,
                 "kv_bytes_per_token": self.kv_bytes_per_token, "slots": self.slots,
                 "max_context": self.max_context, "kv_dtype": self.kv_dtype,
-                "weight_objects": self.weight_objects, "arena_by_extent": dict(sorted(self.arena_by_extent.items()))}
+                "weight_objects": self.weight_objects, "arena_by_extent": dict(sorted(self.arena_by_extent.items())),
+                "route_workspace_bytes": self.route_workspace,
+                "route_workspace_by_extent": dict(sorted(self.route_workspace_by_extent.items()))}
 
 
 def _object_bytes(name: str, objects: Mapping[str, Any] | None, spec) -> int:
@@ -68,6 +78,27 @@ def state_buffers(graphs: list[Graph]) -> dict[str, dict[str, Any]]:
     return dict(sorted(out.items()))
 
 
+def route_workspace_bytes(g: Graph) -> int:
+    """Bytes of the float32 workspace the runtime allocates for extent `g`: the max over its routed
+    linear ops of `linear_workspace_numel(route, T, N, K, epilogue, params)` x 4."""
+    need = 0
+    for op in g.ops():
+        if op.kind != "linear" or op.route is None:
+            continue
+        from ..kernels.linear.routes import linear_workspace_numel
+
+        x = g.tensors[op.inputs["x"]]
+        w = g.tensors[op.inputs["weight"]]
+        n, k = int(w.shape[0]), int(w.shape[1])
+        try:
+            numel = linear_workspace_numel(op.route.route, int(x.shape[0]), n, k,
+                                           op.attrs.get("epilogue", "none"), op.route.params)
+        except RouteError:  # a linear route the hook does not know: not counted
+            continue
+        need = max(need, int(numel) * 4)
+    return need
+
+
 def memory_report(graphs: list[Graph], objects: Mapping[str, Any] | None, spec, *, slots: int,
                   max_context: int, kv_dtype: str) -> MemoryReport:
     used: set[str] = set()
@@ -81,9 +112,12 @@ def memory_report(graphs: list[Graph], objects: Mapping[str, Any] | None, spec, 
     st = sum(b["bytes"] for b in bufs.values() if b["kind"] == "gdn")
     arenas = {g.extent.name: int(g.meta.get("memory", {}).get("arena_bytes", 0)) for g in graphs}
     per_token = kv // max(1, slots * max_context)
+    rws = {g.extent.name: route_workspace_bytes(g) for g in graphs}
+    rws = {k: v for k, v in rws.items() if v}
     return MemoryReport(weights=weights, kv=kv, state=st, workspace=max(arenas.values(), default=0),
                         kv_bytes_per_token=per_token, slots=slots, max_context=max_context, kv_dtype=kv_dtype,
-                        weight_objects=len(used), state_buffers=bufs, arena_by_extent=arenas)
+                        weight_objects=len(used), state_buffers=bufs, arena_by_extent=arenas,
+                        route_workspace=sum(rws.values()), route_workspace_by_extent=rws)
 
 
 def check_budget(report: MemoryReport, budget_gib: float | None) -> None:
@@ -95,7 +129,8 @@ def check_budget(report: MemoryReport, budget_gib: float | None) -> None:
     if report.total > budget:
         raise CompileError(
             f"needs {report.total} bytes (weights {report.weights}, KV {report.kv}, state {report.state}, "
-            f"workspace {report.workspace}), budget {budget} ({budget_gib:g} GiB) for {report.slots} slot(s) x "
+            f"workspace {report.workspace}"
+            f"{f', route workspaces {report.route_workspace}' if report.route_workspace else ''}), budget {budget} ({budget_gib:g} GiB) for {report.slots} slot(s) x "
             f"{report.max_context} context, KV {report.kv_dtype}")
 
 
@@ -110,6 +145,7 @@ def report_text(r: MemoryReport, budget_gib: float | None = None) -> str:
         f"KV cache  K {_h(r.kv)}  ({r.kv_bytes_per_token:,d} B/token, all attention layers)",
         f"state     S {_h(r.state)}  (GDN conv + recurrent, {r.slots} slot(s))",
         f"workspace A {_h(r.workspace)}  (activation arena, max over extents)",
+        f"route ws  R {_h(r.route_workspace)}  (route workspaces: linear split-K / dequant-GEMM, per extent)",
         f"total       {_h(r.total)}",
     ]
     if budget_gib is not None:
@@ -118,6 +154,11 @@ def report_text(r: MemoryReport, budget_gib: float | None = None) -> str:
     lines.append("arena by extent:")
     for name, n in sorted(r.arena_by_extent.items()):
         lines.append(f"  {name:<24} {n:>14,d} B")
+    if r.route_workspace_by_extent:
+        lines.append("")
+        lines.append("route workspace by extent (float32 buffer, max over the extent's launches):")
+        for name, n in sorted(r.route_workspace_by_extent.items()):
+            lines.append(f"  {name:<24} {n:>14,d} B")
     lines.append("")
     lines.append("persistent buffers (slot-major):")
     for name, b in r.state_buffers.items():

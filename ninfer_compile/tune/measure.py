@@ -91,6 +91,9 @@ def param_candidates(route: Route, t: int, quick: bool) -> list[dict]:
                      {"BLOCK_T": bt, "BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 4}]
             if name.startswith("q4_"):
                 cands.append({"BLOCK_T": bt, "USE_ASM": False})
+        elif name.endswith("_dequant_gemm"):
+            cands = [{}, {"BLOCK_N": 32, "BLOCK_K": 512}, {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8},
+                     {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 2}]
         elif name.endswith("_wide_mma"):
             bt = _clamp(_pow2(t), 32, 128)
             cands = [{"BLOCK_T": bt}, {"BLOCK_T": bt, "BLOCK_N": 64},
@@ -274,7 +277,7 @@ def _columns(t: int, decode: bool, decode_pos: int, prefill_start: int):
 
 
 def build_linear(case: MatchCase, t: int, ctx: int | None, copies: int | None, seed: int = 0) -> Bench:
-    from ..kernels.linear.launch import workspace_numel
+    from ..kernels.linear.launch import linear_workspace_numel
 
     m = case.match
     fmt, n, k, epi = m["format"], int(m["n"]), int(m["k"]), m.get("epilogue", "none")
@@ -289,16 +292,15 @@ def build_linear(case: MatchCase, t: int, ctx: int | None, copies: int | None, s
     out = torch.empty(t, n_out, dtype=torch.bfloat16, device=_dev())
     work = {"ws": torch.empty(1, dtype=torch.float32, device=_dev())}
 
-    def workspace(params):
-        split = int(params.get("SPLIT_K", 1))
-        need = max(1, workspace_numel(t, n_out, epi, split))
+    def workspace(route, params):
+        need = max(1, linear_workspace_numel(route.name, t, n, k, epi, route.resolve_params(params)))
         if work["ws"].numel() < need:
             work["ws"] = torch.empty(need, dtype=torch.float32, device=_dev())
         return work["ws"]
 
     def make(route, params, i):
         fn = route.load_launcher()
-        ws = workspace(params)
+        ws = workspace(route, params)
         args = dict(x=x, weight=ws_[i], out=out, epilogue=epi, residual=res, workspace=ws)
         return lambda: call_launcher(fn, args, params)
 
@@ -375,7 +377,7 @@ def build_attention(case: MatchCase, t: int, ctx: int | None, copies: int | None
 
 def build_gated_delta_rule(case: MatchCase, t: int, ctx: int | None, copies: int | None,
                            seed: int = 0) -> Bench:
-    from ..kernels.gdn.launch import chunked_workspace_numel
+    from ..kernels.gdn import launch as gdn_launch
 
     sh = case.shapes
     _, hk, dk = sh["q"]
@@ -393,14 +395,21 @@ def build_gated_delta_rule(case: MatchCase, t: int, ctx: int | None, copies: int
     nc = n_copies(per // 2) if copies is None else copies
     states = [state0.clone() for _ in range(nc)]
     o = torch.empty(t, hv, dv, dtype=torch.bfloat16, device=_dev())
-    ws = None if decode else torch.empty(chunked_workspace_numel(t, hv, dk, dv), dtype=torch.float32,
-                                         device=_dev())
+    wss: dict[int, torch.Tensor] = {}
+
+    def workspace(fn):
+        # sized like the runtime does: the chunked_workspace_numel of the launcher's own module
+        numel = getattr(inspect.getmodule(fn), "chunked_workspace_numel", gdn_launch.chunked_workspace_numel)
+        need = max(1, int(numel(t, hv, dk, dv)))
+        if need not in wss:
+            wss[need] = torch.empty(need, dtype=torch.float32, device=_dev())
+        return wss[need]
 
     def make(route, params, i):
         fn = route.load_launcher()
         a = dict(q=q, k=k, v=v, g=g, beta=beta, state=states[i], positions=positions, slots=slots, o=o)
         if "decode" not in route.name:
-            a["workspace"] = ws
+            a["workspace"] = None if decode else workspace(fn)
         return lambda: call_launcher(fn, a, params)
 
     def check(route, params):

@@ -2,7 +2,9 @@
 
 An `ExtentRunner` turns the plan's launch entries into bound Python callables once (tensors
 resolved: weights on the device, arena views, per-slot state, per-step input buffers; params and
-attributes matched to the launcher's signature; workspaces preallocated), then `run(n)` calls them
+attributes matched to the launcher's signature; workspaces preallocated: one float32 buffer per
+extent, the max over its launches of the route module's sizing hook — for linear,
+`linear_workspace_numel(route, T, N, K, epilogue, params)` when the emitted module exports it), then `run(n)` calls them
 in order. `n` < the extent's T narrows every per-column value to its first n rows (a prefill tail
 chunk; the same memory, so no copy) — the route's declared T domain is checked for n.
 
@@ -167,10 +169,15 @@ class ExtentRunner:
         t = self.t
         try:
             if kind == "linear":
-                split = int(p.get("SPLIT_K", 1))
+                epi = (L.get("attrs") or {}).get("epilogue", "none")
                 out = self.tensors_spec[L["outs"]["out"]["buffer"]]
-                return int(mod.workspace_numel(int(out["shape"][0]), int(out["shape"][1]),
-                                               (L.get("attrs") or {}).get("epilogue", "none"), split))
+                hook = getattr(mod, "linear_workspace_numel", None)
+                if hook is not None:  # route-aware: (route, T, weight rows N, K, epilogue, params)
+                    w = self._resolve(L["args"]["weight"], None)
+                    n, k = (int(w.n), int(w.k)) if hasattr(w, "n") else (int(w.shape[0]), int(w.shape[1]))
+                    return int(hook(L["route"], int(out["shape"][0]), n, k, epi, p))
+                split = int(p.get("SPLIT_K", 1))  # kernels emitted before the hook existed
+                return int(mod.workspace_numel(int(out["shape"][0]), int(out["shape"][1]), epi, split))
             if kind == "attention":
                 if not hasattr(mod, "decode_workspace_numel") or "split_tokens" not in _params_of(fn):
                     return 0

@@ -33,3 +33,19 @@ register(Route(
     doc="one sequence per launch, any T; chunk 64 UT transform (chunk-parallel) + sequential state passing; "
         "float32 workspace chunked_workspace_numel(T, Hv, Dk, Dv)",
 ))
+register(Route(
+    name="gdn_chunked_prefill_fast", family="gated_delta_rule",
+    domain=RouteDomain(extra={"phase": ("prefill",)}),
+    params={
+        "chunk": ParamSpec("chunk", (64,), 64, "chunk length (four 16-row blocks)"),
+        "block_v": ParamSpec("block_v", (32, 64), 64, "Dv columns per state / output program"),
+        "num_warps": ParamSpec("num_warps", (4, 8), 4, "warps of the state and output kernels"),
+        "num_stages": ParamSpec("num_stages", (1, 2, 3), 2, "software pipelining of the state / output loads"),
+    },
+    reference=f"{_M}.reference:gated_delta_rule", launcher=f"{_M}.launch_fast:gated_delta_rule_chunked_fast",
+    kernels=(f"{_M}.kernels_fast:gdn_fast_prep_kernel", f"{_M}.kernels_fast:gdn_fast_state_kernel",
+             f"{_M}.kernels_fast:gdn_fast_out_kernel"),
+    doc="one sequence per launch, any T; chunk 64 WY/UT prep (blocked 16x16 inverse, chunk-parallel) + "
+        "bf16 tensor-core state passing (heads x Dv blocks) storing per-chunk states + chunk-parallel output; "
+        "float32 workspace launch_fast.chunked_workspace_numel(T, Hv, Dk, Dv)",
+))

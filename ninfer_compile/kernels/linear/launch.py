@@ -8,6 +8,11 @@ allocate device memory and return None.
 - x: bf16 [T, K] (unit stride along K); weight: QuantWeight (row-split planes, maybe a row view)
   or bf16 [N, K]; out: bf16 [T, N_out] (N_out = N/2 for swiglu, else N); residual: [T, N_out]
   (may alias out); workspace: fp32 with >= `workspace_numel(...)` elements when SPLIT_K > 1.
+- `linear_workspace_numel(route, T, N, K, epilogue, params)` (from routes.py, re-exported): the
+  family's route-aware sizing hook (float32 elements; N = weight rows). The runtime calls it on the
+  launcher's module, the compiler's memory report on routes.py. The `<f>_dequant_gemm` routes'
+  launchers live in `dequant_gemm.py` (which re-exports the same hook); `launch(...)` forwards
+  them there.
 - T outside the route's declared domain, a format / epilogue the route does not declare, an
   undeclared param value, or mismatched shapes raise `RouteError` naming the route.
 """
@@ -23,10 +28,13 @@ from ...errors import RouteError
 from .epilogue import EPI_CODES, splitk_reduce_kernel
 from .gemv import qlinear_gemv_kernel
 from .mma import qlinear_mma_kernel
-from .routes import LINEAR_ROUTES
+from .routes import LINEAR_ROUTES, linear_workspace_numel
 from .weights import FORMAT_BITS, QuantWeight, as_linear_weight
 
-__all__ = ["launch", "workspace_numel", "asm_supported"] + sorted(LINEAR_ROUTES)
+# routes whose launcher lives in another module of this family (e.g. dequant_gemm.py)
+_HERE = __name__.rpartition(".")[2]
+_LOCAL = tuple(n for n, r in LINEAR_ROUTES.items() if r.launcher.partition(":")[0].rpartition(".")[2] == _HERE)
+__all__ = ["launch", "workspace_numel", "linear_workspace_numel", "asm_supported"] + sorted(_LOCAL)
 
 _FMT_CODE = {"Q4G64_F16S": 4, "Q5G64_F16S": 5, "Q6G64_F16S": 6, "W8G32_F16S": 8, "BF16": 16}
 _ASM_CACHE: dict = {}
@@ -72,6 +80,11 @@ def launch(route_name: str, x, weight, out, *, epilogue: str = "none", residual=
     route = LINEAR_ROUTES.get(route_name)
     if route is None:
         raise RouteError(f"unknown linear route {route_name!r}")
+    if route_name not in _LOCAL:
+        from .dequant_gemm import launch_dequant_gemm
+
+        return launch_dequant_gemm(route_name, x, weight, out, epilogue=epilogue, residual=residual,
+                                   workspace=workspace, params=params)
     dom = route.domain
     fmt, n, k = as_linear_weight(weight)
     if fmt not in dom.formats:
@@ -185,5 +198,5 @@ def _make(name):
     return launcher
 
 
-for _name in LINEAR_ROUTES:
+for _name in _LOCAL:
     globals()[_name] = _make(_name)

@@ -7,6 +7,11 @@ Per weight format three schedules, each with its own declared domain:
                       optional split-K; `USE_ASM` packed bf16x2 lop3/prmt dequant (Q4, sm_90).
 - `<f>_wide_mma`      T >= 1 (prefill chunks, no upper bound: the grid tiles T), BLOCK_T 64..256,
                       pipelined (num_stages).
+- `<f>_dequant_gemm`   T >= 1 (prefill; quantized formats only): a Triton kernel expands the planes
+                      once into a bf16 W_hat in the caller's workspace, then a cuBLAS GEMM
+                      (`torch.mm` / `addmm` into the preallocated out) + swiglu epilogue kernel.
+                      Launchers: `ninfer_compile.kernels.linear.dequant_gemm:<route name>`; workspace
+                      `dequant_gemm.linear_workspace_numel(route, T, N, K, epilogue)` float32 elems.
 `<f>` in q4, q5, q6, w8 (row-split planes read in place) and bf16 (`bf16_gemv`, `bf16_tiled`:
 GDN a/b projections and bf16-recipe artifacts). Every route supports the epilogues none /
 swiglu / residual. Launchers: `ninfer_compile.kernels.linear.launch:<route name>`.
@@ -14,6 +19,7 @@ swiglu / residual. Launchers: `ninfer_compile.kernels.linear.launch:<route name>
 
 from __future__ import annotations
 
+from ...errors import RouteError
 from ..registry import ParamSpec, Route, RouteDomain, default_registry
 
 EPILOGUES = ("none", "swiglu", "residual")
@@ -64,10 +70,24 @@ def _mma_params(wide: bool):
     }
 
 
-def _route(name, fmt, kernel, domain, params, doc):
+def _dequant_gemm_params():
+    return {
+        "BLOCK_N": _p("BLOCK_N", (16, 32, 64, 128), 64, "weight rows per dequant program"),
+        "BLOCK_K": _p("BLOCK_K", (64, 128, 256, 512), 256, "K lanes per dequant program"),
+        "num_warps": _p("num_warps", (2, 4, 8), 4, "warps of the dequant kernel"),
+    }
+
+
+# min_t 1, not 16: the runtime narrows a prefill extent's launches to a short tail chunk (any
+# n <= T columns) without re-selecting routes, so a prefill route must accept every T >= 1. It
+# is slow (not wrong) at small T; the tuner only picks it where it wins.
+DEQUANT_GEMM_MIN_T = 1
+
+
+def _route(name, fmt, kernel, domain, params, doc, launcher_mod="launch"):
     return Route(
         name=name, family="linear", domain=domain, params=params, reference=REFERENCE,
-        launcher=f"{_MOD}.launch:{name}", kernels=(f"{_MOD}.{kernel}",), doc=doc,
+        launcher=f"{_MOD}.{launcher_mod}:{name}", kernels=(f"{_MOD}.{kernel}",), doc=doc,
     )
 
 
@@ -98,13 +118,62 @@ def _build() -> dict[str, Route]:
             f"{prefix}_wide_mma", fmt, "mma:qlinear_mma_kernel",
             RouteDomain(formats=(fmt,), min_t=1, max_t=None, epilogues=EPILOGUES), _mma_params(True),
             f"{fmt} wide-T prefill schedule (large BLOCK_T, tl.dot, pipelined)")
+        dg = _route(
+            f"{prefix}_dequant_gemm", fmt, "dequant_gemm:dequant_weight_kernel",
+            RouteDomain(formats=(fmt,), min_t=DEQUANT_GEMM_MIN_T, max_t=None, epilogues=EPILOGUES),
+            _dequant_gemm_params(),
+            f"{fmt} prefill: dequantize once to a bf16 workspace W_hat [N, K_pad], then cuBLAS GEMM "
+            f"(+ swiglu epilogue kernel); float32 workspace linear_workspace_numel(route, T, N, K, epilogue)",
+            launcher_mod="dequant_gemm")
         routes[small.name] = small
         routes[wide.name] = wide
+        routes[dg.name] = dg
     return routes
 
 
 LINEAR_ROUTES: dict[str, Route] = _build()
 
+# --------------------------------------------------------------------------------------------
+# Workspace sizing (pure arithmetic, importable without torch / triton: the compiler's memory
+# report calls it; launch.py and dequant_gemm.py re-export it for the runtime).
+# --------------------------------------------------------------------------------------------
+ROW_ALIGN = 128   # row-split K padding: a dequantized W_hat row is k_pad = round_up(K, 128) long
+WS_ALIGN = 128    # bf16 elements (256 bytes): where the swiglu scratch starts in the workspace
+
+
+def dequant_gemm_layout(t: int, n: int, k: int, epilogue: str) -> tuple[int, int, int, int]:
+    """bf16 layout of a `<f>_dequant_gemm` workspace: (k_pad, y offset, y elements, total elements).
+    W_hat [n, k_pad] at 0; the swiglu scratch y [t, n] at the next 256-byte boundary."""
+    k_pad = (int(k) + ROW_ALIGN - 1) // ROW_ALIGN * ROW_ALIGN
+    w_elems = int(n) * k_pad
+    y_off = (w_elems + WS_ALIGN - 1) // WS_ALIGN * WS_ALIGN
+    y_elems = int(t) * int(n) if epilogue == "swiglu" else 0
+    return k_pad, y_off, y_elems, (y_off + y_elems if y_elems else w_elems)
+
+
+def linear_workspace_numel(route: str, t: int, n: int, k: int, epilogue: str = "none", params=None) -> int:
+    """float32 elements of the workspace linear route `route` needs for x [t, k] and a weight of n
+    rows (all rows: 2 x N_out for swiglu), with `params` (defaults overlaid). 0 = none.
+    - `<f>_dequant_gemm`: bf16 W_hat [n, k_pad] (+ bf16 y [t, n] for swiglu), see dequant_gemm.py;
+    - others: the split-K partials [SPLIT_K, t, N_out (x2 for swiglu)] when SPLIT_K > 1."""
+    r = LINEAR_ROUTES.get(route)
+    if r is None:  # the low-register GEMV routes (routes_lowreg.py): split-K partials only
+        from .routes_lowreg import LOWREG_ROUTES
+        r = LOWREG_ROUTES.get(route)
+    if r is None:
+        raise RouteError(f"unknown linear route {route!r}")
+    if route.endswith("_dequant_gemm"):
+        total = dequant_gemm_layout(t, n, k, epilogue)[3]
+        return (total + 1) // 2
+    split = int(r.resolve_params({kk: v for kk, v in dict(params or {}).items() if kk in r.params}).get("SPLIT_K", 1))
+    if split <= 1:
+        return 0
+    n_out = int(n) // 2 if epilogue == "swiglu" else int(n)
+    return split * int(t) * n_out * (2 if epilogue == "swiglu" else 1)
+
 for _r in LINEAR_ROUTES.values():
     if default_registry._routes.get(_r.name) is not _r:  # idempotent on re-import
         default_registry.register(_r)
+
+# low-register / packed decode-GEMV routes (own launcher module gemv_lowreg.py); registers them
+from . import routes_lowreg  # noqa: E402,F401

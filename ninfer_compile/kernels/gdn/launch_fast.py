@@ -1,0 +1,98 @@
+"""Launcher of the fast Gated DeltaNet chunked prefill (route gdn_chunked_prefill_fast).
+
+gated_delta_rule_chunked_fast  same operands and domain as launch.gated_delta_rule_chunked (ONE
+                               sequence per launch: all T columns belong to slot slots[0] with
+                               consecutive positions from positions[0]; any T; position 0 starts
+                               from a zero state), three kernels (kernels_fast.py):
+                               prep (chunk-parallel WY/UT), state (sequential over chunks,
+                               parallel over heads x Dv blocks), output (chunk-parallel).
+Needs a float32 workspace of chunked_workspace_numel(T, Hv, Dk, Dv) elements (this module's: the
+runtime sizes a route's workspace with the function of the launcher's own module).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+
+from ninfer_compile.errors import RouteError
+
+from .kernels_fast import gdn_fast_out_kernel, gdn_fast_prep_kernel, gdn_fast_state_kernel
+from .launch import L2_EPS, _check_core
+
+CHUNK = 64
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _sections(T: int, Hv: int, Dk: int, Dv: int) -> tuple[int, int, int, int]:
+    """float32-element sizes of the workspace sections: gc, rk f32 [Hv, T], W bf16 [Hv, T, Dk],
+    U/V' bf16 [Hv, T, Dv], H bf16 [Hv, n_chunks, Dk, Dv] (bf16 sections rounded up to whole floats)."""
+    nt = triton.cdiv(T, CHUNK)
+    half = lambda n: (n + 1) // 2  # noqa: E731
+    return 2 * T * Hv, half(Hv * T * Dk), half(Hv * T * Dv), half(Hv * nt * Dk * Dv)
+
+
+def chunked_workspace_numel(T: int, Hv: int, Dk: int, Dv: int) -> int:
+    """float32 elements of the workspace of gated_delta_rule_chunked_fast."""
+    return sum(_sections(T, Hv, Dk, Dv))
+
+
+def gated_delta_rule_chunked_fast(q, k, v, g, beta, state, positions, slots, o, workspace,
+                                  chunk: int = CHUNK, block_v: int = 64, num_warps: int = 4,
+                                  num_stages: int = 2) -> None:
+    """Chunked (chunk 64) prefill of one sequence (slot slots[0]), any T.
+
+    q, k: [T, Hk, Dk] (raw; L2 norm fused), v: [T, Hv, Dv], g, beta: [T, Hv] f32 contiguous,
+    state: [slots, Hv, Dk, Dv] f32 (slot slots[0] updated in place), o: [T, Hv, Dv],
+    workspace: contiguous float32 with >= chunked_workspace_numel(T, Hv, Dk, Dv) elements (scratch).
+    block_v: Dv columns per state / output program; num_warps, num_stages: those two kernels'.
+    """
+    T, Hk, Dk, Hv, Dv = _check_core("gated_delta_rule_chunked_fast", q, k, v, g, beta, state, positions, slots, o)
+    if chunk != CHUNK:
+        raise RouteError(f"gated_delta_rule_chunked_fast: chunk={chunk} unsupported (only {CHUNK})")
+    if block_v not in (16, 32, 64, 128):
+        raise RouteError(f"gated_delta_rule_chunked_fast: block_v={block_v} not in 16/32/64/128")
+    need = chunked_workspace_numel(T, Hv, Dk, Dv)
+    if workspace is None or workspace.dtype != torch.float32 or workspace.numel() < need \
+            or not workspace.is_contiguous():
+        raise RouteError(f"gated_delta_rule_chunked_fast: workspace must be contiguous float32 with >= {need} "
+                         f"elements")
+    if T == 0:
+        return
+    n_gc, n_w, n_u, n_h = _sections(T, Hv, Dk, Dv)
+    flat = workspace.view(-1)
+    gc_ws = flat[:T * Hv]
+    rk_ws = flat[T * Hv: n_gc]
+    w_ws = flat[n_gc: n_gc + n_w].view(torch.bfloat16)
+    u_ws = flat[n_gc + n_w: n_gc + n_w + n_u].view(torch.bfloat16)
+    h_ws = flat[n_gc + n_w + n_u: n_gc + n_w + n_u + n_h].view(torch.bfloat16)
+    nt = triton.cdiv(T, CHUNK)
+    rep = Hv // Hk
+    bk = max(16, triton.next_power_of_2(Dk))
+    bvf = max(16, triton.next_power_of_2(Dv))
+    bv = min(block_v, bvf)
+    f32 = _interpreting()
+    gdn_fast_prep_kernel[(nt, Hv)](
+        k, v, g, beta, gc_ws, rk_ws, w_ws, u_ws,
+        T, Hv, rep, Dk, Dv, L2_EPS,
+        k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        BK=bk, BVF=bvf, PRECISION="ieee" if f32 else "tf32", F32=f32, num_warps=4, num_stages=1,
+    )
+    gdn_fast_state_kernel[(Hv, triton.cdiv(Dv, bv))](
+        k, gc_ws, rk_ws, w_ws, u_ws, h_ws, state, positions, slots,
+        T, nt, Hv, rep, Dk, Dv,
+        k.stride(0), k.stride(1), state.stride(0), state.stride(1),
+        BK=bk, BV=bv, F32=f32, NUM_STAGES=num_stages, num_warps=num_warps,
+    )
+    gdn_fast_out_kernel[(triton.cdiv(Dv, bv), nt, Hv)](
+        q, k, gc_ws, rk_ws, u_ws, h_ws, o,
+        T, nt, Hv, rep, Dk, Dv, 1.0 / math.sqrt(Dk), L2_EPS,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), o.stride(0), o.stride(1),
+        BK=bk, BV=bv, F32=f32, num_warps=num_warps, num_stages=num_stages,
+    )

@@ -1,0 +1,513 @@
+"""Low-register decode GEMV (T <= 4) for the row-split Q4 / Q5 / Q6 planes: routes
+`q4_gemv_lowreg`, `q5_gemv_packed`, `q6_gemv_packed` (registered in `routes_lowreg.py`).
+
+Work unit = one 16-byte chunk (4 words = 32 lanes = half a G64 group) of one row. The weight tile
+is [BLOCK_N, KC] chunks (KC = BLOCK_K / 32); every thread owns whole chunks, so
+- weights are read by one 16-byte load per chunk (`ld.global.nc.L1::no_allocate.v4`);
+- the chunk's activations for every column t < T are 4 x 16-byte loads per column, kept as 16
+  packed bf16x2 registers per column and shared by every row the thread holds;
+- one asm instance per (row, chunk) dequantizes the 4 words with prmt / lop3 (magic-number bf16x2,
+  no I2F) and returns, per column, the chunk's unscaled dot product in fp32;
+- the group scale is applied once per chunk and column (`acc_t += o_t * s`), into a [BLOCK_N, KC]
+  fp32 accumulator: one register per (row, column) per thread (the q4_gemv asm path keeps
+  [BLOCK_N, KW] = 4x more, and broadcasts x per word).
+KC is reduced once after the loop; split-K / epilogues reuse `epilogue.py`.
+
+Q5 / Q6 high bits are merged into the nibble bytes before the prmt (so the per-pair lop3 is the
+same single instruction as for Q4, with a 5- / 6-bit mask and the bit-(b-1) flip that makes the
+code offset binary):
+- Q5 (one high word per chunk, byte j = the 8 high bits of word j): Y_j = byte j of H spread so
+  that byte p bits 4,5 = high bits of lanes 2p, 2p+1 (two prmt of H<<4 / H<<2 and H / H>>2 + one
+  select); A = select(w, Y, 0x10101010), B = select(w >> 4, Y >> 1, 0x10101010).
+- Q6 (two high words per chunk, 16 bits per word, 2 per lane): X_j = prmt(H<<4, H) puts lane
+  pair p's 4 bits at bits 4..7 of byte p; A = select(w, X, 0x30303030),
+  B = select(w >> 4, X >> 2, 0x30303030).
+Then pair p = prmt(A, B) (lane 2p in half 0, lane 2p+1 in half 1), (pair & mask) ^ magic = bf16x2
+(128 + 2^(b-1) + q), one fma.rn.bf16x2 subtracts the bias exactly, and CHAIN words of products
+are accumulated in bf16x2 (4 * CHAIN products per half) before widening to fp32.
+
+USE_ASM=False (and always under the Triton interpreter) runs a plain-Triton fp32 equivalent with
+the same tiling, chunk scales and accumulator shape.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ...errors import RouteError
+from .dequant import magic_f32
+from .epilogue import EPI_CODES, splitk_reduce_kernel, store_epilogue, store_partial
+from .launch import _FMT_CODE, _check_2d, asm_supported, interpreting, workspace_numel
+from .weights import QuantWeight, as_linear_weight
+
+_BIAS = {4: "0xC308C308", 5: "0xC310C310", 6: "0xC320C320"}     # bf16x2 -136 / -144 / -160
+_MASK = {4: "0x000F000F", 5: "0x001F001F", 6: "0x003F003F"}
+_MAGIC = {4: "0x43084308", 5: "0x43104310", 6: "0x43204320"}    # 128.0 | flip of bit (b-1)
+_SEL = "0xD8"   # lop3 select: c ? b : a
+
+
+def chunk_asm_source(fmt: int, n_t: int, chain: int) -> str:
+    """PTX of one (row, chunk) instance. Operands: $0..$(n_t-1) fp32 outputs; then the 4 words;
+    then the high words (Q5: 1, Q6: 2); then column t's 16 bf16x2 x pairs (word j, pair p at
+    16 t + 4 j + p)."""
+    nh = {4: 0, 5: 1, 6: 2}[fmt]
+    iw = n_t
+    ih = n_t + 4
+    ix = n_t + 4 + nh
+    regs = ["w4", "A", "B", "pp", "q0", "q1", "q2", "q3", "lo", "hi", "one", "kb", "nz"]
+    regs += [f"a{t}" for t in range(n_t)]
+    if fmt == 5:
+        regs += ["h0", "h1", "h2", "h3", "ya", "yb", "y", "y1"]
+    if fmt == 6:
+        regs += ["s0", "s1", "x", "x2"]
+    lines = ["{", f".reg .b32 {', '.join(regs)};", "mov.b32 one, 0x3F803F80;",
+             f"mov.b32 kb, {_BIAS[fmt]};", "mov.b32 nz, 0x80008000;"]
+    if fmt == 5:
+        h = f"${ih}"
+        lines += [f"shl.b32 h0, {h}, 4;", f"shl.b32 h1, {h}, 2;", f"mov.b32 h2, {h};", f"shr.u32 h3, {h}, 2;"]
+    if fmt == 6:
+        lines += [f"shl.b32 s0, ${ih}, 4;", f"shl.b32 s1, ${ih + 1}, 4;"]
+    for j in range(4):
+        w = f"${iw + j}"
+        lines.append(f"shr.u32 w4, {w}, 4;")
+        if fmt == 4:
+            a, b = w, "w4"
+        elif fmt == 5:
+            lines.append(f"prmt.b32 ya, h0, h1, 0x{j:x}{j:x}{4 + j:x}{j:x};")    # b0 <- h0.j, b1 <- h1.j
+            lines.append(f"prmt.b32 yb, h2, h3, 0x{4 + j:x}{j:x}{4 + j:x}{j:x};")  # b2 <- h2.j, b3 <- h3.j
+            lines.append("lop3.b32 y, ya, yb, 0xFFFF0000, " + _SEL + ";")
+            lines.append("shr.u32 y1, y, 1;")
+            lines.append(f"lop3.b32 A, {w}, y, 0x10101010, {_SEL};")
+            lines.append(f"lop3.b32 B, w4, y1, 0x10101010, {_SEL};")
+            a, b = "A", "B"
+        else:
+            hh = j % 2
+            src_s = "s0" if j < 2 else "s1"
+            src_h = f"${ih + j // 2}"
+            sel = ((4 + 2 * hh + 1) << 12) | ((2 * hh + 1) << 8) | ((4 + 2 * hh) << 4) | (2 * hh)
+            lines.append(f"prmt.b32 x, {src_s}, {src_h}, 0x{sel:04x};")
+            lines.append("shr.u32 x2, x, 2;")
+            lines.append(f"lop3.b32 A, {w}, x, 0x30303030, {_SEL};")
+            lines.append(f"lop3.b32 B, w4, x2, 0x30303030, {_SEL};")
+            a, b = "A", "B"
+        for p in range(4):
+            lines.append(f"prmt.b32 pp, {a}, {b}, 0x{4 + p}{4 + p}{p}{p};")
+            lines.append(f"lop3.b32 pp, pp, {_MASK[fmt]}, {_MAGIC[fmt]}, 0x6A;")
+            lines.append(f"fma.rn.bf16x2 q{p}, pp, one, kb;")
+        first_in_chain = j % chain == 0
+        last_in_chain = j % chain == chain - 1 or j == 3
+        for t in range(n_t):
+            for p in range(4):
+                acc = "nz" if (first_in_chain and p == 0) else f"a{t}"
+                lines.append(f"fma.rn.bf16x2 a{t}, q{p}, ${ix + 16 * t + 4 * j + p}, {acc};")
+            if last_in_chain:
+                lines.append(f"shl.b32 lo, a{t}, 16;")
+                lines.append(f"and.b32 hi, a{t}, 0xFFFF0000;")
+                if j < chain:   # first chain of the chunk
+                    lines.append(f"add.f32 ${t}, lo, hi;")
+                else:
+                    lines.append(f"add.f32 ${t}, ${t}, lo;")
+                    lines.append(f"add.f32 ${t}, ${t}, hi;")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _constraints(fmt: int, n_t: int) -> str:
+    nh = {4: 0, 5: 1, 6: 2}[fmt]
+    return ",".join(["=f"] * n_t + ["r"] * (4 + nh + 16 * n_t))
+
+
+# (fmt, BLOCK_T, CHAIN) -> asm text / constraints, as constexprs chosen inside the kernel
+_A = {(f, t, c): tl.constexpr(chunk_asm_source(f, t, c)) for f in (4, 5, 6) for t in (1, 2, 4) for c in (1, 2, 4)}
+_C = {(f, t): tl.constexpr(_constraints(f, t)) for f in (4, 5, 6) for t in (1, 2, 4)}
+# a few names the jit can reference as globals
+for (_f, _t, _c), _v in _A.items():
+    globals()[f"ASM_{_f}_{_t}_{_c}"] = _v
+for (_f, _t), _v in _C.items():
+    globals()[f"CON_{_f}_{_t}"] = _v
+
+W_LD_ASM = tl.constexpr("ld.global.nc.L1::no_allocate.v4.b32 {$0, $1, $2, $3}, [$4];")
+X_LD_ASM = tl.constexpr("ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];")
+
+
+@triton.jit
+def _ld4(addr, ASM: tl.constexpr):
+    return tl.inline_asm_elementwise(ASM, "=r,=r,=r,=r,l", [addr.to(tl.int64, bitcast=True)],
+                                     dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+
+
+@triton.jit
+def _xcol(x_ptr, t, sx, cg, K, T, shape):
+    """Column t's 16 bf16x2 pairs of every chunk (4 x 16-byte loads), broadcast to `shape`.
+    Columns >= T read column 0; words past K read the row's last word (finite; their codes are 0)."""
+    tt = tl.where(t < T, t, 0)
+    kw_last = K // 8 - 1
+    row = x_ptr + tt * sx
+    a0, a1, a2, a3 = _ld4(row + tl.minimum(cg * 4 + 0, kw_last) * 8, X_LD_ASM)
+    b0, b1, b2, b3 = _ld4(row + tl.minimum(cg * 4 + 1, kw_last) * 8, X_LD_ASM)
+    c0, c1, c2, c3 = _ld4(row + tl.minimum(cg * 4 + 2, kw_last) * 8, X_LD_ASM)
+    d0, d1, d2, d3 = _ld4(row + tl.minimum(cg * 4 + 3, kw_last) * 8, X_LD_ASM)
+    return (tl.broadcast_to(a0[None, :], shape), tl.broadcast_to(a1[None, :], shape),
+            tl.broadcast_to(a2[None, :], shape), tl.broadcast_to(a3[None, :], shape),
+            tl.broadcast_to(b0[None, :], shape), tl.broadcast_to(b1[None, :], shape),
+            tl.broadcast_to(b2[None, :], shape), tl.broadcast_to(b3[None, :], shape),
+            tl.broadcast_to(c0[None, :], shape), tl.broadcast_to(c1[None, :], shape),
+            tl.broadcast_to(c2[None, :], shape), tl.broadcast_to(c3[None, :], shape),
+            tl.broadcast_to(d0[None, :], shape), tl.broadcast_to(d1[None, :], shape),
+            tl.broadcast_to(d2[None, :], shape), tl.broadcast_to(d3[None, :], shape))
+
+
+@triton.jit
+def _chunk_asm(w0, w1, w2, w3, h0, h1, xa, xb, xc, xd, FMT: tl.constexpr, BLOCK_T: tl.constexpr,
+               CHAIN: tl.constexpr):
+    """Unscaled fp32 chunk dot products for BLOCK_T (1, 2, 4) columns (xa..xd: 16-tuples)."""
+    if FMT == 4:
+        hw = ()
+    elif FMT == 5:
+        hw = (h0,)
+    else:
+        hw = (h0, h1)
+    if BLOCK_T == 1:
+        if FMT == 4:
+            if CHAIN == 1:
+                r = tl.inline_asm_elementwise(ASM_4_1_1, CON_4_1, (w0, w1, w2, w3) + hw + xa, dtype=tl.float32, is_pure=True, pack=1)
+            elif CHAIN == 2:
+                r = tl.inline_asm_elementwise(ASM_4_1_2, CON_4_1, (w0, w1, w2, w3) + hw + xa, dtype=tl.float32, is_pure=True, pack=1)
+            else:
+                r = tl.inline_asm_elementwise(ASM_4_1_4, CON_4_1, (w0, w1, w2, w3) + hw + xa, dtype=tl.float32, is_pure=True, pack=1)
+        elif FMT == 5:
+            if CHAIN == 1:
+                r = tl.inline_asm_elementwise(ASM_5_1_1, CON_5_1, (w0, w1, w2, w3) + hw + xa, dtype=tl.float32, is_pure=True, pack=1)
+            elif CHAIN == 2:
+                r = tl.inline_asm_elementwise(ASM_5_1_2, CON_5_1, (w0, w1, w2, w3) + hw + xa, dtype=tl.float32, is_pure=True, pack=1)
+            else:
+                r = tl.inline_asm_elementwise(ASM_5_1_4, CON_5_1, (w0, w1, w2, w3) + hw + xa, dtype=tl.float32, is_pure=True, pack=1)
+        else:
+            if CHAIN == 1:
+                r = tl.inline_asm_elementwise(ASM_6_1_1, CON_6_1, (w0, w1, w2, w3) + hw + xa, dtype=tl.float32, is_pure=True, pack=1)
+            elif CHAIN == 2:
+                r = tl.inline_asm_elementwise(ASM_6_1_2, CON_6_1, (w0, w1, w2, w3) + hw + xa, dtype=tl.float32, is_pure=True, pack=1)
+            else:
+                r = tl.inline_asm_elementwise(ASM_6_1_4, CON_6_1, (w0, w1, w2, w3) + hw + xa, dtype=tl.float32, is_pure=True, pack=1)
+        o0 = r
+        o1 = r
+        o2 = r
+        o3 = r
+    elif BLOCK_T == 2:
+        args = (w0, w1, w2, w3) + hw + xa + xb
+        if FMT == 4:
+            if CHAIN == 1:
+                o0, o1 = tl.inline_asm_elementwise(ASM_4_2_1, CON_4_2, args, dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
+            elif CHAIN == 2:
+                o0, o1 = tl.inline_asm_elementwise(ASM_4_2_2, CON_4_2, args, dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
+            else:
+                o0, o1 = tl.inline_asm_elementwise(ASM_4_2_4, CON_4_2, args, dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
+        elif FMT == 5:
+            if CHAIN == 1:
+                o0, o1 = tl.inline_asm_elementwise(ASM_5_2_1, CON_5_2, args, dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
+            elif CHAIN == 2:
+                o0, o1 = tl.inline_asm_elementwise(ASM_5_2_2, CON_5_2, args, dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
+            else:
+                o0, o1 = tl.inline_asm_elementwise(ASM_5_2_4, CON_5_2, args, dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
+        else:
+            if CHAIN == 1:
+                o0, o1 = tl.inline_asm_elementwise(ASM_6_2_1, CON_6_2, args, dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
+            elif CHAIN == 2:
+                o0, o1 = tl.inline_asm_elementwise(ASM_6_2_2, CON_6_2, args, dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
+            else:
+                o0, o1 = tl.inline_asm_elementwise(ASM_6_2_4, CON_6_2, args, dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
+        o2 = o0
+        o3 = o0
+    else:
+        args = (w0, w1, w2, w3) + hw + xa + xb + xc + xd
+        if FMT == 4:
+            if CHAIN == 1:
+                o0, o1, o2, o3 = tl.inline_asm_elementwise(ASM_4_4_1, CON_4_4, args, dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+            elif CHAIN == 2:
+                o0, o1, o2, o3 = tl.inline_asm_elementwise(ASM_4_4_2, CON_4_4, args, dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+            else:
+                o0, o1, o2, o3 = tl.inline_asm_elementwise(ASM_4_4_4, CON_4_4, args, dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+        elif FMT == 5:
+            if CHAIN == 1:
+                o0, o1, o2, o3 = tl.inline_asm_elementwise(ASM_5_4_1, CON_5_4, args, dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+            elif CHAIN == 2:
+                o0, o1, o2, o3 = tl.inline_asm_elementwise(ASM_5_4_2, CON_5_4, args, dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+            else:
+                o0, o1, o2, o3 = tl.inline_asm_elementwise(ASM_5_4_4, CON_5_4, args, dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+        else:
+            if CHAIN == 1:
+                o0, o1, o2, o3 = tl.inline_asm_elementwise(ASM_6_4_1, CON_6_4, args, dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+            elif CHAIN == 2:
+                o0, o1, o2, o3 = tl.inline_asm_elementwise(ASM_6_4_2, CON_6_4, args, dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+            else:
+                o0, o1, o2, o3 = tl.inline_asm_elementwise(ASM_6_4_4, CON_6_4, args, dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+    return o0, o1, o2, o3
+
+
+@triton.jit
+def _rows_asm(acc0, acc1, acc2, acc3, base_ptr, high_ptr, scale_ptr, rows_c, rmask, cg, cg_c, cmask,
+              base_row, high_row, scale_row, xa, xb, xc, xd, FMT: tl.constexpr, BLOCK_T: tl.constexpr,
+              CHAIN: tl.constexpr):
+    w0, w1, w2, w3 = _ld4(base_ptr + rows_c[:, None] * base_row + (cg_c * 4)[None, :], W_LD_ASM)
+    m = rmask[:, None] & cmask[None, :]
+    s = tl.load(scale_ptr + rows_c[:, None] * scale_row + (cg_c // 2)[None, :], mask=m, other=0.0).to(tl.float32)
+    if FMT == 5:
+        h0 = tl.load(high_ptr + rows_c[:, None] * high_row + cg_c[None, :])
+        h1 = h0
+    elif FMT == 6:
+        hp = high_ptr + rows_c[:, None] * high_row + (cg_c * 2)[None, :]
+        h0 = tl.load(hp)
+        h1 = tl.load(hp + 1)
+    else:
+        h0 = w0
+        h1 = w0
+    o0, o1, o2, o3 = _chunk_asm(w0, w1, w2, w3, h0, h1, xa, xb, xc, xd, FMT, BLOCK_T, CHAIN)
+    acc0 += o0 * s
+    if BLOCK_T > 1:
+        acc1 += o1 * s
+    if BLOCK_T > 2:
+        acc2 += o2 * s
+        acc3 += o3 * s
+    return acc0, acc1, acc2, acc3
+
+
+# ---------------------------------------------------------------------------------------------
+# plain-Triton path (interpreter / USE_ASM=False): same tiling, fp32 lanes and FMAs
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _xdot(q, x_ptr, t, sx, cg, K, T):
+    """sum over the chunk's 32 lanes of q[BN, KC, 32] * x[t, 32 cg + l] -> [BN, KC]."""
+    l = tl.arange(0, 32)
+    kk = cg[:, None] * 32 + l[None, :]
+    xv = tl.load(x_ptr + t * sx + kk, mask=(kk < K) & ((kk * 0 + t) < T), other=0.0).to(tl.float32)
+    return tl.sum(q * xv[None, :, :], axis=2)
+
+
+@triton.jit
+def _rows_plain(acc0, acc1, acc2, acc3, x_ptr, base_ptr, high_ptr, scale_ptr, rows, rmask, cg, cmask,
+                base_row, high_row, scale_row, K, T, sx, FMT: tl.constexpr, BLOCK_T: tl.constexpr):
+    """Same chunk tiling as the asm path; the chunk's 32 lanes are a third (in-thread) axis."""
+    m = rmask[:, None] & cmask[None, :]
+    s = tl.load(scale_ptr + rows[:, None] * scale_row + (cg // 2)[None, :], mask=m, other=0.0).to(tl.float32)
+    l = tl.arange(0, 32)
+    m3 = m[:, :, None]
+    w = tl.load(base_ptr + rows[:, None, None] * base_row + (cg * 4)[None, :, None] + (l // 8)[None, None, :],
+                mask=m3, other=0)
+    u = (w >> (4 * (l % 8))[None, None, :]) & 0xF
+    if FMT == 5:
+        h = tl.load(high_ptr + rows[:, None] * high_row + cg[None, :], mask=m, other=0)
+        u = u | (((h[:, :, None] >> l[None, None, :]) & 1) << 4)
+    if FMT == 6:
+        h = tl.load(high_ptr + rows[:, None, None] * high_row + (cg * 2)[None, :, None] + (l // 16)[None, None, :],
+                    mask=m3, other=0)
+        u = u | (((h >> (2 * (l % 16))[None, None, :]) & 3) << 4)
+    OFF: tl.constexpr = 8 if FMT == 4 else (16 if FMT == 5 else 32)
+    q = magic_f32(u ^ OFF, OFF)
+    acc0 += _xdot(q, x_ptr, 0, sx, cg, K, T) * s
+    if BLOCK_T > 1:
+        acc1 += _xdot(q, x_ptr, 1, sx, cg, K, T) * s
+    if BLOCK_T > 2:
+        acc2 += _xdot(q, x_ptr, 2, sx, cg, K, T) * s
+        acc3 += _xdot(q, x_ptr, 3, sx, cg, K, T) * s
+    return acc0, acc1, acc2, acc3
+
+
+@triton.jit
+def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, ws_ptr,
+                       T, K, N_OUT, KC_TOTAL, base_row, high_row, scale_row, up_off,
+                       sx, so, sr, iters_per_split,
+                       FMT: tl.constexpr, EPI: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, SPLIT_K: tl.constexpr,
+                       CHAIN: tl.constexpr = 1, INTERP: tl.constexpr = False,
+                       USE_ASM: tl.constexpr = False):
+    tl.static_assert(BLOCK_T <= 4)
+    KC: tl.constexpr = BLOCK_K // 32
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rmask = rows < N_OUT
+    rows_c = tl.minimum(rows, N_OUT - 1)
+    zero = tl.zeros([BLOCK_N, KC], tl.float32)
+    a0 = zero
+    a1 = zero
+    a2 = zero
+    a3 = zero
+    u0 = zero
+    u1 = zero
+    u2 = zero
+    u3 = zero
+    n_iters = tl.cdiv(KC_TOTAL, KC)
+    it0 = pid_k * iters_per_split
+    it1 = tl.minimum(it0 + iters_per_split, n_iters)
+    for it in range(it0, it1):
+        cg = it * KC + tl.arange(0, KC)
+        cmask = cg < KC_TOTAL
+        if USE_ASM:
+            cg_c = tl.minimum(cg, KC_TOTAL - 1)
+            shape: tl.constexpr = (BLOCK_N, KC)
+            xa = _xcol(x_ptr, 0, sx, cg_c, K, T, shape)
+            xb = xa
+            xc = xa
+            xd = xa
+            if BLOCK_T > 1:
+                xb = _xcol(x_ptr, 1, sx, cg_c, K, T, shape)
+            if BLOCK_T > 2:
+                xc = _xcol(x_ptr, 2, sx, cg_c, K, T, shape)
+                xd = _xcol(x_ptr, 3, sx, cg_c, K, T, shape)
+            a0, a1, a2, a3 = _rows_asm(a0, a1, a2, a3, base_ptr, high_ptr, scale_ptr, rows_c, rmask, cg,
+                                       cg_c, cmask, base_row, high_row, scale_row, xa, xb, xc, xd, FMT,
+                                       BLOCK_T, CHAIN)
+            if EPI == 1:
+                u0, u1, u2, u3 = _rows_asm(u0, u1, u2, u3, base_ptr, high_ptr, scale_ptr, rows_c + up_off,
+                                           rmask, cg, cg_c, cmask, base_row, high_row, scale_row, xa, xb,
+                                           xc, xd, FMT, BLOCK_T, CHAIN)
+        else:
+            a0, a1, a2, a3 = _rows_plain(a0, a1, a2, a3, x_ptr, base_ptr, high_ptr, scale_ptr, rows, rmask,
+                                         cg, cmask, base_row, high_row, scale_row, K, T, sx, FMT, BLOCK_T)
+            if EPI == 1:
+                u0, u1, u2, u3 = _rows_plain(u0, u1, u2, u3, x_ptr, base_ptr, high_ptr, scale_ptr,
+                                             rows + up_off, rmask, cg, cmask, base_row, high_row,
+                                             scale_row, K, T, sx, FMT, BLOCK_T)
+    for t in tl.static_range(BLOCK_T):
+        if t == 0:
+            g = tl.sum(a0, axis=1)
+            u = tl.sum(u0, axis=1)
+        elif t == 1:
+            g = tl.sum(a1, axis=1)
+            u = tl.sum(u1, axis=1)
+        elif t == 2:
+            g = tl.sum(a2, axis=1)
+            u = tl.sum(u2, axis=1)
+        else:
+            g = tl.sum(a3, axis=1)
+            u = tl.sum(u3, axis=1)
+        mask = rmask & ((rows * 0 + t) < T)
+        if SPLIT_K == 1:
+            store_epilogue(g, u, t, rows, mask, out_ptr, res_ptr, so, sr, EPI, INTERP)
+        else:
+            store_partial(g, u, t, rows, mask, ws_ptr, pid_k, T, N_OUT, EPI)
+
+
+# ---------------------------------------------------------------------------------------------
+# launcher
+# ---------------------------------------------------------------------------------------------
+def _route(name):
+    from .routes_lowreg import LOWREG_ROUTES
+    route = LOWREG_ROUTES.get(name)
+    if route is None:
+        raise RouteError(f"unknown low-register GEMV route {name!r}")
+    return route
+
+
+def resolve_use_asm(use_asm, code: int, x: torch.Tensor, weight, k: int) -> bool:
+    """USE_ASM auto/True/False -> whether the inline-PTX path runs. The packed path reads 16-byte
+    chunks of x and of the base plane, so it needs K % 8 == 0, 16-byte aligned x rows and a
+    16-byte aligned base plane (always true for payloads from a 16-byte aligned buffer)."""
+    aligned = (k % 8 == 0 and x.stride(0) % 8 == 0 and x.data_ptr() % 16 == 0
+               and weight.words().data_ptr() % 16 == 0)
+    if code == 6:
+        aligned = aligned and weight.high_words().data_ptr() % 8 == 0
+    if use_asm is True:
+        return aligned
+    if use_asm == "auto":
+        return aligned and asm_supported(x.device)
+    return False
+
+
+def launch_lowreg(route_name: str, x, weight, out, *, epilogue: str = "none", residual=None,
+                  workspace=None, params=None) -> None:
+    route = _route(route_name)
+    dom = route.domain
+    fmt, n, k = as_linear_weight(weight)
+    if fmt not in dom.formats or not isinstance(weight, QuantWeight):
+        raise RouteError(f"route {route.name}: weight format {fmt} is not in its domain {list(dom.formats)}")
+    if epilogue not in dom.epilogues:
+        raise RouteError(f"route {route.name}: epilogue {epilogue!r} is not in its domain {list(dom.epilogues)}")
+    if x.dim() != 2:
+        raise RouteError(f"route {route.name}: x must be [T, K], got shape {list(x.shape)}")
+    T = x.shape[0]
+    if T < dom.min_t or (dom.max_t is not None and T > dom.max_t):
+        hi = "max" if dom.max_t is None else dom.max_t
+        raise RouteError(f"route {route.name}: T={T} columns is outside its domain T in [{dom.min_t}, {hi}]")
+    reason = route.check_params(params or {})
+    if reason:
+        raise RouteError(f"route {route.name}: {reason}")
+    p = route.resolve_params(params)
+    if epilogue == "swiglu":
+        if n % 2:
+            raise RouteError(f"route {route.name}: swiglu needs an even number of weight rows, got {n}")
+        n_out = n // 2
+    else:
+        n_out = n
+    _check_2d("x", T, T, k, x, route.name)
+    _check_2d("out", T, T, n_out, out, route.name)
+    if epilogue == "residual":
+        if residual is None:
+            raise RouteError(f"route {route.name}: the residual epilogue needs a residual tensor")
+        _check_2d("residual", T, T, n_out, residual, route.name)
+        res = residual
+    else:
+        res = out
+    split_k = p["SPLIT_K"]
+    if split_k > 1:
+        need = workspace_numel(T, n_out, epilogue, split_k)
+        if workspace is None or workspace.dtype != torch.float32 or workspace.numel() < need \
+                or not workspace.is_contiguous():
+            raise RouteError(f"route {route.name}: SPLIT_K={split_k} needs a contiguous fp32 workspace of "
+                             f">= {need} elements")
+        ws = workspace
+    else:
+        ws = out
+    code = _FMT_CODE[fmt]
+    use_asm = p["USE_ASM"]
+    if use_asm is True and not asm_supported(x.device):
+        raise RouteError(f"route {route.name}: USE_ASM=True needs a CUDA sm_90+ device outside the "
+                         f"Triton interpreter")
+    use_asm = resolve_use_asm(use_asm, code, x, weight, k)
+    base, high, scale = weight.words(), weight.high_words(), weight.scales()
+    base_row = weight.base_row_bytes // 4
+    high_row = weight.high_row_bytes // 4
+    scale_row = weight.groups_per_row
+    kc_total = weight.k_pad // 32
+    kc = p["BLOCK_K"] // 32
+    n_iters = triton.cdiv(kc_total, kc)
+    ips = triton.cdiv(n_iters, split_k)
+    block_t = triton.next_power_of_2(T)
+    grid = (triton.cdiv(n_out, p["BLOCK_N"]), split_k)
+    epi = EPI_CODES[epilogue]
+    gemv_lowreg_kernel[grid](
+        x, base, high, scale, out, res, ws,
+        T, k, n_out, kc_total, base_row, high_row, scale_row, n_out,
+        x.stride(0), out.stride(0), res.stride(0), ips,
+        FMT=code, EPI=epi, BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], BLOCK_T=block_t,
+        SPLIT_K=split_k, CHAIN=p["CHAIN"], INTERP=interpreting(), USE_ASM=use_asm,
+        num_warps=p["num_warps"], num_stages=p["num_stages"])
+    if split_k > 1:
+        block = 1024
+        splitk_reduce_kernel[(triton.cdiv(T * n_out, block),)](
+            ws, out, res, T, n_out, out.stride(0), res.stride(0),
+            SPLIT_K=split_k, EPI=epi, BLOCK=block, INTERP=interpreting(), num_warps=4)
+    return None
+
+
+def _make(name):
+    def launcher(x, weight, out, *, epilogue="none", residual=None, workspace=None, params=None):
+        return launch_lowreg(name, x, weight, out, epilogue=epilogue, residual=residual,
+                             workspace=workspace, params=params)
+    launcher.__name__ = name
+    launcher.__qualname__ = name
+    launcher.__doc__ = f"Launch low-register GEMV route `{name}`."
+    return launcher
+
+
+q4_gemv_lowreg = _make("q4_gemv_lowreg")
+q5_gemv_packed = _make("q5_gemv_packed")
+q6_gemv_packed = _make("q6_gemv_packed")
+
+
+def linear_workspace_numel(route: str, t: int, n: int, k: int, epilogue: str = "none", params=None) -> int:
+    """The family's sizing hook (float32 elements) for these routes: split-K partials only."""
+    from .routes import linear_workspace_numel as _hook
+    return _hook(route, t, n, k, epilogue, params)

@@ -1,0 +1,295 @@
+"""Low-register / packed decode-GEMV routes (q4_gemv_lowreg, q5_gemv_packed, q6_gemv_packed).
+
+CPU (TRITON_INTERPRET=1): the plain-Triton path against the fp32 reference on T = 1..4 (T = 5 is
+refused), K = 192 / 200 (partial group) / 320, N = 40 / 72, row views of a fused parent, every
+epilogue, split-K; and the inline-PTX chunk program itself, run by a small PTX emulator (bit-exact
+prmt / lop3 / bf16x2 FMA semantics) on random planes against the decoded codes, for every format,
+T and CHAIN. GPU-marked tests: the asm path against the reference and against the plain path.
+"""
+
+import math
+import random
+import struct
+import zlib
+
+import pytest
+import torch
+
+from ninfer_compile.errors import RouteError
+from ninfer_compile.kernels import registry
+from ninfer_compile.kernels.linear import gemv_lowreg as G
+from ninfer_compile.kernels.linear.reference import linear as ref_linear
+
+from _linear_helpers import assert_close_rel, random_weight
+
+ROUTES = {"q4_gemv_lowreg": "Q4G64_F16S", "q5_gemv_packed": "Q5G64_F16S", "q6_gemv_packed": "Q6G64_F16S"}
+SHAPES = [(40, 192), (72, 200), (40, 320), (72, 192)]
+EPIS = ["none", "swiglu", "residual", "swiglu"]
+SMALL = {"BLOCK_N": 16, "BLOCK_K": 128}
+
+
+def _run(name, t, n, k, epi, params, seed, view=None, device="cpu", residual_in_place=False):
+    gen = torch.Generator().manual_seed(seed)
+    fmt = ROUTES[name]
+    if view is None:
+        w = random_weight(fmt, n, k, gen)
+    else:
+        begin, parent_n = view
+        w = random_weight(fmt, parent_n, k, gen).rows(begin, n)
+    x = torch.randn(t, k, generator=gen).bfloat16()
+    n_out = n // 2 if epi == "swiglu" else n
+    residual = torch.randn(t, n_out, generator=gen).bfloat16() if epi == "residual" else None
+    expected = ref_linear(x, w, epi, residual)
+    if device != "cpu":
+        w = w.to(device)
+        x = x.to(device)
+        residual = None if residual is None else residual.to(device)
+    out = torch.full((t, n_out), float("nan"), dtype=torch.bfloat16, device=device)
+    if residual_in_place:
+        out.copy_(residual)
+        residual = out
+    split = params.get("SPLIT_K", 1)
+    ws = None
+    if split > 1:
+        ws = torch.full((G.linear_workspace_numel(name, t, n, k, epi, params),), float("nan"), device=device)
+    assert getattr(G, name)(x, w, out, epilogue=epi, residual=residual, workspace=ws, params=params) is None
+    return out.cpu(), expected
+
+
+def _cases():
+    out = []
+    for name in ROUTES:
+        for i, t in enumerate([1, 2, 3, 4]):
+            n, k = SHAPES[i]
+            out.append(pytest.param(name, t, n, k, EPIS[i], SMALL, None, id=f"{name}-T{t}-{n}x{k}-{EPIS[i]}"))
+        out.append(pytest.param(name, 3, 48, 200, "swiglu", {"BLOCK_N": 8, "BLOCK_K": 256}, (8, 72),
+                                id=f"{name}-T3-view8+48x200-swiglu"))
+        out.append(pytest.param(name, 2, 72, 320, "residual", {**SMALL, "SPLIT_K": 2}, None,
+                                id=f"{name}-T2-72x320-residual-splitk2"))
+    return out
+
+
+@pytest.mark.parametrize("name,t,n,k,epi,params,view", _cases())
+def test_plain_path_matches_reference(name, t, n, k, epi, params, view):
+    out, expected = _run(name, t, n, k, epi, params, zlib.crc32(f"{name}{t}{n}{k}".encode()), view=view)
+    assert_close_rel(out, expected, 1e-2, f"{name} T={t} {n}x{k} {epi}")
+
+
+def test_residual_in_place_splitk4():
+    out, expected = _run("q5_gemv_packed", 4, 40, 320, "residual", {"BLOCK_N": 8, "BLOCK_K": 128, "SPLIT_K": 4},
+                         7, residual_in_place=True)
+    assert_close_rel(out, expected, 1e-2, "q5 residual in place, split-K 4")
+
+
+@pytest.mark.parametrize("name", list(ROUTES))
+def test_t5_and_bad_params_are_refused(name):
+    fmt = ROUTES[name]
+    w = random_weight(fmt, 40, 192, torch.Generator().manual_seed(0))
+    x = torch.randn(5, 192).bfloat16()
+    out = torch.empty(5, 40, dtype=torch.bfloat16)
+    with pytest.raises(RouteError, match=rf"route {name}: T=5 columns is outside its domain T in \[1, 4\]"):
+        getattr(G, name)(x, w, out)
+    with pytest.raises(RouteError, match="BLOCK_K"):
+        getattr(G, name)(x[:1], w, out[:1], params={"BLOCK_K": 64})
+    with pytest.raises(RouteError, match="workspace"):
+        getattr(G, name)(x[:1], w, out[:1], params={"SPLIT_K": 2})
+
+
+def test_registered_with_launchers_and_domains():
+    for name, fmt in ROUTES.items():
+        r = registry.get_route(name)
+        assert r.family == "linear" and r.domain.formats == (fmt,) and (r.domain.min_t, r.domain.max_t) == (1, 4)
+        assert set(r.domain.epilogues) == {"none", "swiglu", "residual"}
+        assert r.load_launcher() is getattr(G, name)
+        assert G.linear_workspace_numel(name, 3, 80, 192, "swiglu", {"SPLIT_K": 4}) == 4 * 3 * 80
+
+
+# ---------------------------------------------------------------------------------------------
+# the inline-PTX chunk program, emulated bit-exactly on the CPU
+# ---------------------------------------------------------------------------------------------
+def _bf16_round(v: float) -> int:
+    """float (exact in fp64: a bf16 product plus a bf16) -> bf16 bits, round to nearest even."""
+    if v == 0.0:
+        return 0x8000 if math.copysign(1.0, v) < 0 else 0
+    m, e = math.frexp(abs(v))            # v = m * 2^e, 0.5 <= m < 1
+    q = m * 256.0                          # 8 significant bits
+    r = math.floor(q)
+    rem = q - r
+    if rem > 0.5 or (rem == 0.5 and r % 2 == 1):
+        r += 1
+    val = r / 256.0 * 2.0 ** e
+    b = struct.unpack("<I", struct.pack("<f", math.copysign(val, v)))[0]
+    assert b & 0xFFFF == 0
+    return b >> 16
+
+
+def _bf(h: int) -> float:
+    return struct.unpack("<f", struct.pack("<I", (h & 0xFFFF) << 16))[0]
+
+
+def _f32(u: int) -> float:
+    return struct.unpack("<f", struct.pack("<I", u & 0xFFFFFFFF))[0]
+
+
+def _u32(f: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", f))[0]
+
+
+def _emulate(src: str, operands: list) -> list:
+    """Run the chunk asm: operands[i] is the 32-bit value of $i (outputs ignored on input)."""
+    regs = {f"${i}": v for i, v in enumerate(operands)}
+
+    def val(tok):
+        tok = tok.strip()
+        if tok in regs:
+            return regs[tok]
+        return int(tok, 0) & 0xFFFFFFFF
+
+    for line in src.splitlines():
+        line = line.strip().rstrip(";")
+        if not line or line in "{}" or line.startswith(".reg"):
+            continue
+        op, rest = line.split(None, 1)
+        args = [a.strip() for a in rest.split(",")]
+        d = args[0]
+        if op == "mov.b32":
+            r = val(args[1])
+        elif op == "shr.u32":
+            r = val(args[1]) >> int(args[2])
+        elif op == "shl.b32":
+            r = (val(args[1]) << int(args[2])) & 0xFFFFFFFF
+        elif op == "and.b32":
+            r = val(args[1]) & val(args[2])
+        elif op == "prmt.b32":
+            a, b, sel = val(args[1]), val(args[2]), val(args[3])
+            by = [(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)]
+            r = sum(by[(sel >> (4 * i)) & 7] << (8 * i) for i in range(4))
+            assert not sel & 0x8888
+        elif op == "lop3.b32":
+            a, b, c, lut = val(args[1]), val(args[2]), val(args[3]), int(args[4], 0)
+            r = 0
+            for bit in range(32):
+                idx = (((a >> bit) & 1) << 2) | (((b >> bit) & 1) << 1) | ((c >> bit) & 1)
+                r |= ((lut >> idx) & 1) << bit
+        elif op == "fma.rn.bf16x2":
+            a, b, c = val(args[1]), val(args[2]), val(args[3])
+            halves = []
+            for h in range(2):
+                x = _bf(a >> (16 * h)) * _bf(b >> (16 * h)) + _bf(c >> (16 * h))   # exact in fp64
+                halves.append(_bf16_round(x))
+            r = halves[0] | (halves[1] << 16)
+        elif op == "add.f32":
+            r = _u32(struct.unpack("<f", struct.pack("<f", _f32(val(args[1])) + _f32(val(args[2]))))[0])
+        else:
+            raise AssertionError(f"emulator: unknown op {op}")
+        regs[d] = r & 0xFFFFFFFF
+    return regs
+
+
+def _chunk_operands(fmt: int, codes: list, rng: random.Random):
+    """Encode 32 signed codes as the 4 base words + high words of one chunk (storage layout §3)."""
+    b = fmt
+    u = [c & ((1 << b) - 1) for c in codes]
+    words = []
+    for j in range(4):
+        wv = 0
+        for lane in range(8):
+            wv |= (u[8 * j + lane] & 0xF) << (4 * lane)
+        words.append(wv)
+    highs = []
+    if fmt == 5:
+        hv = 0
+        for i in range(32):
+            hv |= ((u[i] >> 4) & 1) << i
+        highs = [hv]
+    elif fmt == 6:
+        bits = 0
+        for i in range(32):
+            bits |= ((u[i] >> 4) & 3) << (2 * i)
+        highs = [bits & 0xFFFFFFFF, bits >> 32]
+    return words, highs
+
+
+@pytest.mark.parametrize("fmt", [4, 5, 6])
+@pytest.mark.parametrize("n_t,chain", [(1, 1), (2, 2), (4, 1), (4, 4)])
+def test_chunk_asm_emulated(fmt, n_t, chain):
+    rng = random.Random(fmt * 100 + n_t * 10 + chain)
+    src = G.chunk_asm_source(fmt, n_t, chain)
+    lo, hi = -(1 << (fmt - 1)), (1 << (fmt - 1)) - 1
+    for trial in range(6):
+        codes = [rng.randint(lo, hi) for _ in range(32)]
+        if trial == 0:
+            codes = [lo if i % 2 else hi for i in range(32)]       # extremes in both halves
+        words, highs = _chunk_operands(fmt, codes, rng)
+        xs = [[_bf16_round(rng.gauss(0.0, 1.0)) for _ in range(32)] for _ in range(n_t)]
+        ops = [0] * n_t + words + highs
+        for t in range(n_t):
+            for j in range(4):
+                for p in range(4):
+                    ops.append(xs[t][8 * j + 2 * p] | (xs[t][8 * j + 2 * p + 1] << 16))
+        regs = _emulate(src, ops)
+        for t in range(n_t):
+            got = _f32(regs[f"${t}"])
+            exact = sum(codes[i] * _bf(xs[t][i]) for i in range(32))
+            mag = sum(abs(codes[i] * _bf(xs[t][i])) for i in range(32))
+            # bf16 accumulation of 4 * chain products per half: |err| <= ~ chain-length ulps of the
+            # partial magnitudes
+            assert abs(got - exact) <= mag * 2.0 ** -8 * (2 + chain), (fmt, n_t, chain, t, got, exact)
+
+
+def test_chunk_asm_dequant_exact():
+    """x = one-hot pairs: the chunk program returns exactly each code (dequant is exact)."""
+    rng = random.Random(3)
+    for fmt in (4, 5, 6):
+        src = G.chunk_asm_source(fmt, 1, 1)
+        lo, hi = -(1 << (fmt - 1)), (1 << (fmt - 1)) - 1
+        codes = [rng.randint(lo, hi) for _ in range(32)]
+        words, highs = _chunk_operands(fmt, codes, rng)
+        for i in range(32):
+            xs = [0x3F80 if li == i else 0 for li in range(32)]
+            ops = [0] + words + highs + [xs[2 * q] | (xs[2 * q + 1] << 16) for q in range(16)]
+            assert _f32(_emulate(src, ops)["$0"]) == codes[i], (fmt, i)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: the inline-PTX path
+# ---------------------------------------------------------------------------------------------
+GPU_PARAMS = [{"BLOCK_N": 8, "BLOCK_K": 1024, "num_warps": 4},
+              {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 4, "CHAIN": 2},
+              {"BLOCK_N": 4, "BLOCK_K": 256, "num_warps": 2, "CHAIN": 4}]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(ROUTES))
+@pytest.mark.parametrize("t", [1, 2, 3, 4])
+@pytest.mark.parametrize("epi", ["none", "swiglu", "residual"])
+@pytest.mark.parametrize("pi", [0, 1, 2])
+def test_asm_path_on_gpu(name, t, epi, pi):
+    params = {**GPU_PARAMS[pi], "USE_ASM": True}
+    n, k = (72, 200) if pi == 2 else (264, 1088)
+    out, expected = _run(name, t, n, k, epi, params, 11 + t, device="cuda")
+    assert_close_rel(out, expected, 1e-2, f"{name} asm T={t} {epi} {params}")
+    plain, _ = _run(name, t, n, k, epi, {**params, "USE_ASM": False}, 11 + t, device="cuda")
+    assert_close_rel(out, plain.float(), 1e-2, f"{name} asm vs plain T={t} {epi} {params}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(ROUTES))
+def test_asm_splitk_view_large_k_on_gpu(name):
+    for t in (1, 4):
+        p = {"BLOCK_N": 16, "BLOCK_K": 1024, "SPLIT_K": 4, "USE_ASM": True}
+        out, expected = _run(name, t, 512, 5120, "swiglu", p, 5, view=(64, 1024), device="cuda")
+        assert_close_rel(out, expected, 1e-2, f"{name} asm split-K view T={t}")
+        again, _ = _run(name, t, 512, 5120, "swiglu", p, 5, view=(64, 1024), device="cuda")
+        assert torch.equal(out, again), "split-K must be deterministic"
+        out, expected = _run(name, t, 512, 17408, "residual", {"USE_ASM": True}, 6, device="cuda")
+        assert_close_rel(out, expected, 1e-2, f"{name} asm K=17408 T={t}")
+
+
+@pytest.mark.gpu
+def test_auto_selects_asm_on_sm90():
+    from ninfer_compile.kernels.linear.launch import asm_supported
+    x = torch.zeros(1, 256, dtype=torch.bfloat16, device="cuda")
+    w = random_weight("Q4G64_F16S", 8, 256, torch.Generator().manual_seed(0)).to("cuda")
+    assert G.resolve_use_asm("auto", 4, x, w, 256) == asm_supported(x.device)
+    assert G.resolve_use_asm(True, 4, x[:, 1:], w, 255) is False     # unaligned x -> plain path
