@@ -91,6 +91,10 @@ def param_candidates(route: Route, t: int, quick: bool) -> list[dict]:
                      {"BLOCK_T": bt, "BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 4}]
             if name.startswith("q4_"):
                 cands.append({"BLOCK_T": bt, "USE_ASM": False})
+        elif name.endswith(("_gemv_lowreg", "_gemv_packed")):
+            cands = [{}, {"CHAIN": 2}, {"CHAIN": 4}, {"BLOCK_N": 16, "CHAIN": 2}, {"BLOCK_N": 4, "BLOCK_K": 512},
+                     {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 8}, {"SPLIT_K": 2},
+                     {"BLOCK_N": 32, "BLOCK_K": 512, "CHAIN": 4}]
         elif name.endswith("_dequant_gemm"):
             cands = [{}, {"BLOCK_N": 32, "BLOCK_K": 512}, {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8},
                      {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 2}]
