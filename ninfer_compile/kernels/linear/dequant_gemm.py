@@ -42,9 +42,9 @@ import triton.language as tl
 from ...errors import RouteError
 from .dequant import dequant_tile
 from .epilogue import EPI_CODES, splitk_reduce_kernel
-from .launch import _check_2d, interpreting
+from .launch import check_call, interpreting
 from .routes import LINEAR_ROUTES, dequant_gemm_layout, linear_workspace_numel
-from .weights import QuantWeight, as_linear_weight
+from .weights import QuantWeight
 
 DEQUANT_GEMM_ROUTES = tuple(sorted(n for n, r in LINEAR_ROUTES.items() if n.endswith("_dequant_gemm")))
 __all__ = ["linear_workspace_numel", "dequant_weight", "dequant_weight_kernel"] + list(DEQUANT_GEMM_ROUTES)
@@ -104,37 +104,10 @@ def launch_dequant_gemm(route_name: str, x, weight, out, *, epilogue: str = "non
     route = LINEAR_ROUTES.get(route_name)
     if route is None or route_name not in DEQUANT_GEMM_ROUTES:
         raise RouteError(f"unknown dequant-GEMM linear route {route_name!r}")
-    dom = route.domain
     if not isinstance(weight, QuantWeight):
         raise RouteError(f"route {route.name}: weight must be a row-split QuantWeight, got "
                          f"{type(weight).__name__}")
-    fmt, n, k = as_linear_weight(weight)
-    if fmt not in dom.formats:
-        raise RouteError(f"route {route.name}: weight format {fmt} is not in its domain {list(dom.formats)}")
-    if epilogue not in dom.epilogues:
-        raise RouteError(f"route {route.name}: epilogue {epilogue!r} is not in its domain {list(dom.epilogues)}")
-    if x.dim() != 2:
-        raise RouteError(f"route {route.name}: x must be [T, K], got shape {list(x.shape)}")
-    T = x.shape[0]
-    if T < dom.min_t or (dom.max_t is not None and T > dom.max_t):
-        hi = "max" if dom.max_t is None else dom.max_t
-        raise RouteError(f"route {route.name}: T={T} columns is outside its domain T in [{dom.min_t}, {hi}]")
-    reason = route.check_params(params or {})
-    if reason:
-        raise RouteError(reason)
-    p = route.resolve_params(params)
-    if epilogue == "swiglu":
-        if n % 2:
-            raise RouteError(f"route {route.name}: swiglu needs an even number of weight rows, got {n}")
-        n_out = n // 2
-    else:
-        n_out = n
-    _check_2d("x", T, T, k, x, route.name)
-    _check_2d("out", T, T, n_out, out, route.name)
-    if epilogue == "residual":
-        if residual is None:
-            raise RouteError(f"route {route.name}: the residual epilogue needs a residual tensor")
-        _check_2d("residual", T, T, n_out, residual, route.name)
+    fmt, n, k, T, n_out, p = check_call(route, x, weight, out, epilogue, residual, params)
     need = linear_workspace_numel(route.name, T, n, k, epilogue)
     if workspace is None or workspace.dtype != torch.float32 or workspace.numel() < need \
             or not workspace.is_contiguous():

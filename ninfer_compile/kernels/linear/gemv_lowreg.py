@@ -39,8 +39,8 @@ import triton.language as tl
 from ...errors import RouteError
 from .dequant import magic_f32
 from .epilogue import EPI_CODES, splitk_reduce_kernel, store_epilogue, store_partial
-from .launch import _FMT_CODE, _check_2d, asm_supported, interpreting, workspace_numel
-from .weights import QuantWeight, as_linear_weight
+from .launch import _FMT_CODE, asm_supported, check_call, interpreting, splitk_workspace
+from .weights import QuantWeight
 
 _BIAS = {4: "0xC308C308", 5: "0xC310C310", 6: "0xC320C320"}     # bf16x2 -136 / -144 / -160
 _MASK = {4: "0x000F000F", 5: "0x001F001F", 6: "0x003F003F"}
@@ -419,47 +419,13 @@ def resolve_use_asm(use_asm, code: int, x: torch.Tensor, weight, k: int) -> bool
 def launch_lowreg(route_name: str, x, weight, out, *, epilogue: str = "none", residual=None,
                   workspace=None, params=None) -> None:
     route = _route(route_name)
-    dom = route.domain
-    fmt, n, k = as_linear_weight(weight)
-    if fmt not in dom.formats or not isinstance(weight, QuantWeight):
-        raise RouteError(f"route {route.name}: weight format {fmt} is not in its domain {list(dom.formats)}")
-    if epilogue not in dom.epilogues:
-        raise RouteError(f"route {route.name}: epilogue {epilogue!r} is not in its domain {list(dom.epilogues)}")
-    if x.dim() != 2:
-        raise RouteError(f"route {route.name}: x must be [T, K], got shape {list(x.shape)}")
-    T = x.shape[0]
-    if T < dom.min_t or (dom.max_t is not None and T > dom.max_t):
-        hi = "max" if dom.max_t is None else dom.max_t
-        raise RouteError(f"route {route.name}: T={T} columns is outside its domain T in [{dom.min_t}, {hi}]")
-    reason = route.check_params(params or {})
-    if reason:
-        raise RouteError(f"route {route.name}: {reason}")
-    p = route.resolve_params(params)
-    if epilogue == "swiglu":
-        if n % 2:
-            raise RouteError(f"route {route.name}: swiglu needs an even number of weight rows, got {n}")
-        n_out = n // 2
-    else:
-        n_out = n
-    _check_2d("x", T, T, k, x, route.name)
-    _check_2d("out", T, T, n_out, out, route.name)
-    if epilogue == "residual":
-        if residual is None:
-            raise RouteError(f"route {route.name}: the residual epilogue needs a residual tensor")
-        _check_2d("residual", T, T, n_out, residual, route.name)
-        res = residual
-    else:
-        res = out
+    if not isinstance(weight, QuantWeight):
+        raise RouteError(f"route {route.name}: weight must be a row-split QuantWeight, got "
+                         f"{type(weight).__name__}")
+    fmt, n, k, T, n_out, p = check_call(route, x, weight, out, epilogue, residual, params)
+    res = residual if epilogue == "residual" else out
     split_k = p["SPLIT_K"]
-    if split_k > 1:
-        need = workspace_numel(T, n_out, epilogue, split_k)
-        if workspace is None or workspace.dtype != torch.float32 or workspace.numel() < need \
-                or not workspace.is_contiguous():
-            raise RouteError(f"route {route.name}: SPLIT_K={split_k} needs a contiguous fp32 workspace of "
-                             f">= {need} elements")
-        ws = workspace
-    else:
-        ws = out
+    ws = splitk_workspace(route, split_k, T, n_out, epilogue, workspace, out)
     code = _FMT_CODE[fmt]
     use_asm = p["USE_ASM"]
     if use_asm is True and not asm_supported(x.device):

@@ -28,8 +28,8 @@ from ...errors import RouteError
 from .epilogue import EPI_CODES, splitk_reduce_kernel
 from .gemv import qlinear_gemv_kernel
 from .mma import qlinear_mma_kernel
-from .routes import LINEAR_ROUTES, linear_workspace_numel
-from .weights import FORMAT_BITS, QuantWeight, as_linear_weight
+from .routes import LINEAR_ROUTES, linear_workspace_numel  # noqa: F401  (the runtime sizes workspaces through the launcher module)
+from .weights import QuantWeight, as_linear_weight
 
 # routes whose launcher lives in another module of this family (e.g. dequant_gemm.py)
 _HERE = __name__.rpartition(".")[2]
@@ -75,16 +75,11 @@ def _check_2d(name, t, rows, cols, tensor, route):
                          f"got {tensor.dtype} {list(tensor.shape)} strides {list(tensor.stride())}")
 
 
-def launch(route_name: str, x, weight, out, *, epilogue: str = "none", residual=None,
-           workspace=None, params=None) -> None:
-    route = LINEAR_ROUTES.get(route_name)
-    if route is None:
-        raise RouteError(f"unknown linear route {route_name!r}")
-    if route_name not in _LOCAL:
-        from .dequant_gemm import launch_dequant_gemm
+def check_call(route, x, weight, out, epilogue, residual, params):
+    """Validate one linear call against `route`'s declared domain and the operand shapes.
 
-        return launch_dequant_gemm(route_name, x, weight, out, epilogue=epilogue, residual=residual,
-                                   workspace=workspace, params=params)
+    Returns (fmt, n, k, T, n_out, resolved params). Every violation is a RouteError naming the
+    route: a kernel handed more columns than its domain supports must never run."""
     dom = route.domain
     fmt, n, k = as_linear_weight(weight)
     if fmt not in dom.formats:
@@ -99,7 +94,7 @@ def launch(route_name: str, x, weight, out, *, epilogue: str = "none", residual=
         raise RouteError(f"route {route.name}: T={T} columns is outside its domain T in [{dom.min_t}, {hi}]")
     reason = route.check_params(params or {})
     if reason:
-        raise RouteError(reason)
+        raise RouteError(reason if reason.startswith(f"route {route.name}") else f"route {route.name}: {reason}")
     p = route.resolve_params(params)
     if epilogue == "swiglu":
         if n % 2:
@@ -113,19 +108,35 @@ def launch(route_name: str, x, weight, out, *, epilogue: str = "none", residual=
         if residual is None:
             raise RouteError(f"route {route.name}: the residual epilogue needs a residual tensor")
         _check_2d("residual", T, T, n_out, residual, route.name)
-        res = residual
-    else:
-        res = out
+    return fmt, n, k, T, n_out, p
+
+
+def splitk_workspace(route, split_k, T, n_out, epilogue, workspace, out):
+    """The fp32 split-K workspace (checked), or `out` when SPLIT_K is 1 (the kernel ignores it)."""
+    if split_k <= 1:
+        return out
+    need = workspace_numel(T, n_out, epilogue, split_k)
+    if workspace is None or workspace.dtype != torch.float32 or workspace.numel() < need \
+            or not workspace.is_contiguous():
+        raise RouteError(f"route {route.name}: SPLIT_K={split_k} needs a contiguous fp32 workspace of "
+                         f">= {need} elements")
+    return workspace
+
+
+def launch(route_name: str, x, weight, out, *, epilogue: str = "none", residual=None,
+           workspace=None, params=None) -> None:
+    route = LINEAR_ROUTES.get(route_name)
+    if route is None:
+        raise RouteError(f"unknown linear route {route_name!r}")
+    if route_name not in _LOCAL:
+        from .dequant_gemm import launch_dequant_gemm
+
+        return launch_dequant_gemm(route_name, x, weight, out, epilogue=epilogue, residual=residual,
+                                   workspace=workspace, params=params)
+    fmt, n, k, T, n_out, p = check_call(route, x, weight, out, epilogue, residual, params)
+    res = residual if epilogue == "residual" else out
     split_k = p["SPLIT_K"]
-    if split_k > 1:
-        need = workspace_numel(T, n_out, epilogue, split_k)
-        if workspace is None or workspace.dtype != torch.float32 or workspace.numel() < need \
-                or not workspace.is_contiguous():
-            raise RouteError(f"route {route.name}: SPLIT_K={split_k} needs a contiguous fp32 workspace of "
-                             f">= {need} elements")
-        ws = workspace
-    else:
-        ws = out
+    ws = splitk_workspace(route, split_k, T, n_out, epilogue, workspace, out)
     code = _FMT_CODE[fmt]
     if isinstance(weight, QuantWeight):
         base, high, scale = weight.words(), weight.high_words(), weight.scales()
