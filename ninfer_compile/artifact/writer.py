@@ -223,6 +223,23 @@ class ArtifactWriter:
 
     def write(self, name: str, payload: object) -> None:
         """Write the next object's payload (must be `name`, in spec order, of exact size)."""
+        obj, where = self._next_object(name)
+        view = _bytes_view(payload, where)
+        if view.nbytes != obj.bytes:
+            raise ArtifactError(f"{where}: payload is {view.nbytes} bytes, expected {obj.bytes}")
+        self._emit(obj, where, [view])
+
+    def write_chunks(self, name: str, chunks) -> int:
+        """Stream the next object's payload from an iterable of byte chunks (never holding the
+        whole payload); the chunks must add up to the object's exact size. Returns bytes written."""
+        obj, where = self._next_object(name)
+        views = (_bytes_view(c, where) for c in chunks)
+        written = self._emit(obj, where, views)
+        if written != obj.bytes:
+            raise ArtifactError(f"{where}: payload is {written} bytes, expected {obj.bytes}")
+        return written
+
+    def _next_object(self, name: str):
         if self._fh is None:
             raise ArtifactError(f"{self.path}: write({display(name)}) outside `with ArtifactWriter(...)`")
         objects = self.plan.objects
@@ -233,16 +250,22 @@ class ArtifactWriter:
         where = f"{self.path}: object {self._next} {display(obj.name)}"
         if name != obj.name:
             raise ArtifactError(f"{where}: expected next in spec order, got {display(name)}")
-        view = _bytes_view(payload, where)
-        if view.nbytes != obj.bytes:
-            raise ArtifactError(f"{where}: payload is {view.nbytes} bytes, expected {obj.bytes}")
+        return obj, where
+
+    def _emit(self, obj, where: str, views) -> int:
+        written = 0
         try:
             _write_zeros(self._fh, obj.offset - self._position)
-            self._fh.write(view)
+            for view in views:
+                if written + view.nbytes > obj.bytes:
+                    raise ArtifactError(f"{where}: payload exceeds the expected {obj.bytes} bytes")
+                self._fh.write(view)
+                written += view.nbytes
         except OSError as exc:
             raise ArtifactError(f"{where}: cannot write: {exc.strerror or exc}") from None
-        self._position = obj.end
+        self._position = obj.offset + written
         self._next += 1
+        return written
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:

@@ -305,26 +305,19 @@ def pack_synthetic(model_id: str, out, *, seed: int = 0, contract_file=None, spa
             bar = tqdm(total=writer.plan.file_size, unit="B", unit_scale=True, unit_divisor=1024,
                        desc=f"synthesize {out.name}", file=sys.stderr, disable=not progress,
                        dynamic_ncols=True, leave=False)
-            # One buffer, sized for the largest object, is reused for every payload (the writer
-            # takes a whole payload per object; reuse avoids re-faulting fresh pages each time).
-            largest = max((p.bytes for p in writer.plan.objects if p.spec.kind == "tensor"), default=0)
-            buffer = memoryview(bytearray(largest))
+            # Each payload is streamed chunk by chunk (~64 MB): memory stays flat whatever the size.
             with writer, bar:
                 for index, (name, obj) in enumerate(spec.objects.items()):
                     if obj.kind == "resource":
-                        payload = resources[name]
-                    else:
-                        planned = writer.plan.objects[index]
-                        pos = 0
-                        for chunk in object_chunks(index, obj, seed, token_count=token_count):
-                            buffer[pos:pos + len(chunk)] = chunk
-                            pos += len(chunk)
-                        if pos != planned.bytes:  # pragma: no cover - geometry bug
-                            raise ConvertError(f"{name}: generated {pos} bytes, expected {planned.bytes}")
-                        payload = buffer[:pos]
-                    writer.write(name, payload)
-                    bar.update(len(payload))
-                    del payload
+                        writer.write(name, resources[name])
+                        bar.update(len(resources[name]))
+                        continue
+
+                    def counted(chunks):
+                        for chunk in chunks:
+                            bar.update(len(chunk))
+                            yield chunk
+                    writer.write_chunks(name, counted(object_chunks(index, obj, seed, token_count=token_count)))
         contract_path = None
         if not (GRAPHS_DIR / f"{model_id}.yaml").is_file() and contract.source and os.path.isfile(contract.source):
             contract_path = Path(str(out) + CONTRACT_SUFFIX)

@@ -89,6 +89,26 @@ def test_write_order_and_size_are_checked(tmp_path):
     assert not path.exists() and not (tmp_path / "w.ninfer.tmp").exists()
 
 
+def test_write_chunks_streams_and_checks_size(tmp_path):
+    """write_chunks gives the same bytes as write, and refuses short or long streams."""
+    whole, chunked = tmp_path / "whole.ninfer", tmp_path / "chunked.ninfer"
+    payload = bytes(range(12))
+    with ArtifactWriter(whole, "m", _specs()) as w:
+        w.write("a", payload)
+        w.write("r", b"xy")
+    with ArtifactWriter(chunked, "m", _specs()) as w:
+        assert w.write_chunks("a", [payload[:5], memoryview(payload)[5:11], payload[11:]]) == 12
+        w.write_chunks("r", iter([b"x", b"y"]))
+    assert whole.read_bytes() == chunked.read_bytes()
+    with pytest.raises(ArtifactError, match="object 0 'a': payload is 8 bytes, expected 12"):
+        with ArtifactWriter(tmp_path / "short.ninfer", "m", _specs()) as w:
+            w.write_chunks("a", [bytes(8)])
+    with pytest.raises(ArtifactError, match="object 0 'a': payload exceeds the expected 12 bytes"):
+        with ArtifactWriter(tmp_path / "long.ninfer", "m", _specs()) as w:
+            w.write_chunks("a", [bytes(8), bytes(8)])
+    assert not (tmp_path / "short.ninfer").exists() and not (tmp_path / "long.ninfer").exists()
+
+
 def test_failed_write_keeps_previous_file(tmp_path):
     path = tmp_path / "keep.ninfer"
     write_artifact(path, "m", [("x", b"old")])
