@@ -38,8 +38,9 @@ import triton.language as tl
 
 from ...errors import RouteError
 from .dequant import magic_f32
-from .epilogue import EPI_CODES, splitk_reduce_kernel, store_epilogue, store_partial
-from .launch import _FMT_CODE, asm_supported, check_call, interpreting, splitk_workspace
+from .epilogue import EPI_CODES
+from .gemv import _finish
+from .launch import _FMT_CODE, asm_supported, check_call, interpreting, reduce_split_k, splitk_workspace
 from .weights import QuantWeight
 
 _BIAS = {4: "0xC308C308", 5: "0xC310C310", 6: "0xC320C320"}     # bf16x2 -136 / -144 / -160
@@ -370,24 +371,9 @@ def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, w
                 u0, u1, u2, u3 = _rows_plain(u0, u1, u2, u3, x_ptr, base_ptr, high_ptr, scale_ptr,
                                              rows + up_off, rmask, cg, cmask, base_row, high_row,
                                              scale_row, K, T, sx, FMT, BLOCK_T)
-    for t in tl.static_range(BLOCK_T):
-        if t == 0:
-            g = tl.sum(a0, axis=1)
-            u = tl.sum(u0, axis=1)
-        elif t == 1:
-            g = tl.sum(a1, axis=1)
-            u = tl.sum(u1, axis=1)
-        elif t == 2:
-            g = tl.sum(a2, axis=1)
-            u = tl.sum(u2, axis=1)
-        else:
-            g = tl.sum(a3, axis=1)
-            u = tl.sum(u3, axis=1)
-        mask = rmask & ((rows * 0 + t) < T)
-        if SPLIT_K == 1:
-            store_epilogue(g, u, t, rows, mask, out_ptr, res_ptr, so, sr, EPI, INTERP)
-        else:
-            store_partial(g, u, t, rows, mask, ws_ptr, pid_k, T, N_OUT, EPI)
+    # the same per-column reduce + epilogue/partial store as the plain GEMV
+    _finish(a0, a1, a2, a3, u0, u1, u2, u3, rows, rmask, T, N_OUT, out_ptr, res_ptr, ws_ptr,
+            so, sr, pid_k, EPI, SPLIT_K, BLOCK_T, INTERP)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -450,11 +436,7 @@ def launch_lowreg(route_name: str, x, weight, out, *, epilogue: str = "none", re
         FMT=code, EPI=epi, BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], BLOCK_T=block_t,
         SPLIT_K=split_k, CHAIN=p["CHAIN"], INTERP=interpreting(), USE_ASM=use_asm,
         num_warps=p["num_warps"], num_stages=p["num_stages"])
-    if split_k > 1:
-        block = 1024
-        splitk_reduce_kernel[(triton.cdiv(T * n_out, block),)](
-            ws, out, res, T, n_out, out.stride(0), res.stride(0),
-            SPLIT_K=split_k, EPI=epi, BLOCK=block, INTERP=interpreting(), num_warps=4)
+    reduce_split_k(ws, out, res, T, n_out, split_k, epi)
     return None
 
 

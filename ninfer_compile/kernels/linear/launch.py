@@ -111,6 +111,17 @@ def check_call(route, x, weight, out, epilogue, residual, params):
     return fmt, n, k, T, n_out, p
 
 
+def reduce_split_k(ws, out, res, T, n_out, split_k, epi) -> None:
+    """Second phase of a split-K launch: sum the SPLIT_K fp32 partials in a fixed order
+    (deterministic, no atomics) and apply the epilogue into `out`. No-op when SPLIT_K is 1."""
+    if split_k <= 1:
+        return
+    block = 1024
+    splitk_reduce_kernel[(triton.cdiv(T * n_out, block),)](
+        ws, out, res, T, n_out, out.stride(0), res.stride(0),
+        SPLIT_K=split_k, EPI=epi, BLOCK=block, INTERP=interpreting(), num_warps=4)
+
+
 def splitk_workspace(route, split_k, T, n_out, epilogue, workspace, out):
     """The fp32 split-K workspace (checked), or `out` when SPLIT_K is 1 (the kernel ignores it)."""
     if split_k <= 1:
@@ -191,11 +202,7 @@ def launch(route_name: str, x, weight, out, *, epilogue: str = "none", residual=
             x.stride(0), out.stride(0), res.stride(0), ips,
             FMT=code, EPI=epi, BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], BLOCK_T=p["BLOCK_T"],
             SPLIT_K=split_k, USE_ASM=use_asm, DOT_F32=interpreting(), num_warps=p["num_warps"], num_stages=p["num_stages"])
-    if split_k > 1:
-        block = 1024
-        splitk_reduce_kernel[(triton.cdiv(T * n_out, block),)](
-            ws, out, res, T, n_out, out.stride(0), res.stride(0),
-            SPLIT_K=split_k, EPI=epi, BLOCK=block, INTERP=interpreting(), num_warps=4)
+    reduce_split_k(ws, out, res, T, n_out, split_k, epi)
     return None
 
 
