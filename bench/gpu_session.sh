@@ -3,10 +3,16 @@
 # the GPU machine with the wheels carried (device tool: carry ["wheels"]; wheels/ = ../shared/wheels):
 #
 #   bash bench/gpu_session.sh tests tune     # ~6 min: GPU-marked tests, full route tuning for sm90
-#   bash bench/gpu_session.sh bench e2e      # ~6 min: kernel benchmarks, full-size end to end
+#   bash bench/gpu_session.sh bench          # ~2 min: kernel benchmarks
+#   bash bench/gpu_session.sh e2e            # ~8-9 min: full-size end to end, then the peers
+#                                            #   (E2E_KV=bf16: ~7 min; PEERS=0: ~5 min, as before)
 #
-# Stages: tests | tune | bench | e2e. Results go to $OUT (the device tool's folder) or out/gpu;
-# copy what should be committed into bench/results/ and routes/ afterwards.
+# Stages: tests | tune | bench | e2e | peers. Results go to $OUT (the device tool's folder) or
+# out/gpu; copy what should be committed into bench/results/ and routes/ afterwards.
+# e2e: our engine for each KV dtype in $E2E_KV (default "bf16 int8"), then the peers (HF
+# transformers eager bf16 and the fp32 reference under torch.compile, bench/bench_peers.py) in
+# what is left of $E2E_BUDGET_S (default 540 s, so one 10-minute device call stays safe);
+# PEERS=0 skips them. peers: the peers alone (their own call if e2e left them too little time).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu}
@@ -15,6 +21,23 @@ python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /
   || { echo "error: install the wheels from ../shared/wheels into ./wheels and carry them"; exit 2; }
 export PYTHONPATH=/tmp/site:$PWD:$PWD/runtime PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
+
+A=/tmp/q27.ninfer
+ensure_artifact() {
+  [ -f "$A" ] || python3 -m ninfer_compile.cli pack --synthetic qwen3.6-27b -o "$A" --seed 0 2>&1 | tr '\r' '\n' | tail -n 1
+}
+# Peers in at most $1 seconds: HF 27B build + 4K prefill + 16 decode steps at C=1 and 4, then the
+# reference (fp32 weights streamed to the GPU, eager 4K prefill, torch.compile + 16 decode steps).
+run_peers() {
+  local left=$1
+  if [ "$left" -lt 150 ]; then
+    echo "peers skipped: ${left} s left of the stage budget; run the stage 'peers' in its own call" | tee "$OUT/peers.log"
+    return
+  fi
+  timeout $((left + 30)) python3 bench/bench_peers.py --out "$OUT" --label 27b --artifact "$A" \
+    --contract qwen3.6-27b --context 4096 --decode-tokens 16 --concurrency 1,4 \
+    --timeout-hf 240 --timeout-reference 330 --budget-s "$left" 2>&1 | tail -n 40 | tee "$OUT/peers.log"
+}
 
 for stage in "$@"; do
   case "$stage" in
@@ -28,16 +51,21 @@ for stage in "$@"; do
       timeout 90 python3 bench/bench_gdn.py --out "$OUT" 2>&1 | tail -n 20 | tee "$OUT/gdn.log"
       timeout 60 python3 bench/bench_attention.py --out "$OUT" 2>&1 | tail -n 20 | tee "$OUT/attention.log" ;;
     e2e)
-      A=/tmp/q27.ninfer
-      [ -f "$A" ] || python3 -m ninfer_compile.cli pack --synthetic qwen3.6-27b -o "$A" --seed 0 2>&1 | tr '\r' '\n' | tail -n 1
+      T0=$SECONDS
+      ensure_artifact
       ROUTES=""; [ -f "$OUT/sm90.yaml" ] && ROUTES="--routes $OUT/sm90.yaml"
-      for kv in bf16 int8; do
+      for kv in ${E2E_KV:-bf16 int8}; do
         python3 -m ninfer_compile.cli "$A" --sm 90 $ROUTES --concurrency 1,2,4,8 --max-context 20480 \
           --kv-dtype "$kv" -o "/tmp/p90_$kv" 2>&1 | tail -n 1
         timeout 200 python3 bench/bench_e2e.py --plan "/tmp/p90_$kv" --artifact "$A" --out "$OUT" \
           --label "27b-$kv-kv" --prefill 1024,4096,16384 --context 4096 --concurrency 1,2,4,8 \
           2>&1 | tail -n 25 | tee "$OUT/e2e_$kv.log"
-      done ;;
-    *) echo "error: unknown stage $stage (tests | tune | bench | e2e)"; exit 2 ;;
+      done
+      [ "${PEERS:-1}" = 0 ] || run_peers $(( ${E2E_BUDGET_S:-540} - (SECONDS - T0) )) ;;
+    peers)
+      T0=$SECONDS
+      ensure_artifact
+      run_peers $(( ${PEERS_BUDGET_S:-540} - (SECONDS - T0) )) ;;
+    *) echo "error: unknown stage $stage (tests | tune | bench | e2e | peers)"; exit 2 ;;
   esac
 done

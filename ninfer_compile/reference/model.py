@@ -52,7 +52,8 @@ def rope_cos_sin(positions: torch.Tensor, rotary_dim: int, theta: float) -> tupl
     """cos, sin: [T, rotary_dim] for NeoX rotation (frequency i used at dims i and i + rotary_dim/2)."""
     half = rotary_dim // 2
     # Angles in float64 then rounded: the reference should not add its own angle error.
-    inv_freq = 1.0 / (theta ** (torch.arange(0, half, dtype=torch.float64) * 2.0 / rotary_dim))
+    inv_freq = 1.0 / (theta ** (torch.arange(0, half, dtype=torch.float64, device=positions.device)
+                                * 2.0 / rotary_dim))
     ang = positions.to(torch.float64)[:, None] * inv_freq[None, :]          # [T, half]
     ang = torch.cat([ang, ang], dim=-1)                                      # [T, rotary_dim]
     return ang.cos().float(), ang.sin().float()
@@ -99,7 +100,8 @@ def attention_mixer(h: torch.Tensor, w: AttentionWeights, cache: KVCache, positi
     values = values.repeat_interleave(group, dim=1)
     scores = torch.einsum("thd,shd->hts", q, keys) / math.sqrt(D)      # [Hq, T, S]
     # Column t (absolute position start+t) sees cache rows 0..start+t.
-    allowed = torch.arange(S)[None, :] <= (start + torch.arange(T))[:, None]   # [T, S]
+    allowed = (torch.arange(S, device=h.device)[None, :]
+               <= (start + torch.arange(T, device=h.device))[:, None])          # [T, S]
     scores = scores.masked_fill(~allowed[None], float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     out = torch.einsum("hts,shd->thd", probs, values).reshape(T, Hq * D)      # [T, Hq*D]
@@ -216,7 +218,10 @@ class ReferenceModel:
     """Float32 reference of a `qwen3_5_hybrid` text model (plus MTP when the spec has it).
 
     `spec` is a resolved `ModelSpec`; `weights` any `WeightSource` over NInfer object names. Weights
-    are bound once at construction (row views are zero-copy slices of their parents).
+    are bound once at construction (row views are zero-copy slices of their parents). The model
+    runs on the weights' device (`self.device`, the embedding's): state, positions and token ids
+    are created there. `layer_fn` (default `decoder_layer`) runs one layer; a caller may replace
+    it, e.g. with `torch.compile(decoder_layer)` for decode (bench/bench_peers.py).
     """
 
     def __init__(self, spec, weights: WeightSource):
@@ -224,6 +229,8 @@ class ReferenceModel:
         self.source = weights
         self.dims = HybridDims.from_spec(spec)
         self.weights: TextWeights = load_text_weights(weights, spec, self.dims)
+        self.device = self.weights.embedding.device
+        self.layer_fn = decoder_layer
         self._mtp = None
         self.last_state: ModelState | None = None
 
@@ -234,9 +241,10 @@ class ReferenceModel:
         st = ModelState()
         for l, kind in enumerate(d.layer_kinds):
             if kind == "attention":
-                st.kv[l] = KVCache.empty(d.kv_heads, d.head_dim)
+                st.kv[l] = KVCache.empty(d.kv_heads, d.head_dim, device=self.device)
             else:
-                st.gdn[l] = GDNState.empty(d.conv_kernel, d.conv_channels, d.gdn_v_heads, d.gdn_k_dim, d.gdn_v_dim)
+                st.gdn[l] = GDNState.empty(d.conv_kernel, d.conv_channels, d.gdn_v_heads, d.gdn_k_dim,
+                                           d.gdn_v_dim, device=self.device)
         return st
 
     # -- forward
@@ -247,12 +255,12 @@ class ReferenceModel:
     def forward_hidden(self, tokens, state: ModelState) -> torch.Tensor:
         """Run all layers over `tokens` starting at `state.position`; updates `state` (KV, GDN,
         position, hidden, hidden_prenorm). Returns the final-norm hidden states [T, H]."""
-        ids = _token_tensor(tokens, self.dims.vocab_rows)
+        ids = _token_tensor(tokens, self.dims.vocab_rows).to(self.device)
         T = ids.shape[0]
-        positions = torch.arange(state.position, state.position + T)
+        positions = torch.arange(state.position, state.position + T, device=self.device)
         x = self.embed(ids)                                            # x: [T, H]
         for l, w in enumerate(self.weights.layers):
-            x = decoder_layer(x, w, self.dims, cache=state.kv.get(l), gdn_state=state.gdn.get(l),
+            x = self.layer_fn(x, w, self.dims, cache=state.kv.get(l), gdn_state=state.gdn.get(l),
                               positions=positions)
         state.position += T
         state.hidden_prenorm = x

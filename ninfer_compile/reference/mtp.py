@@ -32,7 +32,7 @@ class MTPHead:
         self.last_state: MTPState | None = None
 
     def new_state(self) -> MTPState:
-        return MTPState(KVCache.empty(self.dims.kv_heads, self.dims.head_dim))
+        return MTPState(KVCache.empty(self.dims.kv_heads, self.dims.head_dim, device=self.model.device))
 
     def hidden(self, token_ids, target_hidden: torch.Tensor, state: MTPState | None = None,
                positions: torch.Tensor | None = None) -> torch.Tensor:
@@ -43,13 +43,14 @@ class MTPHead:
         d = self.dims
         state = self.new_state() if state is None else state
         self.last_state = state
-        ids = _token_tensor(token_ids, d.vocab_rows)
+        ids = _token_tensor(token_ids, d.vocab_rows).to(self.model.device)
         T = ids.shape[0]
-        target_hidden = torch.as_tensor(target_hidden, dtype=torch.float32).reshape(-1, d.hidden)
+        target_hidden = torch.as_tensor(target_hidden, dtype=torch.float32,
+                                        device=self.model.device).reshape(-1, d.hidden)
         if target_hidden.shape[0] != T:
             raise NinferError(f"mtp: {T} tokens but {target_hidden.shape[0]} target hidden rows")
         if positions is None:
-            positions = torch.arange(state.position, state.position + T)
+            positions = torch.arange(state.position, state.position + T, device=self.model.device)
         w = self.weights
         e = rms_norm(self.model.embed(ids), w.embedding_norm, d.rms_eps)          # [T, H]
         h = rms_norm(target_hidden, w.hidden_norm, d.rms_eps)                      # [T, H]

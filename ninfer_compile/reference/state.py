@@ -23,8 +23,8 @@ class KVCache:
     v: torch.Tensor
 
     @classmethod
-    def empty(cls, kv_heads: int, head_dim: int) -> "KVCache":
-        z = torch.zeros(0, kv_heads, head_dim, dtype=torch.float32)
+    def empty(cls, kv_heads: int, head_dim: int, device=None) -> "KVCache":
+        z = torch.zeros(0, kv_heads, head_dim, dtype=torch.float32, device=device)
         return cls(z, z.clone())
 
     @property
@@ -56,9 +56,10 @@ class GDNState:
     recurrent: torch.Tensor
 
     @classmethod
-    def empty(cls, kernel: int, channels: int, v_heads: int, k_dim: int, v_dim: int) -> "GDNState":
-        return cls(torch.zeros(kernel - 1, channels, dtype=torch.float32),
-                   torch.zeros(v_heads, k_dim, v_dim, dtype=torch.float32))
+    def empty(cls, kernel: int, channels: int, v_heads: int, k_dim: int, v_dim: int,
+              device=None) -> "GDNState":
+        return cls(torch.zeros(kernel - 1, channels, dtype=torch.float32, device=device),
+                   torch.zeros(v_heads, k_dim, v_dim, dtype=torch.float32, device=device))
 
     def clone(self) -> "GDNState":
         return GDNState(self.conv.clone(), self.recurrent.clone())

@@ -59,17 +59,24 @@ class ArtifactWeights:
     """Weights read from an open `Artifact` (dequantized on first use, then cached).
 
     `cache=False` re-reads on every `get`; the reference model keeps the tensors it resolved, so
-    that only matters for callers who want to bound memory on large artifacts.
+    that only matters for callers who want to bound memory on large artifacts. `device` places
+    each tensor there as it is read (object by object: no full host copy of the model).
     """
 
-    def __init__(self, artifact, *, cache: bool = True):
+    def __init__(self, artifact, *, cache: bool = True, device=None):
         self.artifact = artifact
+        self.device = torch.device(device) if device is not None else None
         self._cache: dict[str, torch.Tensor] | None = {} if cache else None
+
+    def load(self, name: str) -> torch.Tensor:
+        """Object `name` decoded (uncached) as a reference tensor on `self.device`."""
+        t = _as_reference_dtype(name, self.artifact.load(name))
+        return t if self.device is None else t.to(self.device)
 
     def get(self, name: str) -> torch.Tensor:
         if self._cache is not None and name in self._cache:
             return self._cache[name]
-        t = _as_reference_dtype(name, self.artifact.load(name))
+        t = self.load(name)
         if self._cache is not None:
             self._cache[name] = t
         return t
