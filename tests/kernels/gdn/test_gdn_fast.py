@@ -9,21 +9,14 @@ import torch
 from ninfer_compile.errors import RouteError
 from ninfer_compile.kernels.gdn import launch, launch_fast, reference
 from ninfer_compile.kernels.registry import get_route
+from test_gdn import _inputs as gdn_inputs  # same folder: pytest puts it on sys.path
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _inputs(T, Hk, Hv, Dk, Dv, slots_n, seed):
-    g_ = torch.Generator().manual_seed(seed)
-    q = torch.randn(T, Hk, Dk, generator=g_).bfloat16()
-    k = torch.randn(T, Hk, Dk, generator=g_).bfloat16()
-    v = torch.randn(T, Hv, Dv, generator=g_).bfloat16()
-    a = torch.randn(T, Hv, generator=g_).bfloat16()
-    b = torch.randn(T, Hv, generator=g_).bfloat16()
-    a_log = torch.log(torch.rand(Hv, generator=g_) * 8 + 0.5)
-    dt_bias = torch.randn(Hv, generator=g_)
-    g, beta = reference.gdn_gating(a, b, a_log, dt_bias)
-    state = 0.3 * torch.randn(slots_n, Hv, Dk, Dv, generator=g_)
+    """test_gdn's inputs, without the raw gating operands this route does not take."""
+    q, k, v, _a, _b, _a_log, _dt_bias, g, beta, state = gdn_inputs(T, Hk, Hv, Dk, Dv, slots_n, seed)
     return q, k, v, g, beta, state
 
 
