@@ -29,9 +29,10 @@ import triton
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ninfer_compile.artifact.formats import row_split_geometry  # noqa: E402
-from ninfer_compile.kernels.linear import launch as L  # noqa: E402
-from ninfer_compile.kernels.linear.routes import LINEAR_ROUTES  # noqa: E402
+from ninfer_compile.kernels.linear.routes import linear_workspace_numel  # noqa: E402
 from ninfer_compile.kernels.linear.weights import from_payload  # noqa: E402
+from ninfer_compile.kernels.registry import load_callable, routes_for  # noqa: E402
+from ninfer_compile.tune.measure import param_candidates  # noqa: E402
 
 SHAPES = {  # name: (format, N, K, epilogue)
     "gate_up": ("Q4G64_F16S", 34816, 5120, "swiglu"),
@@ -144,7 +145,9 @@ def main(argv=None):
     ap.add_argument("--t", default=None, help="comma-separated T values")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--gemv-only", action="store_true",
-                    help="only the *_gemv routes (T <= 4), with the GEMV optimisation sweep; peers kept")
+                    help="only the decode GEMV routes (*_gemv*, T <= 4), with the GEMV optimisation sweep; peers kept")
+    ap.add_argument("--routes", default=None,
+                    help="comma-separated substrings; only routes whose name contains one (e.g. lowreg,packed)")
     ap.add_argument("--max-candidates", type=int, default=99, help="param sets tried per route (best reported)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new rows after this")
     args = ap.parse_args(argv)
@@ -205,28 +208,34 @@ def main(argv=None):
                             [lambda: torch._weight_int4pack_mm(x, int4[0], 128, int4[1])] * 4)
                     except Exception as exc:
                         peer["torch_int4_error"] = str(exc)[:200]
-            for name, route in LINEAR_ROUTES.items():
+            for route in routes_for("linear"):
+                name = route.name
                 if not name.startswith(PREFIX[fmt] + "_"):
+                    continue
+                if args.routes and not any(f in name for f in args.routes.split(",")):
                     continue
                 dom = route.domain
                 if t < dom.min_t or (dom.max_t is not None and t > dom.max_t):
                     continue
                 kind = name.split("_", 1)[1]
-                if args.gemv_only and kind != "gemv":
+                if args.gemv_only and not kind.startswith("gemv"):
                     continue
-                if args.gemv_only:
+                if args.gemv_only and kind == "gemv":
                     kind = "gemv_fast" if fmt == "Q4G64_F16S" else "gemv"
                 if kind == "wide_mma" and t < 16:
                     continue
-                cands = CANDIDATES[kind][:2] if args.quick else CANDIDATES[kind][:args.max_candidates]
+                if kind in CANDIDATES:
+                    cands = CANDIDATES[kind][:2] if args.quick else CANDIDATES[kind][:args.max_candidates]
+                else:  # routes without a bench sweep: the tuner's curated param sets
+                    cands = param_candidates(route, t, args.quick)[:args.max_candidates]
                 results = []
+                launcher = load_callable(route.launcher)
                 for params in cands:
                     params = dict(params)
                     if "BLOCK_T" in route.params and "BLOCK_T" not in params:
                         params["BLOCK_T"] = min(64, max(16, triton.next_power_of_2(t)))
-                    split = params.get("SPLIT_K", 1)
-                    ws = torch.empty(max(1, L.workspace_numel(t, n_out, epi, split)), device="cuda")
-                    launcher = getattr(L, name)
+                    ws = torch.empty(max(1, linear_workspace_numel(name, t, n, k, epi, params)),
+                                     device="cuda")
                     try:
                         fns = [lambda w=w: launcher(x, w, out, epilogue=epi, residual=res, workspace=ws,
                                                     params=params) for w in copies]
@@ -244,11 +253,11 @@ def main(argv=None):
                                tflops=flops / (us * 1e-6) / 1e12)
                     cb = peer.get("cublas_bf16_us")
                     i4 = peer.get("torch_int4_us")
-                    print(f"{shape:15s} T={t:5d} {name:16s} {us:9.1f} us {row['pct_read_bw']:5.1f}% "
+                    print(f"{shape:15s} T={t:5d} {name:18s} {us:9.1f} us {row['pct_read_bw']:5.1f}% "
                           f"{row['tflops']:7.1f} TF | cuBLAS {cb if cb is None else round(cb, 1)} "
                           f"int4 {i4 if i4 is None else round(i4, 1)} | {best['params']}", flush=True)
                 else:
-                    print(f"{shape:15s} T={t:5d} {name:16s} FAILED {results[0].get('error')}", flush=True)
+                    print(f"{shape:15s} T={t:5d} {name:18s} FAILED {results[0].get('error')}", flush=True)
                 emit(row)
         del copies, wbf
         torch.cuda.empty_cache()
