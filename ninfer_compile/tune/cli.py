@@ -73,7 +73,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-base", action="store_true", help="write only the measured groups")
     parser.add_argument("--no-generic", action="store_true", help="no per-format/phase fallback groups")
     parser.add_argument("--save-measurements", type=Path, help="write the raw measurements (JSON)")
-    parser.add_argument("--replay", type=Path, help="re-pick from saved measurements; no GPU needed")
+    parser.add_argument("--replay", type=Path, nargs="+",
+                        help="re-pick from saved measurements; no GPU needed. Several files merge: a later file's "
+                             "timing of the same (op, T, context, route, params) replaces an earlier one")
     parser.add_argument("--no-graph", action="store_true", help="time eager launches between events (no CUDA graph)")
     parser.add_argument("--dry-run", action="store_true", help="print the match set and measurement count, measure nothing")
 
@@ -446,6 +448,55 @@ def render_report(cases, records, groups, prov: dict, dropped: list[str], carrie
 
 
 # --------------------------------------------------------------------------- main
+def merge_measurements(paths, sm: int) -> dict:
+    """Saved measurement files (`--save-measurements`) merged into one: cases are matched by
+    (family, match); a later file's record of the same (op, T, context, route, params) replaces an
+    earlier one; T points are the union; environment and command come from the last file, with the
+    merge recorded in the command."""
+    merged: dict | None = None
+    case_keys: list[str] = []
+    by_key: dict[str, dict] = {}
+    t_points: set[int] = set()
+    warnings: list[str] = []
+    commands: list[str] = []
+    for path in paths:
+        try:
+            saved = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise NinferError(f"--replay {path}: cannot read saved measurements: {exc}") from None
+        if not isinstance(saved, dict) or not isinstance(saved.get("cases"), list) \
+                or not isinstance(saved.get("records"), list):
+            raise NinferError(f"--replay {path}: not a measurement file (no cases / records)")
+        if int(saved.get("sm", -1)) != sm:
+            raise NinferError(f"--replay {path}: measured on sm{saved.get('sm')}, not --sm {sm}")
+        local = []
+        for c in saved["cases"]:
+            key = json.dumps([c.get("family"), sorted((c.get("match") or {}).items())], default=str)
+            if key not in case_keys:
+                case_keys.append(key)
+                if merged is None:
+                    merged = {"cases": []}
+                merged["cases"].append(c)
+            local.append(case_keys.index(key))
+        for r in saved["records"]:
+            r = dict(r)
+            r["case"] = local[int(r["case"])]
+            rk = json.dumps([r["case"], r.get("t"), r.get("ctx"), r.get("route"),
+                             sorted((r.get("params") or {}).items())], default=str)
+            by_key[rk] = r
+        t_points |= {int(t) for t in saved.get("t_points", [])}
+        warnings += list(saved.get("warnings", []))
+        commands.append(str(saved.get("command", "")))
+        last = saved
+    assert merged is not None
+    merged.update(sm=sm, source=last.get("source", ""), environment=last.get("environment", {}),
+                  t_points=sorted(t_points), warnings=warnings, records=list(by_key.values()),
+                  elapsed_s=last.get("elapsed_s"),
+                  command=commands[0] if len(commands) == 1 else
+                  "merged measurements of: " + " | ".join(commands))
+    return merged
+
+
 def run(args) -> int:
     from ..routes.table import ROUTES_DIR
 
@@ -469,12 +520,7 @@ def run(args) -> int:
             print(f"warning: {msg}", file=sys.stderr)
 
     if args.replay is not None:
-        try:
-            saved = json.loads(Path(args.replay).read_text())
-        except (OSError, ValueError) as exc:
-            raise NinferError(f"--replay {args.replay}: cannot read saved measurements: {exc}") from None
-        if int(saved.get("sm", -1)) != args.sm:
-            raise NinferError(f"--replay {args.replay}: measured on sm{saved.get('sm')}, not --sm {args.sm}")
+        saved = merge_measurements(args.replay, args.sm)
         cases = [MatchCase(**c) for c in saved["cases"]]
         records = saved["records"]
         env = saved["environment"]

@@ -92,9 +92,13 @@ def param_candidates(route: Route, t: int, quick: bool) -> list[dict]:
             if name.startswith("q4_"):
                 cands.append({"BLOCK_T": bt, "USE_ASM": False})
         elif name.endswith(("_gemv_lowreg", "_gemv_packed")):
-            cands = [{}, {"CHAIN": 2}, {"CHAIN": 4}, {"BLOCK_N": 16, "CHAIN": 2}, {"BLOCK_N": 4, "BLOCK_K": 512},
-                     {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 8}, {"SPLIT_K": 2},
-                     {"BLOCK_N": 32, "BLOCK_K": 512, "CHAIN": 4}]
+            # (the 2026-11-29 H200 run: BLOCK_N 16 / 32 with CHAIN, and BLOCK_N 4 at BLOCK_K 512, were
+            # never within 20% of the best; PREFETCH needs a register cap to stay ahead of the math)
+            pf = {"PREFETCH": True, "MAXNREG": 128}
+            cands = [{}, {"CHAIN": 2}, {"CHAIN": 4}, {"SPLIT_K": 2}, {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 8},
+                     {"MAXNREG": 128}, {"MAXNREG": 96}, pf, {"PREFETCH": True, "MAXNREG": 96},
+                     {**pf, "CHAIN": 2}, {**pf, "SPLIT_K": 2}, {**pf, "BLOCK_N": 4}, {**pf, "BLOCK_K": 2048},
+                     {**pf, "BLOCK_N": 4, "num_warps": 2}]
         elif name.endswith("_dequant_gemm"):
             cands = [{}, {"BLOCK_N": 32, "BLOCK_K": 512}, {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8},
                      {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 2}]

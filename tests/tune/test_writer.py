@@ -128,3 +128,38 @@ def test_replay_writes_a_valid_measured_table_and_report(tmp_path, capsys):
     assert "Timing grid" in report and "Dropped candidates" in report
     # the replay of another sm is refused
     assert main(["tune", "--sm", "86", "--replay", str(saved), "-o", str(out)]) == 2
+
+
+def test_replay_merges_files_later_timing_wins(tmp_path, capsys):
+    first = tmp_path / "a.json"
+    _fake_measurements(first)
+    data = json.loads(first.read_text())
+    # a second session re-measured q4_gemv at T=1 only: make it 100x slower there and add a T point
+    later = {**data, "command": "ninfer-compile tune --sm 90 --t-points 1", "t_points": [1, 3]}
+    recs = [dict(r, us=r["us"] * 100) for r in data["records"] if r["route"] == "q4_gemv" and r["t"] == 1]
+    assert recs
+    later["records"] = recs
+    second = tmp_path / "b.json"
+    second.write_text(json.dumps(later))
+    merged = tcli.merge_measurements([first, second], 90)
+    assert merged["t_points"] == sorted({1, 2, 3, 4, 8, 64, 256})
+    assert len(merged["records"]) == len(data["records"])
+    slow = [r for r in merged["records"] if r["route"] == "q4_gemv" and r["t"] == 1]
+    assert slow and all(r["us"] >= 100 * 5.0 * 0.99 for r in slow)
+    assert merged["command"].startswith("merged measurements of: ")
+    out = tmp_path / "sm90.yaml"
+    assert main(["tune", "--sm", "90", "--replay", str(first), str(second), "-o", str(out)]) == 0, \
+        capsys.readouterr().err
+    # T=1 no longer picks q4_gemv once it is 100x slower
+    table = load_table(out)
+    seen = 0
+    for g in table.rows("linear"):
+        for r in g.rows:
+            if r.route and r.evidence and r.contains(1) and dict(g.match).get("format") == "Q4G64_F16S":
+                seen += 1
+                assert r.route.name != "q4_gemv"
+    assert seen >= 1
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]")
+    assert main(["tune", "--sm", "90", "--replay", str(first), str(bad), "-o", str(out)]) == 2
+    assert "bad.json" in capsys.readouterr().err

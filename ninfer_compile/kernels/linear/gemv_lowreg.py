@@ -248,9 +248,17 @@ def _chunk_asm(w0, w1, w2, w3, h0, h1, xa, xb, xc, xd, FMT: tl.constexpr, BLOCK_
 
 
 @triton.jit
-def _rows_asm(acc0, acc1, acc2, acc3, base_ptr, high_ptr, scale_ptr, rows_c, rmask, cg, cg_c, cmask,
-              base_row, high_row, scale_row, xa, xb, xc, xd, FMT: tl.constexpr, BLOCK_T: tl.constexpr,
-              CHAIN: tl.constexpr):
+def _load_chunks(base_ptr, high_ptr, scale_ptr, rows_c, rmask, cg, KC_TOTAL, base_row, high_row, scale_row,
+                 FMT: tl.constexpr, CLAMP=None):
+    """One [BLOCK_N, KC] tile of chunks: the 4 base words, the high words (Q5: 1, Q6: 2; else
+    copies of w0, unused) and the fp32 chunk scale (0 for chunks past the row). Chunk indices are
+    clamped to CLAMP - 1 (default: the row's last chunk) so every address is in bounds; chunks past
+    the row get scale 0 and their products vanish."""
+    cmask = cg < KC_TOTAL
+    if CLAMP is None:
+        cg_c = tl.minimum(cg, KC_TOTAL - 1)
+    else:
+        cg_c = tl.minimum(cg, CLAMP - 1)
     w0, w1, w2, w3 = _ld4(base_ptr + rows_c[:, None] * base_row + (cg_c * 4)[None, :], W_LD_ASM)
     m = rmask[:, None] & cmask[None, :]
     s = tl.load(scale_ptr + rows_c[:, None] * scale_row + (cg_c // 2)[None, :], mask=m, other=0.0).to(tl.float32)
@@ -264,6 +272,12 @@ def _rows_asm(acc0, acc1, acc2, acc3, base_ptr, high_ptr, scale_ptr, rows_c, rma
     else:
         h0 = w0
         h1 = w0
+    return w0, w1, w2, w3, h0, h1, s
+
+
+@triton.jit
+def _dot_chunks(acc0, acc1, acc2, acc3, w0, w1, w2, w3, h0, h1, s, xa, xb, xc, xd, FMT: tl.constexpr,
+                BLOCK_T: tl.constexpr, CHAIN: tl.constexpr):
     o0, o1, o2, o3 = _chunk_asm(w0, w1, w2, w3, h0, h1, xa, xb, xc, xd, FMT, BLOCK_T, CHAIN)
     acc0 += o0 * s
     if BLOCK_T > 1:
@@ -272,6 +286,21 @@ def _rows_asm(acc0, acc1, acc2, acc3, base_ptr, high_ptr, scale_ptr, rows_c, rma
         acc2 += o2 * s
         acc3 += o3 * s
     return acc0, acc1, acc2, acc3
+
+
+@triton.jit
+def _x_chunks(x_ptr, cg, KC_TOTAL, K, T, sx, shape: tl.constexpr, BLOCK_T: tl.constexpr):
+    cg_c = tl.minimum(cg, KC_TOTAL - 1)
+    xa = _xcol(x_ptr, 0, sx, cg_c, K, T, shape)
+    xb = xa
+    xc = xa
+    xd = xa
+    if BLOCK_T > 1:
+        xb = _xcol(x_ptr, 1, sx, cg_c, K, T, shape)
+    if BLOCK_T > 2:
+        xc = _xcol(x_ptr, 2, sx, cg_c, K, T, shape)
+        xd = _xcol(x_ptr, 3, sx, cg_c, K, T, shape)
+    return xa, xb, xc, xd
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,7 +351,7 @@ def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, w
                        FMT: tl.constexpr, EPI: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, SPLIT_K: tl.constexpr,
                        CHAIN: tl.constexpr = 1, INTERP: tl.constexpr = False,
-                       USE_ASM: tl.constexpr = False):
+                       USE_ASM: tl.constexpr = False, PREFETCH: tl.constexpr = False):
     tl.static_assert(BLOCK_T <= 4)
     KC: tl.constexpr = BLOCK_K // 32
     pid_n = tl.program_id(0)
@@ -342,35 +371,67 @@ def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, w
     n_iters = tl.cdiv(KC_TOTAL, KC)
     it0 = pid_k * iters_per_split
     it1 = tl.minimum(it0 + iters_per_split, n_iters)
-    for it in range(it0, it1):
-        cg = it * KC + tl.arange(0, KC)
-        cmask = cg < KC_TOTAL
-        if USE_ASM:
-            cg_c = tl.minimum(cg, KC_TOTAL - 1)
-            shape: tl.constexpr = (BLOCK_N, KC)
-            xa = _xcol(x_ptr, 0, sx, cg_c, K, T, shape)
-            xb = xa
-            xc = xa
-            xd = xa
-            if BLOCK_T > 1:
-                xb = _xcol(x_ptr, 1, sx, cg_c, K, T, shape)
-            if BLOCK_T > 2:
-                xc = _xcol(x_ptr, 2, sx, cg_c, K, T, shape)
-                xd = _xcol(x_ptr, 3, sx, cg_c, K, T, shape)
-            a0, a1, a2, a3 = _rows_asm(a0, a1, a2, a3, base_ptr, high_ptr, scale_ptr, rows_c, rmask, cg,
-                                       cg_c, cmask, base_row, high_row, scale_row, xa, xb, xc, xd, FMT,
-                                       BLOCK_T, CHAIN)
+    shape: tl.constexpr = (BLOCK_N, KC)
+    kc = tl.arange(0, KC)
+    if USE_ASM and PREFETCH:
+        # register double buffer: the next step's weight chunks are loaded before this step's
+        # dequant + dot, so every warp keeps a step of loads in flight while it computes (inline-asm
+        # loads are invisible to Triton's software pipeliner). The load after the last step is
+        # clamped to the last chunk (an L2 hit, no extra HBM traffic).
+        gw0, gw1, gw2, gw3, gh0, gh1, gs = _load_chunks(base_ptr, high_ptr, scale_ptr, rows_c, rmask,
+                                                        it0 * KC + kc, KC_TOTAL, base_row, high_row,
+                                                        scale_row, FMT)
+        uw0, uw1, uw2, uw3, uh0, uh1, us = gw0, gw1, gw2, gw3, gh0, gh1, gs
+        if EPI == 1:
+            uw0, uw1, uw2, uw3, uh0, uh1, us = _load_chunks(base_ptr, high_ptr, scale_ptr, rows_c + up_off,
+                                                            rmask, it0 * KC + kc, KC_TOTAL, base_row,
+                                                            high_row, scale_row, FMT)
+        # the prefetch after this program's last step re-reads its own last chunks (an L1/L2 hit),
+        # never the next split's first ones
+        lim = tl.minimum(it1 * KC, KC_TOTAL)
+        for it in range(it0, it1):
+            cg = it * KC + kc
+            nw0, nw1, nw2, nw3, nh0, nh1, ns = _load_chunks(base_ptr, high_ptr, scale_ptr, rows_c, rmask,
+                                                            cg + KC, KC_TOTAL, base_row, high_row,
+                                                            scale_row, FMT, lim)
+            vw0, vw1, vw2, vw3, vh0, vh1, vs = nw0, nw1, nw2, nw3, nh0, nh1, ns
             if EPI == 1:
-                u0, u1, u2, u3 = _rows_asm(u0, u1, u2, u3, base_ptr, high_ptr, scale_ptr, rows_c + up_off,
-                                           rmask, cg, cg_c, cmask, base_row, high_row, scale_row, xa, xb,
-                                           xc, xd, FMT, BLOCK_T, CHAIN)
-        else:
-            a0, a1, a2, a3 = _rows_plain(a0, a1, a2, a3, x_ptr, base_ptr, high_ptr, scale_ptr, rows, rmask,
-                                         cg, cmask, base_row, high_row, scale_row, K, T, sx, FMT, BLOCK_T)
+                vw0, vw1, vw2, vw3, vh0, vh1, vs = _load_chunks(base_ptr, high_ptr, scale_ptr,
+                                                                rows_c + up_off, rmask, cg + KC, KC_TOTAL,
+                                                                base_row, high_row, scale_row, FMT, lim)
+            xa, xb, xc, xd = _x_chunks(x_ptr, cg, KC_TOTAL, K, T, sx, shape, BLOCK_T)
+            a0, a1, a2, a3 = _dot_chunks(a0, a1, a2, a3, gw0, gw1, gw2, gw3, gh0, gh1, gs, xa, xb, xc, xd,
+                                         FMT, BLOCK_T, CHAIN)
             if EPI == 1:
-                u0, u1, u2, u3 = _rows_plain(u0, u1, u2, u3, x_ptr, base_ptr, high_ptr, scale_ptr,
-                                             rows + up_off, rmask, cg, cmask, base_row, high_row,
-                                             scale_row, K, T, sx, FMT, BLOCK_T)
+                u0, u1, u2, u3 = _dot_chunks(u0, u1, u2, u3, uw0, uw1, uw2, uw3, uh0, uh1, us, xa, xb, xc,
+                                             xd, FMT, BLOCK_T, CHAIN)
+            gw0, gw1, gw2, gw3, gh0, gh1, gs = nw0, nw1, nw2, nw3, nh0, nh1, ns
+            uw0, uw1, uw2, uw3, uh0, uh1, us = vw0, vw1, vw2, vw3, vh0, vh1, vs
+    else:
+        for it in range(it0, it1):
+            cg = it * KC + kc
+            if USE_ASM:
+                xa, xb, xc, xd = _x_chunks(x_ptr, cg, KC_TOTAL, K, T, sx, shape, BLOCK_T)
+                gw0, gw1, gw2, gw3, gh0, gh1, gs = _load_chunks(base_ptr, high_ptr, scale_ptr, rows_c, rmask,
+                                                                cg, KC_TOTAL, base_row, high_row, scale_row,
+                                                                FMT)
+                a0, a1, a2, a3 = _dot_chunks(a0, a1, a2, a3, gw0, gw1, gw2, gw3, gh0, gh1, gs, xa, xb, xc,
+                                             xd, FMT, BLOCK_T, CHAIN)
+                if EPI == 1:
+                    uw0, uw1, uw2, uw3, uh0, uh1, us = _load_chunks(base_ptr, high_ptr, scale_ptr,
+                                                                    rows_c + up_off, rmask, cg, KC_TOTAL,
+                                                                    base_row, high_row, scale_row, FMT)
+                    u0, u1, u2, u3 = _dot_chunks(u0, u1, u2, u3, uw0, uw1, uw2, uw3, uh0, uh1, us, xa, xb,
+                                                 xc, xd, FMT, BLOCK_T, CHAIN)
+            else:
+                cmask = cg < KC_TOTAL
+                a0, a1, a2, a3 = _rows_plain(a0, a1, a2, a3, x_ptr, base_ptr, high_ptr, scale_ptr, rows,
+                                             rmask, cg, cmask, base_row, high_row, scale_row, K, T, sx, FMT,
+                                             BLOCK_T)
+                if EPI == 1:
+                    u0, u1, u2, u3 = _rows_plain(u0, u1, u2, u3, x_ptr, base_ptr, high_ptr, scale_ptr,
+                                                 rows + up_off, rmask, cg, cmask, base_row, high_row,
+                                                 scale_row, K, T, sx, FMT, BLOCK_T)
     # the same per-column reduce + epilogue/partial store as the plain GEMV
     _finish(a0, a1, a2, a3, u0, u1, u2, u3, rows, rmask, T, N_OUT, out_ptr, res_ptr, ws_ptr,
             so, sr, pid_k, EPI, SPLIT_K, BLOCK_T, INTERP)
@@ -435,7 +496,8 @@ def launch_lowreg(route_name: str, x, weight, out, *, epilogue: str = "none", re
         x.stride(0), out.stride(0), res.stride(0), ips,
         FMT=code, EPI=epi, BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], BLOCK_T=block_t,
         SPLIT_K=split_k, CHAIN=p["CHAIN"], INTERP=interpreting(), USE_ASM=use_asm,
-        num_warps=p["num_warps"], num_stages=p["num_stages"])
+        PREFETCH=bool(p["PREFETCH"]), num_warps=p["num_warps"], num_stages=p["num_stages"],
+        **({"maxnreg": p["MAXNREG"]} if p["MAXNREG"] and not interpreting() else {}))
     reduce_split_k(ws, out, res, T, n_out, split_k, epi)
     return None
 

@@ -33,6 +33,12 @@ def _params():
         "CHAIN": _p("CHAIN", (1, 2, 4), 1,
                     "words whose products are accumulated in bf16x2 before widening to fp32 "
                     "(4 * CHAIN products per half; 1 = the precision of q4_gemv's asm path)"),
+        "PREFETCH": _p("PREFETCH", (False, True), False,
+                       "register double buffer: load the next K step's weight chunks before this step's "
+                       "dequant + dot (asm path only)"),
+        "MAXNREG": _p("MAXNREG", (0, 64, 96, 128, 168), 0,
+                      "register cap handed to ptxas (0 = its own choice; a higher cap lets it issue a step's "
+                      "loads ahead of the math instead of sinking them to save registers)"),
         "USE_ASM": _p("USE_ASM", ("auto", False, True), "auto",
                       "inline-PTX packed path (auto = on for sm_90+ outside the interpreter when K % 8 == 0 "
                       "and x rows / planes are 16-byte aligned); False = plain-Triton fp32 equivalent"),

@@ -256,14 +256,15 @@ def test_chunk_asm_dequant_exact():
 # ---------------------------------------------------------------------------------------------
 GPU_PARAMS = [{"BLOCK_N": 8, "BLOCK_K": 1024, "num_warps": 4},
               {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 4, "CHAIN": 2},
-              {"BLOCK_N": 4, "BLOCK_K": 256, "num_warps": 2, "CHAIN": 4}]
+              {"BLOCK_N": 4, "BLOCK_K": 256, "num_warps": 2, "CHAIN": 4},
+              {"BLOCK_N": 8, "BLOCK_K": 512, "num_warps": 4, "CHAIN": 2, "PREFETCH": True, "MAXNREG": 128}]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(ROUTES))
 @pytest.mark.parametrize("t", [1, 2, 3, 4])
 @pytest.mark.parametrize("epi", ["none", "swiglu", "residual"])
-@pytest.mark.parametrize("pi", [0, 1, 2])
+@pytest.mark.parametrize("pi", [0, 1, 2, 3])
 def test_asm_path_on_gpu(name, t, epi, pi):
     params = {**GPU_PARAMS[pi], "USE_ASM": True}
     n, k = (72, 200) if pi == 2 else (264, 1088)
@@ -276,10 +277,11 @@ def test_asm_path_on_gpu(name, t, epi, pi):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(ROUTES))
 def test_asm_splitk_view_large_k_on_gpu(name):
-    for t in (1, 4):
-        p = {"BLOCK_N": 16, "BLOCK_K": 1024, "SPLIT_K": 4, "USE_ASM": True}
+    for t, p in ((1, {"BLOCK_N": 16, "BLOCK_K": 1024, "SPLIT_K": 4, "USE_ASM": True}),
+                 (4, {"BLOCK_N": 16, "BLOCK_K": 1024, "SPLIT_K": 4, "USE_ASM": True}),
+                 (2, {"BLOCK_N": 8, "BLOCK_K": 1024, "SPLIT_K": 4, "USE_ASM": True, "PREFETCH": True})):
         out, expected = _run(name, t, 512, 5120, "swiglu", p, 5, view=(64, 1024), device="cuda")
-        assert_close_rel(out, expected, 1e-2, f"{name} asm split-K view T={t}")
+        assert_close_rel(out, expected, 1e-2, f"{name} asm split-K view T={t} {p}")
         again, _ = _run(name, t, 512, 5120, "swiglu", p, 5, view=(64, 1024), device="cuda")
         assert torch.equal(out, again), "split-K must be deterministic"
         out, expected = _run(name, t, 512, 17408, "residual", {"USE_ASM": True}, 6, device="cuda")
