@@ -56,6 +56,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         % (",".join(map(str, DEFAULT_T_POINTS)), ",".join(map(str, QUICK_T_POINTS))))
     parser.add_argument("--quick", action="store_true",
                         help="pruned: 2 param sets per route, fewer T points / contexts, 5 reps")
+    parser.add_argument("--routes", help="measure only routes whose name contains one of these comma-separated "
+                        "substrings (e.g. lowreg,packed); merge with a full run's measurements via --replay")
     parser.add_argument("--kv-dtypes", default=",".join(KV_DTYPES), help="KV dtypes for attention/kv_append (bf16,int8)")
     parser.add_argument("--decode-contexts", help="attention decode contexts (default %s)" % ",".join(map(str, DECODE_CONTEXTS)))
     parser.add_argument("--prefill-contexts", help="attention prefill cached prefixes (default %s)"
@@ -170,8 +172,9 @@ def environment(device: str) -> dict:
 
 
 # --------------------------------------------------------------------------- the plan
-def candidates_for(case: MatchCase, t: int, quick: bool):
-    """[(route, params)] whose declared domain covers the case's match and T."""
+def candidates_for(case: MatchCase, t: int, quick: bool, only: tuple[str, ...] = ()):
+    """[(route, params)] whose declared domain covers the case's match and T (and, when `only` is
+    given, whose name contains one of its substrings)."""
     from ..kernels.registry import routes_for
     from ..routes.table import effective_match
     from .measure import param_candidates
@@ -181,11 +184,17 @@ def candidates_for(case: MatchCase, t: int, quick: bool):
     for r in routes_for(case.family):
         if r.covers(t, t, eff) is not None:
             continue
+        if only and not any(o in r.name for o in only):
+            continue
         if quick and r.family == "linear" and r.name.endswith("_wide_mma") and t < 16:
             continue  # pruned: the wide schedule pads T to its tile
         for p in param_candidates(r, t, quick):
             out.append((r, p))
     return out
+
+
+def _only(args) -> tuple[str, ...]:
+    return tuple(v.strip() for v in (getattr(args, "routes", None) or "").split(",") if v.strip())
 
 
 def contexts_for(case: MatchCase, args) -> list:
@@ -204,7 +213,7 @@ def build_plan(cases: list[MatchCase], t_points, args) -> list[tuple[int, Any, i
     for ci, case in enumerate(cases):
         for ctx in contexts_for(case, args):
             for t in t_points:
-                cands = candidates_for(case, t, args.quick)
+                cands = candidates_for(case, t, args.quick, _only(args))
                 if cands:
                     plan.append((ci, ctx, t, cands))
     return plan
@@ -519,6 +528,10 @@ def run(args) -> int:
         except Exception:  # noqa: BLE001
             print(f"warning: {msg}", file=sys.stderr)
 
+    if _only(args) and args.replay is None and args.output is None and args.save_measurements is None \
+            and not args.dry_run:
+        raise NinferError("--routes measures a subset of the routes: give --save-measurements FILE (to merge "
+                          "with --replay) or -o TABLE")
     if args.replay is not None:
         saved = merge_measurements(args.replay, args.sm)
         cases = [MatchCase(**c) for c in saved["cases"]]
@@ -572,6 +585,12 @@ def run(args) -> int:
                 "sm": args.sm, "source": source, "command": command, "environment": env,
                 "t_points": list(t_points), "elapsed_s": elapsed, "warnings": warnings,
                 "cases": [dataclasses.asdict(c) for c in cases], "records": records}, default=str, indent=1))
+    if _only(args) and args.replay is None and args.output is None:
+        # a partial measurement: a table picked from a few routes would silently drop the others
+        print(f"measured only routes matching {','.join(_only(args))}: no table written (no -o); merge "
+              f"with a full run: ninfer-compile tune --sm {args.sm} --replay FULL.json "
+              f"{args.save_measurements} -o TABLE", flush=True)
+        return 0
     groups = pick_groups(cases, records, t_points, args.hysteresis, generic=not args.no_generic)
     if not groups:
         raise NinferError("no candidate produced a timing; nothing to write (see the warnings above)")
