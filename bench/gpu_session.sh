@@ -7,7 +7,7 @@
 #   bash bench/gpu_session.sh e2e            # ~8-9 min: full-size end to end, then the peers
 #                                            #   (E2E_KV=bf16: ~7 min; PEERS=0: ~5 min, as before)
 #
-# Stages: tests | tune | bench | e2e | peers. Results go to $OUT (the device tool's folder) or
+# Stages: tests | tune | gemv | bench | e2e | peers. Results go to $OUT (the device tool's folder) or
 # out/gpu; copy what should be committed into bench/results/ and routes/ afterwards.
 # e2e: our engine for each KV dtype in $E2E_KV (default "bf16 int8"), then the peers (HF
 # transformers eager bf16 and the fp32 reference under torch.compile, bench/bench_peers.py) in
@@ -42,7 +42,17 @@ run_peers() {
 for stage in "$@"; do
   case "$stage" in
     tests)
-      timeout 240 python3 -m pytest -q -m gpu tests/kernels tests/runtime -x 2>&1 | tail -n 40 | tee "$OUT/gpu_tests.log" ;;
+      # full log kept: one illegal memory access poisons the CUDA context for every later test,
+      # so the first failure in the log is the one that matters
+      timeout 240 python3 -m pytest -q -m gpu tests/kernels tests/runtime -p no:cacheprovider -rf \
+        > "$OUT/gpu_tests.log" 2>&1; grep -m 3 -n "Error\|FAILED" "$OUT/gpu_tests.log"; tail -n 3 "$OUT/gpu_tests.log" ;;
+    gemv)
+      # re-measure only the decode GEMVs (T <= 4) and merge with the committed full linear run
+      timeout 300 python3 -m ninfer_compile.cli tune --sm 90 --families linear --t-points 1,2,3,4 \
+        --routes lowreg,packed --save-measurements "$OUT/gemv.meas.json" 2>&1 | tr '\r' '\n' | grep -v "^ *$" \
+        | grep -v "it/s\|run/s\|job/s" | tail -n 8 | tee "$OUT/gemv_tune.log"
+      python3 -m ninfer_compile.cli tune --sm 90 --replay bench/results/tune_sm90_linear_2026-11-29.meas.json \
+        "$OUT/gemv.meas.json" --base routes/sm90.yaml -o "$OUT/sm90.yaml" --report "$OUT/sm90.md" 2>&1 | tail -n 2 ;;
     tune)
       timeout 420 python3 -m ninfer_compile.cli tune --sm 90 -o "$OUT/sm90.yaml" --report "$OUT/sm90.md" \
         --save-measurements "$OUT/sm90.meas.json" 2>&1 | tail -n 20 | tee "$OUT/tune.log" ;;
@@ -66,6 +76,6 @@ for stage in "$@"; do
       T0=$SECONDS
       ensure_artifact
       run_peers $(( ${PEERS_BUDGET_S:-540} - (SECONDS - T0) )) ;;
-    *) echo "error: unknown stage $stage (tests | tune | bench | e2e | peers)"; exit 2 ;;
+    *) echo "error: unknown stage $stage (tests | tune | gemv | bench | e2e | peers)"; exit 2 ;;
   esac
 done
