@@ -98,7 +98,12 @@ def param_candidates(route: Route, t: int, quick: bool) -> list[dict]:
             cands = [{}, {"CHAIN": 2}, {"CHAIN": 4}, {"SPLIT_K": 2}, {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 8},
                      {"MAXNREG": 128}, {"MAXNREG": 96}, pf, {"PREFETCH": True, "MAXNREG": 96},
                      {**pf, "CHAIN": 2}, {**pf, "SPLIT_K": 2}, {**pf, "BLOCK_N": 4}, {**pf, "BLOCK_K": 2048},
-                     {**pf, "BLOCK_N": 4, "num_warps": 2}]
+                     {**pf, "BLOCK_N": 4, "num_warps": 2},
+                     # second H200 run: BLOCK_N 4 / 2 warps with the prefetch won most T <= 2 cells
+                     {**pf, "BLOCK_N": 2, "num_warps": 1}, {**pf, "BLOCK_N": 2, "num_warps": 2},
+                     {**pf, "BLOCK_N": 4, "num_warps": 1}, {**pf, "BLOCK_N": 4, "num_warps": 2, "CHAIN": 2},
+                     {**pf, "BLOCK_N": 4, "num_warps": 2, "BLOCK_K": 2048}, {**pf, "BLOCK_N": 4, "num_warps": 2, "SPLIT_K": 2},
+                     {"PREFETCH": True, "MAXNREG": 168, "BLOCK_N": 4, "num_warps": 2}]
         elif name.endswith("_dequant_gemm"):
             cands = [{}, {"BLOCK_N": 32, "BLOCK_K": 512}, {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8},
                      {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 2}]
