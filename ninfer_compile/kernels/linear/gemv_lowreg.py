@@ -130,6 +130,9 @@ for (_f, _t), _v in _C.items():
     globals()[f"CON_{_f}_{_t}"] = _v
 
 W_LD_ASM = tl.constexpr("ld.global.nc.L1::no_allocate.v4.b32 {$0, $1, $2, $3}, [$4];")
+# the same with an L2 prefetch hint of the surrounding 256-byte block (a warp reads 512 contiguous
+# bytes of a row per step; the hint lets L2 fetch whole DRAM bursts ahead of the next warp's touch)
+W_LD_L2_ASM = tl.constexpr("ld.global.nc.L1::no_allocate.L2::256B.v4.b32 {$0, $1, $2, $3}, [$4];")
 X_LD_ASM = tl.constexpr("ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];")
 
 
@@ -249,7 +252,7 @@ def _chunk_asm(w0, w1, w2, w3, h0, h1, xa, xb, xc, xd, FMT: tl.constexpr, BLOCK_
 
 @triton.jit
 def _load_chunks(base_ptr, high_ptr, scale_ptr, rows_c, rmask, cg, KC_TOTAL, base_row, high_row, scale_row,
-                 FMT: tl.constexpr, CLAMP=None):
+                 FMT: tl.constexpr, CLAMP=None, L2_HINT: tl.constexpr = False):
     """One [BLOCK_N, KC] tile of chunks: the 4 base words, the high words (Q5: 1, Q6: 2; else
     copies of w0, unused) and the fp32 chunk scale (0 for chunks past the row). Chunk indices are
     clamped to CLAMP - 1 (default: the row's last chunk) so every address is in bounds; chunks past
@@ -259,7 +262,10 @@ def _load_chunks(base_ptr, high_ptr, scale_ptr, rows_c, rmask, cg, KC_TOTAL, bas
         cg_c = tl.minimum(cg, KC_TOTAL - 1)
     else:
         cg_c = tl.minimum(cg, CLAMP - 1)
-    w0, w1, w2, w3 = _ld4(base_ptr + rows_c[:, None] * base_row + (cg_c * 4)[None, :], W_LD_ASM)
+    if L2_HINT:
+        w0, w1, w2, w3 = _ld4(base_ptr + rows_c[:, None] * base_row + (cg_c * 4)[None, :], W_LD_L2_ASM)
+    else:
+        w0, w1, w2, w3 = _ld4(base_ptr + rows_c[:, None] * base_row + (cg_c * 4)[None, :], W_LD_ASM)
     m = rmask[:, None] & cmask[None, :]
     s = tl.load(scale_ptr + rows_c[:, None] * scale_row + (cg_c // 2)[None, :], mask=m, other=0.0).to(tl.float32)
     if FMT == 5:
@@ -351,7 +357,8 @@ def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, w
                        FMT: tl.constexpr, EPI: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, SPLIT_K: tl.constexpr,
                        CHAIN: tl.constexpr = 1, INTERP: tl.constexpr = False,
-                       USE_ASM: tl.constexpr = False, PREFETCH: tl.constexpr = False):
+                       USE_ASM: tl.constexpr = False, PREFETCH: tl.constexpr = False,
+                       L2_HINT: tl.constexpr = False):
     tl.static_assert(BLOCK_T <= 4)
     KC: tl.constexpr = BLOCK_K // 32
     pid_n = tl.program_id(0)
@@ -380,12 +387,12 @@ def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, w
         # clamped to the last chunk (an L2 hit, no extra HBM traffic).
         gw0, gw1, gw2, gw3, gh0, gh1, gs = _load_chunks(base_ptr, high_ptr, scale_ptr, rows_c, rmask,
                                                         it0 * KC + kc, KC_TOTAL, base_row, high_row,
-                                                        scale_row, FMT)
+                                                        scale_row, FMT, None, L2_HINT)
         uw0, uw1, uw2, uw3, uh0, uh1, us = gw0, gw1, gw2, gw3, gh0, gh1, gs
         if EPI == 1:
             uw0, uw1, uw2, uw3, uh0, uh1, us = _load_chunks(base_ptr, high_ptr, scale_ptr, rows_c + up_off,
                                                             rmask, it0 * KC + kc, KC_TOTAL, base_row,
-                                                            high_row, scale_row, FMT)
+                                                            high_row, scale_row, FMT, None, L2_HINT)
         # the prefetch after this program's last step re-reads its own last chunks (an L1/L2 hit),
         # never the next split's first ones
         lim = tl.minimum(it1 * KC, KC_TOTAL)
@@ -393,12 +400,12 @@ def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, w
             cg = it * KC + kc
             nw0, nw1, nw2, nw3, nh0, nh1, ns = _load_chunks(base_ptr, high_ptr, scale_ptr, rows_c, rmask,
                                                             cg + KC, KC_TOTAL, base_row, high_row,
-                                                            scale_row, FMT, lim)
+                                                            scale_row, FMT, lim, L2_HINT)
             vw0, vw1, vw2, vw3, vh0, vh1, vs = nw0, nw1, nw2, nw3, nh0, nh1, ns
             if EPI == 1:
                 vw0, vw1, vw2, vw3, vh0, vh1, vs = _load_chunks(base_ptr, high_ptr, scale_ptr,
                                                                 rows_c + up_off, rmask, cg + KC, KC_TOTAL,
-                                                                base_row, high_row, scale_row, FMT, lim)
+                                                                base_row, high_row, scale_row, FMT, lim, L2_HINT)
             xa, xb, xc, xd = _x_chunks(x_ptr, cg, KC_TOTAL, K, T, sx, shape, BLOCK_T)
             a0, a1, a2, a3 = _dot_chunks(a0, a1, a2, a3, gw0, gw1, gw2, gw3, gh0, gh1, gs, xa, xb, xc, xd,
                                          FMT, BLOCK_T, CHAIN)
@@ -414,13 +421,13 @@ def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, w
                 xa, xb, xc, xd = _x_chunks(x_ptr, cg, KC_TOTAL, K, T, sx, shape, BLOCK_T)
                 gw0, gw1, gw2, gw3, gh0, gh1, gs = _load_chunks(base_ptr, high_ptr, scale_ptr, rows_c, rmask,
                                                                 cg, KC_TOTAL, base_row, high_row, scale_row,
-                                                                FMT)
+                                                                FMT, None, L2_HINT)
                 a0, a1, a2, a3 = _dot_chunks(a0, a1, a2, a3, gw0, gw1, gw2, gw3, gh0, gh1, gs, xa, xb, xc,
                                              xd, FMT, BLOCK_T, CHAIN)
                 if EPI == 1:
                     uw0, uw1, uw2, uw3, uh0, uh1, us = _load_chunks(base_ptr, high_ptr, scale_ptr,
                                                                     rows_c + up_off, rmask, cg, KC_TOTAL,
-                                                                    base_row, high_row, scale_row, FMT)
+                                                                    base_row, high_row, scale_row, FMT, None, L2_HINT)
                     u0, u1, u2, u3 = _dot_chunks(u0, u1, u2, u3, uw0, uw1, uw2, uw3, uh0, uh1, us, xa, xb,
                                                  xc, xd, FMT, BLOCK_T, CHAIN)
             else:
@@ -496,7 +503,7 @@ def launch_lowreg(route_name: str, x, weight, out, *, epilogue: str = "none", re
         x.stride(0), out.stride(0), res.stride(0), ips,
         FMT=code, EPI=epi, BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], BLOCK_T=block_t,
         SPLIT_K=split_k, CHAIN=p["CHAIN"], INTERP=interpreting(), USE_ASM=use_asm,
-        PREFETCH=bool(p["PREFETCH"]), num_warps=p["num_warps"], num_stages=p["num_stages"],
+        PREFETCH=bool(p["PREFETCH"]), L2_HINT=bool(p["L2_HINT"]), num_warps=p["num_warps"], num_stages=p["num_stages"],
         **({"maxnreg": p["MAXNREG"]} if p["MAXNREG"] and not interpreting() else {}))
     reduce_split_k(ws, out, res, T, n_out, split_k, epi)
     return None

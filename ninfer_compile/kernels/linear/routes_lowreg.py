@@ -36,6 +36,8 @@ def _params():
         "PREFETCH": _p("PREFETCH", (False, True), False,
                        "register double buffer: load the next K step's weight chunks before this step's "
                        "dequant + dot (asm path only)"),
+        "L2_HINT": _p("L2_HINT", (False, True), False,
+                      "weight loads carry an L2::256B prefetch hint (asm path only)"),
         "MAXNREG": _p("MAXNREG", (0, 64, 96, 128, 168), 0,
                       "register cap handed to ptxas (0 = its own choice; a higher cap lets it issue a step's "
                       "loads ahead of the math instead of sinking them to save registers)"),

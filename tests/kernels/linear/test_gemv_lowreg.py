@@ -257,7 +257,8 @@ def test_chunk_asm_dequant_exact():
 GPU_PARAMS = [{"BLOCK_N": 8, "BLOCK_K": 1024, "num_warps": 4},
               {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 4, "CHAIN": 2},
               {"BLOCK_N": 4, "BLOCK_K": 256, "num_warps": 2, "CHAIN": 4},
-              {"BLOCK_N": 8, "BLOCK_K": 512, "num_warps": 4, "CHAIN": 2, "PREFETCH": True, "MAXNREG": 128}]
+              {"BLOCK_N": 8, "BLOCK_K": 512, "num_warps": 4, "CHAIN": 2, "PREFETCH": True, "MAXNREG": 128,
+               "L2_HINT": True}]
 
 
 # every epilogue with the default-like and the prefetch schedule; the other tilings once (each
