@@ -104,7 +104,10 @@ def param_candidates(route: Route, t: int, quick: bool) -> list[dict]:
                      {**pf, "BLOCK_N": 4, "num_warps": 1}, {**pf, "BLOCK_N": 4, "num_warps": 2, "CHAIN": 2},
                      {**pf, "BLOCK_N": 4, "num_warps": 2, "BLOCK_K": 2048}, {**pf, "BLOCK_N": 4, "num_warps": 2, "SPLIT_K": 2},
                      {"PREFETCH": True, "MAXNREG": 168, "BLOCK_N": 4, "num_warps": 2},
-                     {**pf, "BLOCK_N": 4, "num_warps": 2, "L2_HINT": True}, {**pf, "BLOCK_N": 4, "L2_HINT": True}]
+                     {**pf, "BLOCK_N": 4, "num_warps": 2, "L2_HINT": True}, {**pf, "BLOCK_N": 4, "L2_HINT": True},
+                     # more rows per thread share each 64-byte activation load (L1 traffic / weight byte)
+                     {**pf, "BLOCK_N": 8, "num_warps": 2}, {**pf, "BLOCK_N": 8, "num_warps": 1},
+                     {**pf, "BLOCK_N": 16, "num_warps": 4}]
         elif name.endswith("_dequant_gemm"):
             cands = [{}, {"BLOCK_N": 32, "BLOCK_K": 512}, {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8},
                      {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 2}]
