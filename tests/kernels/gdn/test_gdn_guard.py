@@ -126,7 +126,7 @@ def test_fast_guarded_partial_v_tile(block_v):
 _SWEEP = [(bv, nw, ns) for bv in (32, 64) for nw in (4, 8) for ns in (1, 2, 3)]
 
 
-def _sweep_child(T: int) -> None:
+def _sweep_child(T: int, only: str | None = None) -> None:
     """Run every fast config of bench_gdn.py at the 27B head shape, one launch each, synchronising
     after each; prints one line per config so the parent can name the one that faulted."""
     Hk, Hv, Dk, Dv = 16, 48, 128, 128
@@ -137,6 +137,8 @@ def _sweep_child(T: int) -> None:
     o = torch.empty(T, Hv, Dv, dtype=torch.bfloat16, device="cuda")
     ws = torch.empty(launch_fast.chunked_workspace_numel(T, Hv, Dk, Dv), device="cuda")
     for bv, nw, ns in _SWEEP:
+        if only is not None and only != f"bv{bv}_w{nw}_s{ns}":
+            continue
         print(f"config bv{bv}_w{nw}_s{ns}: start", flush=True)
         st = state.clone().cuda()
         launch_fast.gated_delta_rule_chunked_fast(*dev, st, pos, slots, o, ws, block_v=bv, num_warps=nw,
@@ -147,12 +149,19 @@ def _sweep_child(T: int) -> None:
 
 @pytest.mark.gpu
 def test_fast_bench_sweep_isolated_gpu():
+    """Each config in its own process (an illegal access kills the CUDA context): the failure lists
+    every config that faulted, not only the first."""
     T = 1024  # bench_gdn.py's first prefill length, where the H200 run hit the illegal access
     env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1")
-    r = subprocess.run([sys.executable, __file__, "--sweep-child", str(T)], env=env, capture_output=True, text=True,
-                       timeout=180, cwd=os.path.dirname(os.path.abspath(__file__)))
-    assert r.returncode == 0, f"fast sweep T={T} failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    bad = []
+    for bv, nw, ns in _SWEEP:
+        name = f"bv{bv}_w{nw}_s{ns}"
+        r = subprocess.run([sys.executable, __file__, "--sweep-child", str(T), name], env=env, capture_output=True,
+                           text=True, timeout=180, cwd=os.path.dirname(os.path.abspath(__file__)))
+        if r.returncode != 0:
+            bad.append(f"{name}: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
+    assert not bad, f"fast sweep T={T}: faulting configs:\n" + "\n".join(bad)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--sweep-child"]:
-    _sweep_child(int(sys.argv[2]))
+    _sweep_child(int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)
