@@ -9,9 +9,14 @@
    become the kernel library's `QuantWeight` (uint8 planes; row views are plane slices), direct
    objects typed tensors in their logical shape (row views are row slices);
 4. allocate the activation arena and the per-slot state buffers (KV caches, GDN conv/recurrent);
-5. import PLAN/kernels as a uniquely named package and bind every extent's launches;
+5. import PLAN/kernels as a uniquely named package and bind every extent's launches; on a GPU,
+   use the plan's precompiled kernel binaries (PLAN/kernels/bin, see triton_cache.py) when they
+   were built by this Triton (version, build, ptxas, cache-relevant environment) for this sm,
+   else JIT from the emitted source (`Engine.kernel_note` says which and why), then run every
+   extent once so each kernel is loaded (or compiled) before capture;
 6. on a GPU, capture one CUDA graph per decode extent the plan marks for capture.
-`Engine.load_times` = {"upload": s, "kernels": s, "capture": s, "total": s}.
+`Engine.load_times` = {"upload": s, "kernels": s, "capture": s, "total": s}; "kernels" covers the
+import, binding, binary loading / JIT and the warm-up run.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import torch
 
 from .artifact_view import GROUPED, ArtifactView, ArtifactViewError, row_split_planes
 from .errors import NinferRuntimeError, PlanError, PlanMismatch
+from .triton_cache import binaries_for, preload_binaries
 
 PLAN_FORMAT = "ninfer-plan-v1"
 KERNELS_FORMAT = "ninfer-kernels-v1"
@@ -105,6 +111,13 @@ def check_kernel_files(plan_dir: Path, kernels: dict) -> None:
             raise PlanMismatch(f"{plan_dir}: emitted kernel file {rel} does not match its sha256 in kernels/manifest.json")
 
 
+def used_weights(plan: dict) -> list[str]:
+    """The artifact objects the plan's launches reference (sorted)."""
+    return sorted({ref["weight"] for x in plan["extents"].values() for L in x["launches"]
+                   for ref in list((L.get("args") or {}).values()) + list((L.get("outs") or {}).values())
+                   if "weight" in ref})
+
+
 def import_kernels(plan_dir: Path, kernels: dict):
     """Import PLAN/kernels as a fresh, uniquely named package; returns its name."""
     kdir = (Path(plan_dir) / "kernels").resolve()
@@ -146,26 +159,20 @@ class Engine:
             check_kernel_files(self.plan_dir, self.kernel_manifest)
             self._init(progress, t0)
         except BaseException:
+            if getattr(self, "binaries", None) is not None:
+                self.binaries.release()
             self.artifact.close()
             raise
 
     # ------------------------------------------------------------------------- construction
     def _init(self, progress: bool, t0: float) -> None:
-        from .executor import ExtentRunner
         from .frontend import Frontend
 
-        opts = self.plan["options"]
-        self.max_context = int(opts["max_context"])
-        self.prefill_chunk = int(opts["prefill_chunk"])
-        self.slots = int(opts.get("slots") or max(opts.get("concurrency") or [1]))
-        if int(opts.get("draft_tokens", 0)) != 0:
-            raise PlanError("plans with a draft window (--draft-tokens > 0) are not supported by this runtime yet")
+        self._read_options()
         # weights
         self._objects: dict[str, Any] = {}
         self._weights: dict[tuple, Any] = {}
-        used = sorted({ref["weight"] for x in self.plan["extents"].values() for L in x["launches"]
-                       for ref in list((L.get("args") or {}).values()) + list((L.get("outs") or {}).values())
-                       if "weight" in ref})
+        used = used_weights(self.plan)
         if self.device.type == "cpu" and not _interpreting():
             if "triton" in sys.modules:
                 raise PlanError("running on CPU needs the Triton interpreter, but triton was imported without "
@@ -175,13 +182,53 @@ class Engine:
         self.kernel_package = import_kernels(self.plan_dir, self.kernel_manifest)
         self._launchers: dict[str, Any] = {}
         self._quant_weight_cls = None
+        self.binaries = None
+        self.kernel_note = "kernels: Triton interpreter (no binaries)"
+        if self.device.type == "cuda" and not _interpreting():
+            # precompiled binaries: a read-through Triton cache over PLAN/kernels/bin, else JIT (note says why)
+            self.binaries, self.kernel_note = binaries_for(self.plan_dir, self.plan, self.kernel_manifest)
+            if self.binaries is not None:
+                with torch.cuda.device(self.device):
+                    preload_binaries(self.binaries, self.kernel_package)
         t_kern = time.perf_counter() - t_kern
         t_up = time.perf_counter()
         self._upload(used, progress)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         t_up = time.perf_counter() - t_up
-        # arena + state
+        self._allocate()
+        t_bind = time.perf_counter()
+        self._bind_extents()
+        if self.device.type == "cuda":
+            self._warm_kernels()
+        t_kern += time.perf_counter() - t_bind
+        if self.binaries is not None:
+            self.kernel_note = self.binaries.note()
+        self.device_note = f"{self.device_note}; {self.kernel_note}"
+        # frontend (tokenizer, chat template, stop ids) from the artifact's resources
+        self.frontend = Frontend.from_artifact(self.artifact)
+        # CUDA graphs
+        t_cap = time.perf_counter()
+        self.graphs = {}
+        if self.device.type == "cuda":
+            from .graphs import capture_decode_graphs
+
+            self.graphs = capture_decode_graphs(self)
+        t_cap = time.perf_counter() - t_cap
+        self.load_times = {"upload": t_up, "kernels": t_kern, "capture": t_cap,
+                           "total": time.perf_counter() - t0}
+        self.last_stats: dict[str, float] = {}
+
+    def _read_options(self) -> None:
+        opts = self.plan["options"]
+        self.max_context = int(opts["max_context"])
+        self.prefill_chunk = int(opts["prefill_chunk"])
+        self.slots = int(opts.get("slots") or max(opts.get("concurrency") or [1]))
+        if int(opts.get("draft_tokens", 0)) != 0:
+            raise PlanError("plans with a draft window (--draft-tokens > 0) are not supported by this runtime yet")
+
+    def _allocate(self) -> None:
+        """The activation arena and the per-slot state buffers, on `self.device`."""
         arena_bytes = int(self.plan["buffers"]["arena"]["bytes"])
         need = max([int(x.get("arena_bytes") or 0) for x in self.plan["extents"].values()] + [arena_bytes, 256])
         self.arena = torch.zeros((need + 255) // 256 * 256, dtype=torch.uint8, device=self.device)
@@ -193,7 +240,11 @@ class Engine:
             if int(b["shape"][0]) != self.slots:
                 raise PlanError(f"state buffer {name}: leading dim {b['shape'][0]} != slots {self.slots}")
             self._state[name] = torch.zeros([int(d) for d in b["shape"]], dtype=dt, device=self.device)
-        t_bind = time.perf_counter()
+
+    def _bind_extents(self) -> None:
+        """One `ExtentRunner` per text extent (launches bound to the emitted launchers)."""
+        from .executor import ExtentRunner
+
         self.extents: dict[str, ExtentRunner] = {}
         for name, entry in sorted(self.plan["extents"].items()):
             if entry.get("graph", "text") != "text":
@@ -212,20 +263,26 @@ class Engine:
                 raise PlanError(f"extent {r.name} has no logits output")
         self.vocab_rows = int(self.prefill_runner.outputs["logits"].shape[-1])
         self.max_concurrency = min(self.slots, self.decode_runners[-1].concurrency)
-        t_kern += time.perf_counter() - t_bind
-        # frontend (tokenizer, chat template, stop ids) from the artifact's resources
-        self.frontend = Frontend.from_artifact(self.artifact)
-        # CUDA graphs
-        t_cap = time.perf_counter()
-        self.graphs = {}
-        if self.device.type == "cuda":
-            from .graphs import capture_decode_graphs
 
-            self.graphs = capture_decode_graphs(self)
-        t_cap = time.perf_counter() - t_cap
-        self.load_times = {"upload": t_up, "kernels": t_kern, "capture": t_cap,
-                           "total": time.perf_counter() - t0}
-        self.last_stats: dict[str, float] = {}
+    def _warm_kernels(self) -> None:
+        """Run every extent once on dummy inputs (slot 0, positions 0..T-1) so every kernel is loaded
+        from the plan's binaries or JIT-compiled now, inside the load's "kernels" time; the state
+        they write is zeroed."""
+        for r in [self.prefill_runner, *self.decode_runners]:
+            ins = r.inputs
+            ins["ids"].zero_()
+            if "positions" in ins:
+                ins["positions"].copy_(torch.arange(r.t, dtype=torch.int32, device=self.device) % self.max_context)
+            if "slots" in ins:
+                ins["slots"].copy_(torch.arange(r.t, dtype=torch.int32, device=self.device) % self.slots
+                                   if r.phase == "decode" else torch.zeros(r.t, dtype=torch.int32, device=self.device))
+            if "logit_rows" in ins:
+                ins["logit_rows"].zero_()
+            r.run()
+        torch.cuda.synchronize(self.device)
+        for s in self._state.values():
+            s.zero_()
+        torch.cuda.synchronize(self.device)
 
     def _upload(self, names: list[str], progress: bool) -> None:
         total = 0
@@ -333,6 +390,8 @@ class Engine:
 
     def close(self) -> None:
         self.graphs = {}
+        if getattr(self, "binaries", None) is not None:
+            self.binaries.release()
         self.artifact.close()
 
     def __enter__(self):
