@@ -3,7 +3,8 @@
 Reads only the artifact's JSON directory (no payload bytes), matches it to its model contract,
 lowers one graph per extent (a prefill chunk; decode T = C x (K+1) per concurrency C), runs the
 pass pipeline (passes/pipeline.py) with the route table for the sm, plans memory and writes
-`ARTIFACT.smN.plan/` atomically: plan.json, memory.txt, kernels/.
+`ARTIFACT.smN.plan/` atomically: plan.json, memory.txt, kernels/ (the emitted source and, unless
+--no-binaries, the kernels compiled ahead of time for the sm: kernels/bin/, codegen/aot.py).
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="write the IR after lowering and every pass (txt, yaml, dot per extent)")
     parser.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
                         help=f"switch a pass off (repeatable): {', '.join(PASS_NAMES)}")
+    parser.add_argument("--no-binaries", action="store_true",
+                        help="emit kernel source only: skip the ahead-of-time cubins (kernels/bin/); the "
+                             "runtime then JIT-compiles every kernel at load")
 
 
 def _concurrency(text: str) -> tuple[int, ...]:
@@ -62,7 +66,8 @@ class Compiled:
     manifest: dict[str, Any]
     memory: MemoryReport
     memory_txt: str
-    kernel_files: dict[str, str]  # emitted route library: relative path under the plan dir -> text
+    kernel_files: dict[str, str | bytes]  # emitted route library (+ binaries): relative path -> text / bytes
+    binaries: dict[str, Any] | None = None  # kernels/manifest.json["binaries"] (None: nothing emitted)
 
 
 # Emit the route library into every plan. Only the compiler's own tests, which route through an
@@ -72,7 +77,9 @@ EMIT_KERNELS = True
 
 def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None, contract: Path | None = None,
                      opts: LowerOptions, budget_gib: float | None = None, disabled: list[str] = (),
-                     dump_dir: Path | None = None) -> Compiled:
+                     dump_dir: Path | None = None, binaries: bool = True) -> Compiled:
+    """Compile an artifact for `sm`. `binaries`: also compile every launched kernel ahead of time
+    into kernels/bin/ (codegen/aot.py; problems are recorded in the kernel manifest, never fatal)."""
     from .artifact import Artifact
     from .contracts import check_artifact, find_contract
     from .routes import table_for_sm
@@ -113,11 +120,17 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
         enabled=[p for p in PASS_NAMES if p not in disabled_set], disabled=sorted(disabled_set), memory=mem)
     # emission: the route-library source of every launched route, standalone (runtime imports it)
     files = {}
+    bins = None
     if EMIT_KERNELS:
+        from .codegen import aot
         from .codegen.emit import kernel_files, launches_from_manifest
 
         files, _ = kernel_files(launches_from_manifest(manifest, registry=ctx.registry))
-    return Compiled(graphs, manifest, mem, report_text(mem, budget_gib), files)
+        # ahead-of-time binaries for the plan's sm (needs the kernel source just rendered)
+        result = aot.precompile(manifest, files, objects, sm) if binaries else aot.disabled("--no-binaries")
+        files = aot.attach_binaries(files, result)
+        bins = result.summary
+    return Compiled(graphs, manifest, mem, report_text(mem, budget_gib), files, bins)
 
 
 def _shape(s) -> str:
@@ -162,7 +175,8 @@ def run(args) -> int:
                 raise CompileError(f"--dump-ir {args.dump_ir}: parent directory does not exist")
             dump_tmp = Path(tempfile.mkdtemp(prefix=f".{args.dump_ir.name}.tmp-", dir=parent))
         compiled = compile_artifact(args.artifact, args.sm, routes=args.routes, contract=args.contract, opts=opts,
-                                    budget_gib=args.memory_budget, disabled=args.disable_pass, dump_dir=dump_tmp)
+                                    budget_gib=args.memory_budget, disabled=args.disable_pass, dump_dir=dump_tmp,
+                                    binaries=not args.no_binaries)
         write_plan(out_dir, compiled.manifest, compiled.memory_txt, extra_files=compiled.kernel_files)
         if dump_tmp is not None:
             if args.dump_ir.exists():
@@ -180,4 +194,12 @@ def run(args) -> int:
           f"needs {m.total} bytes (weights {m.weights}, KV {m.kv}, state {m.state}, workspace {m.workspace}"
           f"{f', route workspaces {m.route_workspace}' if m.route_workspace else ''})",
           file=sys.stderr)
+    b = compiled.binaries
+    if b is not None:
+        if b.get("status") in ("ok", "partial"):
+            print(f"kernel binaries: {b['entries']} for sm_{b['sm']} (triton {b['triton']})"
+                  f"{'; ' + b['reason'] if b.get('reason') else ''}", file=sys.stderr)
+        else:
+            print(f"kernel binaries: none ({b.get('status')}: {b.get('reason')}); the runtime JITs the source",
+                  file=sys.stderr)
     return 0

@@ -23,7 +23,8 @@ to run a plan without importing `ninfer_compile`. Emission makes the kernels sel
   params used (defaults overlaid, one entry per distinct set) and the sha256 of its modules.
 
 All output is deterministic: files sorted, JSON with sorted keys, no timestamps or absolute paths.
-Ahead-of-time binaries (`kernels/bin/smN/`) are not emitted yet.
+The manifest's `binaries` (None here) is filled by `aot.attach_binaries`: the kernels compiled ahead
+of time for the plan's sm into `kernels/bin/` (aot.py), or why there are none.
 """
 
 from __future__ import annotations

@@ -72,9 +72,9 @@ def kernels_manifest(manifest: dict[str, Any]) -> str:
 
 
 def write_plan(out_dir: Path, manifest: dict[str, Any], memory_txt: str,
-               extra_files: dict[str, str] | None = None) -> Path:
+               extra_files: dict[str, str | bytes] | None = None) -> Path:
     """Write the plan directory atomically (temp dir + rename). `extra_files` (relative path ->
-    text, e.g. the emitted kernels) are written inside the same atomic step."""
+    text, or bytes for binaries, e.g. the emitted kernels) are written inside the same atomic step."""
     out_dir = Path(out_dir)
     files = {
         "plan.json": render_json(manifest),
@@ -96,6 +96,9 @@ def write_plan(out_dir: Path, manifest: dict[str, Any], memory_txt: str,
         for rel, text in sorted(files.items()):
             p = tmp / rel
             p.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(text, (bytes, bytearray, memoryview)):
+                p.write_bytes(bytes(text))
+                continue
             with open(p, "w", encoding="utf-8", newline="\n") as fh:
                 fh.write(text)
         os.chmod(tmp, 0o755)
