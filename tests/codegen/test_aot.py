@@ -1,0 +1,305 @@
+"""Ahead-of-time kernel binaries (ninfer_compile/codegen/aot.py) and how the runtime uses them
+(runtime/ninfer_runtime/triton_cache.py), on a CPU-only machine.
+
+The test suite runs Triton in interpreter mode (tests/conftest.py), where a process cannot compile
+kernels, so the binaries are built by `ninfer-compile` in a child process without TRITON_INTERPRET
+(the real CLI path). Two compiles share a scratch cache (NINFER_AOT_CACHE) to stay fast.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RUNTIME = REPO / "runtime"
+SM = 90
+CHUNK = 16
+
+BLOCK_NINFER_COMPILE = """import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "ninfer_compile" or name.startswith("ninfer_compile."):
+            raise ImportError("blocked: " + name)
+sys.meta_path.insert(0, Block())
+"""
+
+
+def _env(tmp: Path, **extra) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp)  # a private "user cache": must stay free of kernels
+    env["NINFER_AOT_JOBS"] = "2"
+    env.update(extra)
+    return env
+
+
+def _tree(d: Path) -> dict[str, bytes]:
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def aot(tmp_path_factory):
+    from ninfer_compile.convert.synthetic import pack_synthetic
+
+    d = tmp_path_factory.mktemp("aot")
+    art = d / "tiny.ninfer"
+    pack_synthetic("tiny-qwen3.5", art, progress=False)
+    env = _env(d / "compile-user-cache", NINFER_AOT_CACHE=str(d / "aot-scratch"))
+    out = []
+    for name in ("a.plan", "b.plan"):
+        p = subprocess.run([sys.executable, "-m", "ninfer_compile.cli", "compile", str(art), "--sm", str(SM),
+                            "-o", str(d / name), "--prefill-chunk", str(CHUNK), "--concurrency", "1",
+                            "--max-context", "64"], capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        out.append((d / name, p.stderr))
+    return {"dir": d, "artifact": art, "plan": out[0][0], "again": out[1][0], "stderr": out[0][1]}
+
+
+def _manifests(plan: Path):
+    km = json.loads((plan / "kernels" / "manifest.json").read_text())
+    man = json.loads((plan / "kernels" / "bin" / "manifest.json").read_text())
+    return km, man
+
+
+def test_binaries_written_for_sm90(aot):
+    import triton
+
+    from ninfer_compile.codegen.aot import prefill_columns
+    from ninfer_runtime.triton_cache import BIN_FORMAT, backend_digest, triton_build_digest
+
+    plan = aot["plan"]
+    km, man = _manifests(plan)
+    b = km["binaries"]
+    assert b["status"] == "ok" and b["reason"] is None, b
+    assert b["sm"] == SM and b["triton"] == triton.__version__ and b["dir"] == "kernels/bin"
+    raw = (plan / "kernels" / "bin" / "manifest.json").read_bytes()
+    assert hashlib.sha256(raw).hexdigest() == b["manifest_sha256"]
+    assert f"kernel binaries: {b['entries']} for sm_{SM}" in aot["stderr"]
+    # the manifest: what the runtime checks before using them
+    assert man["format"] == BIN_FORMAT and man["triton"] == triton.__version__
+    assert man["target"] == {"backend": "cuda", "arch": SM, "warp_size": 32} and man["sm"] == SM
+    assert man["triton_key"] == triton_build_digest() and man["backend"] == backend_digest(SM)
+    assert "release" in man["ptxas"]
+    assert man["prefill_columns"] == prefill_columns(CHUNK) == [1, 2, 3, 4, 5, 7, 8, 9, 15, 16]
+    assert man["failed"] == [] and man["unbound"] == []
+    entries = man["entries"]
+    assert len(entries) == b["entries"] > 0
+    for e in entries:
+        d = plan / "kernels" / "bin" / e["dir"]
+        assert sorted(e["files"]) == sorted([f"{e['name']}.cubin", f"{e['name']}.json", f"__grp__{e['name']}.json"])
+        for name, sha in e["files"].items():
+            assert hashlib.sha256((d / name).read_bytes()).hexdigest() == sha
+        grp = json.loads((d / f"__grp__{e['name']}.json").read_text())
+        assert grp == {"child_paths": {f"{e['name']}.cubin": f"{e['name']}.cubin", f"{e['name']}.json": f"{e['name']}.json"}}
+        assert (d / f"{e['name']}.cubin").read_bytes()[:4] == b"\x7fELF"
+        meta = json.loads((d / f"{e['name']}.json").read_text())
+        assert meta["target"]["arch"] == SM and meta["name"] == e["name"]
+        mod, _, fn = e["kernel"].partition(":")
+        assert (plan / "kernels" / (mod.replace(".", "/") + ".py")).is_file() and fn == e["name"]
+        spec = json.loads(e["specialization"])
+        assert spec["name"] == "{plan}." + mod + "." + fn and spec["options"]["arch"] == f"sm{SM}"
+        assert spec.get("target", {"arch": SM})["arch"] == SM  # recorded by triton >= 3.7
+    # every launched route (the runtime samples on its own) has its kernels precompiled
+    kernels = {e["kernel"] for e in entries}
+    for name, r in km["routes"].items():
+        if r["family"] != "sampling":
+            assert kernels & set(r["kernels"]), name
+    pj = json.loads((plan / "plan.json").read_text())
+    routed = sum(1 for x in pj["extents"].values() for L in x["launches"] if L.get("route") and L["kind"] != "sampling")
+    assert sum(e["launches"] for e in entries) >= routed
+    # line info names the plan-relative source, never the compile host's temp paths
+    cubins = b"".join((plan / "kernels" / "bin" / e["dir"] / f"{e['name']}.cubin").read_bytes() for e in entries)
+    assert b"<plan>/kernels/" in cubins and str(aot["dir"]).encode() not in cubins
+    # the compiler's user cache stays untouched (it compiles into a scratch cache)
+    assert not any((aot["dir"] / "compile-user-cache").rglob("*.cubin"))
+
+
+def test_plan_with_binaries_is_deterministic(aot):
+    a, b = _tree(aot["plan"]), _tree(aot["again"])
+    assert sorted(a) == sorted(b)
+    assert [k for k in a if a[k] != b[k]] == []
+
+
+def test_runtime_loads_every_binary_without_compiling(aot, tmp_path):
+    """In a clean process that cannot import ninfer_compile, the runtime imports the plan's kernels
+    from disk, accepts the binaries and preloads every entry from the plan: Triton computes the
+    same cache keys as at compile time, compiles nothing and writes nothing to the user cache."""
+    code = BLOCK_NINFER_COMPILE + """import json, sys
+from pathlib import Path
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.runtime.driver import driver
+
+class Stub:  # no GPU here: the target the GPU would report
+    def get_current_target(self): return GPUTarget("cuda", %d, 32)
+    def get_current_device(self): return 0
+    def get_current_stream(self, device=None): return 0
+
+driver.set_active(Stub())
+from ninfer_runtime import triton_cache as tc
+from ninfer_runtime.loader import import_kernels, read_plan
+plan_dir = Path(sys.argv[1])
+plan, km = read_plan(plan_dir)
+pkg = import_kernels(plan_dir, km)
+b, note = tc.binaries_for(plan_dir, plan, km)
+assert b is not None, note
+n = tc.preload_binaries(b, pkg)
+print(json.dumps({"n": n, "entries": len(b.entries), "stale": b.stale, "stats": b.stats(), "note": b.note(),
+                  "compile": [m for m in sys.modules if m.startswith("ninfer_compile")]}))
+""" % SM
+    user = tmp_path / "user-cache"
+    p = subprocess.run([sys.executable, "-c", code, str(aot["plan"])], capture_output=True, text=True,
+                       env=_env(user, PYTHONPATH=os.pathsep.join([str(RUNTIME)] + (
+                           [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))),
+                       cwd=str(tmp_path), timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["n"] == r["entries"] > 0 and r["stale"] == [], r
+    assert r["stats"] == {"plan": r["entries"], "user": 0, "compiled": 0}, r
+    assert f"{r['n']}/{r['n']} loaded from the plan, 0 JIT-compiled" in r["note"]
+    assert r["compile"] == []
+    assert not user.exists() or not any(user.rglob("*"))
+
+
+def test_runtime_falls_back_to_source_and_says_why(aot, tmp_path, monkeypatch):
+    import triton
+
+    from ninfer_runtime import triton_cache as tc
+    from ninfer_runtime.loader import read_plan
+
+    plan_dir = tmp_path / "p.plan"
+    shutil.copytree(aot["plan"], plan_dir)
+    plan, km = read_plan(plan_dir)
+    dirs = list(tc._DIRS)
+
+    def decide(p=plan, k=km):
+        b, note = tc.binaries_for(plan_dir, p, k)
+        assert b is None and tc._DIRS == dirs, note
+        assert note.startswith("kernels: JIT from source (") and "\n" not in note
+        return note
+
+    real = triton.__version__
+    monkeypatch.setattr(triton, "__version__", "0.0.0-other")
+    assert f"built by triton {real}, this runtime has triton 0.0.0-other" in decide()
+    monkeypatch.setattr(triton, "__version__", real)
+    assert "binaries for sm_90, plan sm_86" in decide(p={**plan, "sm": 86})
+    monkeypatch.setattr(tc, "triton_build_digest", lambda: "0" * 64)
+    assert "another build of triton" in decide()
+    monkeypatch.undo()
+    monkeypatch.setattr(tc, "backend_digest", lambda sm: "0" * 64)
+    assert "ptxas" in decide()
+    monkeypatch.undo()
+    monkeypatch.setattr(tc, "cache_env", lambda: {"MLIR_ENABLE_DUMP": "1"})
+    assert "environment differs" in decide() and "MLIR_ENABLE_DUMP=1" in decide()
+    monkeypatch.undo()
+    assert "no precompiled binaries" in decide(k={**km, "binaries": None})
+    assert "--no-binaries" in decide(k={**km, "binaries": {"status": "disabled", "reason": "--no-binaries"}})
+    _, man = _manifests(plan_dir)
+    e = man["entries"][0]
+    cubin = plan_dir / "kernels" / "bin" / e["dir"] / f"{e['name']}.cubin"
+    data = bytearray(cubin.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    cubin.write_bytes(bytes(data))
+    assert "is missing or damaged" in decide()
+
+
+def test_cache_manager_reads_the_plan_and_writes_elsewhere(aot, tmp_path, monkeypatch):
+    from triton import knobs
+    from triton.runtime.cache import FileCacheManager
+
+    from ninfer_runtime import triton_cache as tc
+    from ninfer_runtime.loader import read_plan
+
+    plan_dir = aot["plan"]
+    before = _tree(plan_dir)
+    plan, km = read_plan(plan_dir)
+    monkeypatch.setattr(tc, "_FALLBACK", None)
+    with knobs.cache.scope():
+        knobs.cache.dir = str(tmp_path / "user")
+        knobs.cache.manager_class = FileCacheManager
+        b, note = tc.binaries_for(plan_dir, plan, km)
+        assert b is not None, note
+        try:
+            cls = tc.manager_class()
+            assert knobs.cache.manager_class is cls and tc._FALLBACK is FileCacheManager
+            e = b.entries[0]
+            m = cls(e["dir"])
+            grp = m.get_group(f"{e['name']}.json")
+            d = plan_dir / "kernels" / "bin" / e["dir"]
+            assert grp == {f"{e['name']}.cubin": str(d / f"{e['name']}.cubin"), f"{e['name']}.json": str(d / f"{e['name']}.json")}
+            assert m.get_file(f"{e['name']}.cubin") == str(d / f"{e['name']}.cubin")
+            m.put(b"launcher", "stub.so")  # writes go to the user cache, never the plan
+            assert (tmp_path / "user" / e["dir"] / "stub.so").read_bytes() == b"launcher"
+            other = cls("NOTINTHEPLAN")
+            assert other.get_group("k.json") is None and b.stats()["compiled"] == 1
+            tc._PLAN_ONLY.on = True  # while preloading, a key the plan lacks raises instead of compiling
+            try:
+                with pytest.raises(tc.NotInPlan):
+                    cls("NOTINTHEPLAN").get_group("k.json")
+            finally:
+                tc._PLAN_ONLY.on = False
+        finally:
+            b.release()
+        assert str(b.bin_dir) not in tc._DIRS and cls(e["dir"]).get_group(f"{e['name']}.json") is None
+    assert _tree(plan_dir) == before
+
+
+def test_no_binaries_switch_and_interpreter_mode(aot, tmp_path, capsys):
+    from ninfer_compile.cli import main
+    from ninfer_compile.codegen.aot import toolchain_problem
+
+    art = aot["artifact"]
+    common = ["--sm", str(SM), "--prefill-chunk", str(CHUNK), "--concurrency", "1", "--max-context", "64"]
+    assert main([str(art), "-o", str(tmp_path / "off.plan"), "--no-binaries", *common]) == 0
+    km = json.loads((tmp_path / "off.plan" / "kernels" / "manifest.json").read_text())
+    assert km["binaries"] == {"status": "disabled", "reason": "--no-binaries"}
+    assert not (tmp_path / "off.plan" / "kernels" / "bin").exists()
+    assert "kernel binaries: none (disabled: --no-binaries)" in capsys.readouterr().err
+    # apart from the binaries, a plan with and without them is the same plan
+    on = _tree(aot["plan"])
+    off = _tree(tmp_path / "off.plan")
+    assert sorted(k for k in on if not k.startswith("kernels/bin/")) == sorted(off)
+    assert all(on[k] == off[k] for k in off if k != "kernels/manifest.json")
+    problem = toolchain_problem(SM)
+    if problem and "interpreter mode" in problem:  # this test process (CPU): a recorded skip, same plan
+        assert main([str(art), "-o", str(tmp_path / "interp.plan"), *common]) == 0
+        km = json.loads((tmp_path / "interp.plan" / "kernels" / "manifest.json").read_text())
+        assert km["binaries"]["status"] == "skipped" and "TRITON_INTERPRET" in km["binaries"]["reason"]
+        assert _tree(tmp_path / "interp.plan").keys() == off.keys()
+
+
+def test_aot_failure_is_recorded_not_fatal(aot, tmp_path, monkeypatch, capsys):
+    from ninfer_compile.cli import main
+    from ninfer_compile.codegen import aot as A
+
+    def boom(*a, **k):
+        raise RuntimeError("ptxas exploded\nsecond line")
+
+    monkeypatch.setattr(A, "toolchain_problem", lambda sm: None)
+    monkeypatch.setattr(A, "_precompile", boom)
+    out = tmp_path / "x.plan"
+    assert main([str(aot["artifact"]), "-o", str(out), "--sm", str(SM), "--prefill-chunk", str(CHUNK),
+                 "--concurrency", "1", "--max-context", "64"]) == 0
+    km = json.loads((out / "kernels" / "manifest.json").read_text())
+    assert km["binaries"] == {"status": "skipped",
+                              "reason": "ahead-of-time compilation failed: RuntimeError: ptxas exploded"}
+    assert (out / "plan.json").is_file() and (out / "kernels" / "linear" / "launch.py").is_file()
+    assert not (out / "kernels" / "bin").exists()
+    assert "kernel binaries: none (skipped: ahead-of-time compilation failed" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["x.plan"]  # no temp directories left behind
+
+
+def test_prefill_columns():
+    from ninfer_compile.codegen.aot import prefill_columns
+
+    assert prefill_columns(1) == [1]
+    assert prefill_columns(8) == [1, 2, 3, 4, 5, 7, 8]
+    cols = prefill_columns(1024)
+    assert cols[0] == 1 and cols[-1] == 1024 and 1023 in cols and 513 in cols and 1025 not in cols
