@@ -46,7 +46,7 @@ STATS = {"plan": 0, "user": 0, "compiled": 0}  # kernel lookups: served from a p
 
 
 class NotInPlan(LookupError):
-    """Raised (only while preloading) for a cache key no registered plan holds."""
+    """Raised (only while preloading) for a kernel (`get_group`) no registered plan holds."""
 
 
 def _triton_cache_base():
@@ -92,11 +92,14 @@ def _make_manager_class():
             return p if os.path.isfile(p) else None
 
         def get_file(self, filename):
+            # never plan-only: besides kernels, Triton caches its driver utilities and per-signature
+            # launcher stubs (cuda_utils*.so, __triton_launcher*.so) through get_file; those are
+            # host code built on first use, never in a plan, and preloading must not fail on them
+            # (the H200 run of 2026-11-29 counted every entry stale on cuda_utils). A kernel hit or
+            # miss is decided in get_group, which is what triton.compile asks first.
             p = self._plan_file(filename)
             if p is not None:
                 return p
-            if self._plan_only:
-                raise NotInPlan(f"{self.key}/{filename}")
             return self._fallback().get_file(filename)
 
         def get_group(self, filename):

@@ -243,6 +243,11 @@ def test_cache_manager_reads_the_plan_and_writes_elsewhere(aot, tmp_path, monkey
             try:
                 with pytest.raises(tc.NotInPlan):
                     cls("NOTINTHEPLAN").get_group("k.json")
+                # host-side stubs (driver utils, launchers) are never in a plan: a miss falls
+                # through to the user cache instead of failing the preload
+                assert cls("DRIVERUTILS").get_file("cuda_utils.cpython-312-x86_64-linux-gnu.so") is None
+                cls("DRIVERUTILS").put(b"so", "cuda_utils.so")
+                assert cls("DRIVERUTILS").get_file("cuda_utils.so") == str(tmp_path / "user" / "DRIVERUTILS" / "cuda_utils.so")
             finally:
                 tc._PLAN_ONLY.on = False
         finally:
