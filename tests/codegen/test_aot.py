@@ -17,19 +17,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from runtime.support import BLOCK_NINFER_COMPILE  # a child that cannot import the compiler
 
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME = REPO / "runtime"
 SM = 90
 CHUNK = 16
-
-BLOCK_NINFER_COMPILE = """import importlib.abc, sys
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "ninfer_compile" or name.startswith("ninfer_compile."):
-            raise ImportError("blocked: " + name)
-sys.meta_path.insert(0, Block())
-"""
 
 
 def _env(tmp: Path, **extra) -> dict[str, str]:
