@@ -2,10 +2,13 @@
 # Everything the H200 is needed for, in as few device calls as possible. Run from the repo root on
 # the GPU machine with the wheels carried (device tool: carry ["wheels"]; wheels/ = ../shared/wheels):
 #
-#   bash bench/gpu_session.sh tests tune     # ~6 min: GPU-marked tests, full route tuning for sm90
-#   bash bench/gpu_session.sh bench          # ~2 min: kernel benchmarks
-#   bash bench/gpu_session.sh e2e            # ~8-9 min: full-size end to end, then the peers
-#                                            #   (E2E_KV=bf16: ~7 min; PEERS=0: ~5 min, as before)
+#   bash bench/gpu_session.sh tests gemv     # ~5 min: GPU-marked tests (full log in $OUT), decode GEMVs
+#                                            #   re-measured and merged with the committed linear run
+#   bash bench/gpu_session.sh tune           # ~5 min: full route tuning for sm90 (all families)
+#   bash bench/gpu_session.sh bench          # ~2 min: kernel benchmarks with same-run peers
+#   bash bench/gpu_session.sh e2e            # ~6 min: full-size end to end (bf16 + int8 KV), then the peers
+#                                            #   (E2E_KV=bf16: ~3 min; PEERS=0 skips the peers)
+#   bash bench/aot_check.sh                  # ~2.5 min: plan binaries loaded by the runtime without a JIT
 #
 # Stages: tests | tune | gemv | bench | e2e | peers. Results go to $OUT (the device tool's folder) or
 # out/gpu; copy what should be committed into bench/results/ and routes/ afterwards.
@@ -13,6 +16,7 @@
 # transformers eager bf16 and the fp32 reference under torch.compile, bench/bench_peers.py) in
 # what is left of $E2E_BUDGET_S (default 540 s, so one 10-minute device call stays safe);
 # PEERS=0 skips them. peers: the peers alone (their own call if e2e left them too little time).
+# Timings above are from the 2026-11-29 H200 calls (e2e + peers took 349 s in all).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu}
