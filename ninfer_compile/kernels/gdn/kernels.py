@@ -1,6 +1,11 @@
 """Triton kernels of the Gated DeltaNet core.
 
 gdn_gating_kernel       elementwise g / beta.
+gdn_gating_proj_kernel  a = x Wa^T, b = x Wb^T and g / beta in one launch; grid
+                        (cdiv(Hv, BLOCK_H), cdiv(T, BLOCK_T)); each program reduces all of K for
+                        its [BLOCK_T, BLOCK_H] tile in fp32 registers ([BT, BH, BLOCK_K] partial
+                        sums spread over the warps, one cross-warp tl.sum at the end), so no
+                        split-K partials and no second launch.
 gdn_decode_kernel       recurrent step; grid (T, Hv, cdiv(Dv, BV)); each column its own slot.
                         q/k L2 norm fused; the [Dk, BV] state block lives in registers.
 gdn_chunk_prep_kernel   chunked prefill phase 1, grid (n_chunks, Hv), all chunks in parallel:
@@ -36,6 +41,41 @@ def gdn_gating_kernel(a_ptr, b_ptr, alog_ptr, dtb_ptr, g_ptr, beta_ptr, n, Hv, s
     beta = 1.0 / (1.0 + tl.exp(-b))
     tl.store(g_ptr + offs, g, mask=m)
     tl.store(beta_ptr + offs, beta, mask=m)
+
+
+@triton.jit
+def gdn_gating_proj_kernel(x_ptr, wa_ptr, wb_ptr, alog_ptr, dtb_ptr, g_ptr, beta_ptr, T, Hv, K,
+                           stride_xt, stride_wa, stride_wb,
+                           BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr):
+    offs_h = tl.program_id(0) * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
+    hm = offs_h < Hv
+    tm = offs_t < T
+    ok0 = tl.arange(0, BLOCK_K)
+    acc_a = tl.zeros([BLOCK_T, BLOCK_H, BLOCK_K], dtype=tl.float32)
+    acc_b = tl.zeros([BLOCK_T, BLOCK_H, BLOCK_K], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ok = k0 + ok0
+        km = ok < K
+        x = tl.load(x_ptr + offs_t[:, None] * stride_xt + ok[None, :], mask=tm[:, None] & km[None, :],
+                    other=0.0).to(tl.float32)
+        wm = hm[:, None] & km[None, :]
+        wa = tl.load(wa_ptr + offs_h[:, None] * stride_wa + ok[None, :], mask=wm, other=0.0).to(tl.float32)
+        wb = tl.load(wb_ptr + offs_h[:, None] * stride_wb + ok[None, :], mask=wm, other=0.0).to(tl.float32)
+        acc_a += x[:, None, :] * wa[None, :, :]
+        acc_b += x[:, None, :] * wb[None, :, :]
+    a = tl.sum(acc_a, axis=2)  # [BLOCK_T, BLOCK_H]
+    b = tl.sum(acc_b, axis=2)
+    alog = tl.load(alog_ptr + offs_h, mask=hm, other=0.0).to(tl.float32)
+    dtb = tl.load(dtb_ptr + offs_h, mask=hm, other=0.0).to(tl.float32)
+    z = a + dtb[None, :]
+    sp = tl.where(z > 20.0, z, tl.log(1.0 + tl.exp(tl.minimum(z, 20.0))))
+    g = -tl.exp(alog)[None, :] * sp
+    beta = 1.0 / (1.0 + tl.exp(-b))
+    o = offs_t[:, None] * Hv + offs_h[None, :]
+    om = tm[:, None] & hm[None, :]
+    tl.store(g_ptr + o, g, mask=om)
+    tl.store(beta_ptr + o, beta, mask=om)
 
 
 @triton.jit

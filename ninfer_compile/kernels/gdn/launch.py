@@ -1,6 +1,8 @@
 """Launchers of the Gated DeltaNet family (preallocated outputs, no allocation, return None).
 
 gdn_gating                a[T,Hv], b[T,Hv], a_log[Hv], dt_bias[Hv] -> g[T,Hv] f32, beta[T,Hv] f32.
+gdn_gating_proj           x[T,K], a_weight/b_weight bf16[Hv,K], a_log[Hv], dt_bias[Hv] -> g, beta
+                          (the a/b projections + gating in one launch); T <= GATING_PROJ_MAX_T.
 gated_delta_rule_decode   recurrent step; every column its own slot (C concurrent sequences);
                           T <= DECODE_MAX_T.
 gated_delta_rule_chunked  chunked prefill of ONE sequence: all T columns belong to slot slots[0]
@@ -19,9 +21,11 @@ from triton.runtime.errors import OutOfResources
 
 from ninfer_compile.errors import RouteError
 
-from .kernels import gdn_chunk_prep_kernel, gdn_chunk_state_kernel, gdn_decode_kernel, gdn_gating_kernel
+from .kernels import (gdn_chunk_prep_kernel, gdn_chunk_state_kernel, gdn_decode_kernel, gdn_gating_kernel,
+                      gdn_gating_proj_kernel)
 
 DECODE_MAX_T = 64
+GATING_PROJ_MAX_T = 64
 CHUNK = 64
 L2_EPS = 1e-6
 
@@ -44,6 +48,42 @@ def gdn_gating(a, b, a_log, dt_bias, g, beta) -> None:
     block = 256
     gdn_gating_kernel[(triton.cdiv(n, block),)](
         a, b, a_log, dt_bias, g, beta, n, Hv, a.stride(0), b.stride(0), BLOCK=block, num_warps=2
+    )
+
+
+def gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias, g, beta, BLOCK_H: int = 1, BLOCK_T: int = 1,
+                    BLOCK_K: int = 2048, num_warps: int = 8) -> None:
+    """g, beta [T,Hv] f32 = gdn_gating(x @ a_weight^T, x @ b_weight^T, a_log, dt_bias), one launch.
+
+    x: [T, K] (contiguous last axis); a_weight, b_weight: bf16 [Hv, K] (contiguous last axis);
+    a_log, dt_bias: [Hv] f32; g, beta: contiguous [T, Hv] f32. a / b stay fp32 (never rounded).
+    Grid (cdiv(Hv, BLOCK_H), cdiv(T, BLOCK_T)); every program reduces all of K in registers.
+    """
+    name = "gdn_gating_proj"
+    if x.dim() != 2 or a_weight.dim() != 2:
+        raise RouteError(f"{name}: x{tuple(x.shape)} and a_weight{tuple(a_weight.shape)} must be 2-D")
+    T, K = x.shape
+    Hv = a_weight.shape[0]
+    if not 1 <= T <= GATING_PROJ_MAX_T:
+        raise RouteError(f"{name}: T={T} outside the route domain [1, {GATING_PROJ_MAX_T}]")
+    if a_weight.shape != (Hv, K) or b_weight.shape != (Hv, K) or a_log.shape != (Hv,) \
+            or dt_bias.shape != (Hv,) or g.shape != (T, Hv) or beta.shape != (T, Hv) or K < 1:
+        raise RouteError(f"{name}: shapes x{tuple(x.shape)} a_weight{tuple(a_weight.shape)} "
+                         f"b_weight{tuple(b_weight.shape)} a_log{tuple(a_log.shape)} dt_bias{tuple(dt_bias.shape)} "
+                         f"g{tuple(g.shape)} beta{tuple(beta.shape)}")
+    if a_weight.dtype != torch.bfloat16 or b_weight.dtype != torch.bfloat16:
+        raise RouteError(f"{name}: a_weight / b_weight must be bf16, got {a_weight.dtype} / {b_weight.dtype}")
+    if g.dtype != torch.float32 or beta.dtype != torch.float32 or not (g.is_contiguous() and beta.is_contiguous()):
+        raise RouteError(f"{name}: g and beta must be contiguous float32")
+    if x.stride(1) != 1 or a_weight.stride(1) != 1 or b_weight.stride(1) != 1:
+        raise RouteError(f"{name}: x, a_weight and b_weight must have a contiguous last axis")
+    if not (a_log.is_contiguous() and dt_bias.is_contiguous()):
+        raise RouteError(f"{name}: a_log and dt_bias must be contiguous")
+    grid = (triton.cdiv(Hv, BLOCK_H), triton.cdiv(T, BLOCK_T))
+    gdn_gating_proj_kernel[grid](
+        x, a_weight, b_weight, a_log, dt_bias, g, beta, T, Hv, K,
+        x.stride(0), a_weight.stride(0), b_weight.stride(0),
+        BLOCK_T=BLOCK_T, BLOCK_H=BLOCK_H, BLOCK_K=BLOCK_K, num_warps=num_warps,
     )
 
 

@@ -28,6 +28,18 @@ def gdn_gating(a, b, a_log, dt_bias):
     return g, torch.sigmoid(b.float())
 
 
+def gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias):
+    """Fused a/b projections + gating (the oracle of route gdn_gating_proj_rows).
+
+    x: [T, K]; a_weight, b_weight: [Hv, K] (bf16, or float32 when the executor hands dequantized
+    weights); a_log, dt_bias: [Hv] f32 -> (g [T, Hv] f32, beta [T, Hv] f32) with
+    a = x @ a_weight^T, b = x @ b_weight^T (fp32, no rounding of a / b) and gdn_gating(a, b, ...).
+    """
+    from ..linear.reference import linear
+
+    return gdn_gating(linear(x, a_weight), linear(x, b_weight), a_log, dt_bias)
+
+
 def _l2(x, eps=1e-6):
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
 

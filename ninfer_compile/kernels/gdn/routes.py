@@ -1,4 +1,4 @@
-"""Route registrations of the Gated DeltaNet family (gdn_gating, gated_delta_rule)."""
+"""Route registrations of the Gated DeltaNet family (gdn_gating, gdn_gating_proj, gated_delta_rule)."""
 
 from ninfer_compile.kernels.registry import ParamSpec, Route, RouteDomain, register
 
@@ -9,6 +9,21 @@ register(Route(
     reference=f"{_M}.reference:gdn_gating", launcher=f"{_M}.launch:gdn_gating",
     kernels=(f"{_M}.kernels:gdn_gating_kernel",),
     doc="g = -exp(A_log)*softplus(a+dt_bias), beta = sigmoid(b), float32 outputs",
+))
+register(Route(
+    name="gdn_gating_proj_rows", family="gdn_gating_proj",
+    domain=RouteDomain(formats=("BF16",), max_t=64, extra={"phase": ("decode",)}),
+    params={
+        "BLOCK_H": ParamSpec("BLOCK_H", (1, 2, 4, 8), 1, "value heads (rows of Wa and Wb) per program"),
+        "BLOCK_T": ParamSpec("BLOCK_T", (1, 2, 4, 8), 1, "token columns per program (weight reuse)"),
+        "BLOCK_K": ParamSpec("BLOCK_K", (256, 512, 1024, 2048, 4096), 2048, "K elements per loop step"),
+        "num_warps": ParamSpec("num_warps", (1, 2, 4, 8), 8),
+    },
+    reference=f"{_M}.reference:gdn_gating_proj", launcher=f"{_M}.launch:gdn_gating_proj",
+    kernels=(f"{_M}.kernels:gdn_gating_proj_kernel",),
+    doc="decode (T <= 64): a = x Wa^T, b = x Wb^T (bf16 [Hv, K], fp32 accumulation, K reduced in "
+        "registers across the program's warps) + g / beta in one launch; grid (cdiv(Hv, BLOCK_H), "
+        "cdiv(T, BLOCK_T)). Replaces 2x bf16_gemv (+ split-K reduces) + gdn_gating_elementwise",
 ))
 register(Route(
     name="gdn_recurrent_decode", family="gated_delta_rule",
