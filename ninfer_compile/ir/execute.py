@@ -117,6 +117,10 @@ def b_gdn_gating(a, b, a_log, dt_bias):
     return -torch.exp(a_log.float()) * F.softplus(a.float() + dt_bias.float()), torch.sigmoid(b.float())
 
 
+def b_gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias):
+    return b_gdn_gating(b_linear(x, a_weight), b_linear(x, b_weight), a_log, dt_bias)
+
+
 def b_gated_delta_rule(q, k, v, g, beta, state, positions, slots, scale=None, l2_eps=1e-6):
     T, Hk, Dk = q.shape
     Hv = v.shape[1]
@@ -156,7 +160,7 @@ BUILTINS: dict[str, Callable] = {
     "gated_rmsnorm": b_gated_rmsnorm, "linear": b_linear, "rope": b_rope, "kv_append": b_kv_append,
     "attention": b_attention, "conv1d": b_conv1d, "gdn_gating": b_gdn_gating,
     "gated_delta_rule": b_gated_delta_rule, "sampling": b_sampling, "qk_norm_rope": b_qk_norm_rope,
-    "l2norm": b_l2norm,
+    "l2norm": b_l2norm, "gdn_gating_proj": b_gdn_gating_proj,
 }
 
 

@@ -31,6 +31,7 @@ DTYPE_BYTES: dict[str, int] = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "i8": 1,
 FAMILIES: tuple[str, ...] = (
     "embedding", "rmsnorm", "linear", "head_rmsnorm", "rope", "kv_append", "attention", "conv1d",
     "gdn_gating", "gated_delta_rule", "gated_rmsnorm", "sampling", "qk_norm_rope", "l2norm",
+    "gdn_gating_proj",
 )
 STRUCTURAL: tuple[str, ...] = (
     "input", "output", "add", "split", "concat", "reshape", "swiglu", "select_rows",

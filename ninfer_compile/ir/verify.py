@@ -198,6 +198,17 @@ def _check_shapes(graph: Graph, op: Op, T: int) -> None:
         _eq("beta", O("beta"), a)
         if _dtype(graph, op, "g", True) != "f32" or _dtype(graph, op, "beta", True) != "f32":
             raise _Fail("g and beta must be f32")
+    elif k == "gdn_gating_proj":
+        x, wa = S("x"), S("a_weight")
+        if len(x) != 2 or len(wa) != 2 or wa[1] != x[1]:
+            raise _Fail(f"x {list(x)} and a_weight {list(wa)} must be [T, K] and [Hv, K]")
+        _eq("b_weight", S("b_weight"), wa)
+        _eq("a_log", S("a_log"), (wa[0],))
+        _eq("dt_bias", S("dt_bias"), (wa[0],))
+        _eq("g", O("g"), (x[0], wa[0]))
+        _eq("beta", O("beta"), (x[0], wa[0]))
+        if _dtype(graph, op, "g", True) != "f32" or _dtype(graph, op, "beta", True) != "f32":
+            raise _Fail("g and beta must be f32")
     elif k == "gated_delta_rule":
         q, kk, v = S("q"), S("k"), S("v")
         _eq("k", kk, q)

@@ -8,7 +8,11 @@ Guarantees: the graph computes the same values with fewer launches:
   - epilogue: linear → add → one linear with `epilogue: residual` and a `residual` operand;
   - share_input: an activation read by >= min_consumers quantized linears carries
     `attrs.staged_input = {tensor, group, first}` on each (staged once, by the first);
-  - prologue: only where a registered route of the consumer family declares the prologue.
+  - prologue: only where a registered route of the consumer family declares the prologue;
+  - projections_into: the two linears (one input, one weight format) feeding a consumer's two
+    operands, and the consumer, become one op of a fused family — only where a registered route of
+    that family covers the op (T, format, phase) and, when the context has a route table, the table
+    selects a route for it (e.g. GDN a/b projections + gdn_gating -> gdn_gating_proj in decode).
 Each applied rewrite is counted in `graph.meta["fusions"]`.
 """
 
@@ -28,7 +32,8 @@ from .context import PassContext
 
 NAME = "fuse"
 RULES_PATH = Path(__file__).with_name("fuse_rules.yaml")
-_KINDS = ("merge_views", "epilogue_through_split", "epilogue", "share_input", "prologue", "norm_rope_pair")
+_KINDS = ("merge_views", "epilogue_through_split", "epilogue", "share_input", "prologue", "norm_rope_pair",
+          "projections_into")
 
 
 def load_rules(path: Path = RULES_PATH) -> tuple[dict, ...]:
@@ -278,7 +283,70 @@ def _norm_rope_pair(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
     return n
 
 
+def _fused_route_ok(ctx: PassContext, family: str, t: int, match: Mapping[str, Any]) -> bool:
+    """A registered route of `family` covers (t, match), and the context's table (if any) selects one."""
+    reg = ctx.registry
+    if reg is None:
+        try:
+            from ..kernels import registry as reg_mod
+
+            reg = reg_mod.default_registry
+        except ImportError:
+            return False
+    try:
+        routes = reg.routes_for(family)
+    except Exception:
+        return False
+    if not any(r.covers(t, t, match) is None for r in routes):
+        return False
+    if ctx.table is None:
+        return True
+    try:
+        sel = ctx.table.select(family, t, dict(match))
+    except Exception:  # no section / unsupported range / miss: keep the unfused ops
+        return False
+    return not getattr(sel, "nearest", None)
+
+
+def _projections_into(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
+    from .select_routes import op_match, op_t
+
+    a_op, b_op = rule.get("operands", ["a", "b"])
+    formats = set(rule.get("formats") or [])
+    fam = rule["into"]
+    n = 0
+    for op in g.ops_of([rule["consumer"]]):
+        lins = [g.producer(op.inputs[a_op]), g.producer(op.inputs[b_op])]
+        if any(lin is None or lin.kind != rule["producer"] or set(lin.inputs) != {"x", "weight"}
+               or lin.attrs.get("epilogue", "none") != "none" or "prologue" in lin.attrs
+               or "staged_input" in lin.attrs for lin in lins):
+            continue
+        la, lb = lins
+        if la is lb or la.name == lb.name or la.inputs["x"] != lb.inputs["x"]:
+            continue
+        if any(_single_consumer(g, lin.outputs["out"]) is not op or g.tensors[lin.outputs["out"]].role == "output"
+               for lin in lins):
+            continue
+        wa, wb = g.tensors[la.inputs["weight"]], g.tensors[lb.inputs["weight"]]
+        fmt_a, fmt_b = wa.format or wa.dtype, wb.format or wb.dtype
+        if fmt_a != fmt_b or (formats and fmt_a not in formats) or wa.shape != wb.shape:
+            continue
+        fused = Op(name=g.fresh_name(op.name + "_proj"), kind=fam, seq=min(la.seq, lb.seq),
+                   inputs={"x": la.inputs["x"], f"{a_op}_weight": la.inputs["weight"],
+                           f"{b_op}_weight": lb.inputs["weight"],
+                           **{k: v for k, v in op.inputs.items() if k not in (a_op, b_op)}},
+                   outputs=dict(op.outputs), attrs={**op.attrs, "merged": [la.name, lb.name, op.name]})
+        if not _fused_route_ok(ctx, fam, op_t(g, fused), op_match(g, fused)):
+            continue
+        for o in (la, lb, op):
+            g.remove_op(o.name)
+        g.add_op(fused)
+        n += 1
+    return n
+
+
 _REWRITERS = {
+    "projections_into": _projections_into,
     "norm_rope_pair": _norm_rope_pair,
     "merge_views": _merge_views,
     "epilogue_through_split": _epilogue_through_split,

@@ -25,6 +25,7 @@ _T_OPERAND = {
     "embedding": "ids", "rmsnorm": "x", "linear": "x", "head_rmsnorm": "x", "rope": "x",
     "kv_append": "k", "attention": "q", "conv1d": "x", "gdn_gating": "a", "gated_delta_rule": "q",
     "gated_rmsnorm": "x", "sampling": "logits", "qk_norm_rope": "q", "l2norm": "x",
+    "gdn_gating_proj": "x",
 }
 
 # The CLI's --kv-dtype spelling -> the route tables' kv_dtype match value.
@@ -33,6 +34,13 @@ KV_MATCH = {"bf16": "bf16", "int8": "int8_g64"}
 
 def op_t(graph: Graph, op: Op) -> int:
     return int(graph.tensors[op.inputs[_T_OPERAND[op.kind]]].shape[0])
+
+
+def gating_proj_match(a_weight, phase: str) -> dict[str, Any]:
+    """gdn_gating_proj's match: the a/b weights' format and [Hv, K], and the extent's phase (the
+    fuse rule asks the same match before it fuses)."""
+    return {"format": a_weight.format or a_weight.dtype, "n": int(a_weight.shape[0]),
+            "k": int(a_weight.shape[1]), "phase": phase}
 
 
 def op_match(graph: Graph, op: Op) -> dict[str, Any]:
@@ -73,6 +81,8 @@ def op_match(graph: Graph, op: Op) -> dict[str, Any]:
         m = {"format": w.format or w.dtype, "n": int(w.shape[0])}
     elif k == "l2norm":
         m = {"format": "BF16", "n": int(t[op.inputs["x"]].shape[-1])}
+    elif k == "gdn_gating_proj":
+        m = gating_proj_match(t[op.inputs["a_weight"]], phase)
     return m
 
 
