@@ -116,6 +116,9 @@ def param_candidates(route: Route, t: int, quick: bool) -> list[dict]:
             cands = [{"BLOCK_T": bt}, {"BLOCK_T": bt, "BLOCK_N": 64},
                      {"BLOCK_T": 256 if t > 128 else bt, "BLOCK_N": 128, "num_stages": 2},
                      {"BLOCK_T": bt, "BLOCK_N": 256}, {"BLOCK_T": bt, "num_stages": 4}]
+    elif fam == "gdn_gating_proj":
+        cands = [{}, {"BLOCK_K": 4096}, {"BLOCK_K": 1024}, {"num_warps": 4}, {"BLOCK_K": 4096, "num_warps": 4},
+                 {"BLOCK_T": 2}, {"BLOCK_T": 4}, {"BLOCK_H": 2, "BLOCK_T": 4}]
     elif fam == "attention":
         if "decode" in name:
             cands = [{}, {"split_tokens": 1024}, {"split_tokens": 256}, {"split_tokens": 2048},
@@ -494,6 +497,35 @@ def build_gdn_gating(case: MatchCase, t: int, ctx: int | None, copies: int | Non
     return Bench(case, t, ctx, 0, 1, make, check)
 
 
+def build_gdn_gating_proj(case: MatchCase, t: int, ctx: int | None, copies: int | None, seed: int = 0) -> Bench:
+    """Fused GDN a/b projections + gating: the bf16 [Hv, K] weight pair is the cold operand."""
+    hv = int(case.match.get("n") or case.shapes["a_weight"][0])
+    k = int(case.match.get("k") or case.shapes["a_weight"][1])
+    gen = _gen(seed)
+    x = _randn((t, k), gen)
+    cold = 2 * hv * k * 2
+    n = copies or n_copies(cold)
+    ws = [(_randn((hv, k), gen, 0.02), _randn((hv, k), gen, 0.02)) for _ in range(n)]
+    a_log = torch.rand(hv, device=_dev(), generator=gen)
+    dt_bias = torch.rand(hv, device=_dev(), generator=gen)
+    g = torch.empty(t, hv, dtype=torch.float32, device=_dev())
+    beta = torch.empty(t, hv, dtype=torch.float32, device=_dev())
+
+    def make(route, params, i):
+        fn = route.load_launcher()
+        wa, wb = ws[i % n]
+        args = dict(x=x, a_weight=wa, b_weight=wb, a_log=a_log, dt_bias=dt_bias, g=g, beta=beta)
+        return lambda: call_launcher(fn, args, params)
+
+    def check(route, params):
+        make(route, params, 0)()
+        _sync()
+        rg, rb = _ref_call(route, x, ws[0][0], ws[0][1], a_log, dt_bias)
+        return max(rel_rms(g, rg), rel_rms(beta, rb))
+
+    return Bench(case, t, ctx, cold, n, make, check)
+
+
 def build_rmsnorm(case: MatchCase, t: int, ctx: int | None, copies: int | None, seed: int = 0) -> Bench:
     h = int(case.match.get("n") or case.shapes["weight"][0])
     eps = float(case.attrs.get("eps", 1e-6))
@@ -617,6 +649,7 @@ BUILDERS: dict[str, Callable[..., Bench]] = {
     "gated_delta_rule": build_gated_delta_rule,
     "conv1d": build_conv1d,
     "gdn_gating": build_gdn_gating,
+    "gdn_gating_proj": build_gdn_gating_proj,
     "rmsnorm": build_rmsnorm,
     "head_rmsnorm": build_head_norm,
     "gated_rmsnorm": build_head_norm,

@@ -20,12 +20,12 @@ DEFAULT_MODEL = "qwen3.6-27b"
 KV_DTYPES = ("bf16", "int8")
 
 # Families the tuner can build on the GPU (measure.py has a builder for each).
-TUNABLE = ("linear", "attention", "gated_delta_rule", "gdn_gating", "conv1d", "rmsnorm",
+TUNABLE = ("linear", "attention", "gated_delta_rule", "gdn_gating", "gdn_gating_proj", "conv1d", "rmsnorm",
            "gated_rmsnorm", "head_rmsnorm", "qk_norm_rope", "kv_append")
 
 # --families accepts family names and these groups (the kernel folder names).
 FAMILY_ALIASES: dict[str, tuple[str, ...]] = {
-    "gdn": ("gated_delta_rule", "gdn_gating", "conv1d"),
+    "gdn": ("gated_delta_rule", "gdn_gating", "gdn_gating_proj", "conv1d"),
     "norms": ("rmsnorm", "gated_rmsnorm", "head_rmsnorm"),
     "rope": ("qk_norm_rope",),
     "kv_cache": ("kv_append",),

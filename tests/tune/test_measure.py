@@ -52,6 +52,20 @@ def test_attention_int8_decode_builder(device):
     assert bench.check(get_route("attention_decode_splitkv"), {}) < 2e-2
 
 
+def test_gdn_gating_proj_builder(device):
+    """Every tunable family has a builder; the fused GDN gating projection checks against its
+    reference with its bf16 weight pair rotated as the cold operand."""
+    assert set(M.BUILDERS) >= set(__import__("ninfer_compile.tune.shapes", fromlist=["TUNABLE"]).TUNABLE)
+    case = MatchCase("gdn_gating_proj", {"format": "BF16", "n": 6, "k": 200, "phase": "decode"},
+                     {"x": (1, 200), "a_weight": (6, 200), "b_weight": (6, 200)})
+    bench = M.build(case, 3, copies=2)
+    route = get_route("gdn_gating_proj_rows")
+    assert bench.copies == 2 and bench.cold_bytes == 2 * 6 * 200 * 2
+    assert len(bench.launches(route, {})) == 2
+    for p in M.param_candidates(route, 3, quick=False):
+        assert bench.check(route, p) < 2e-2, p
+
+
 def test_failed_reference_check_drops_the_candidate_with_a_warning(monkeypatch):
     case = MatchCase("linear", {"format": "Q4G64_F16S", "n": 4096, "k": 5120, "epilogue": "none"},
                      {"x": (1, 5120), "weight": (4096, 5120)})
