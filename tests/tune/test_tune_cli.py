@@ -38,7 +38,8 @@ def test_bad_options_are_one_line_errors(capsys):
 
 
 def test_parse_families_expands_groups():
-    assert parse_families("linear,gdn,attention") == ("linear", "gated_delta_rule", "gdn_gating", "conv1d",
+    assert parse_families("linear,gdn,attention") == ("linear", "gated_delta_rule", "gdn_gating", "gdn_gating_proj",
+                                                     "conv1d",
                                                      "attention")
     with pytest.raises(NinferError):
         parse_families("sampling")
