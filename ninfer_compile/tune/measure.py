@@ -108,6 +108,9 @@ def param_candidates(route: Route, t: int, quick: bool) -> list[dict]:
                      # more rows per thread share each 64-byte activation load (L1 traffic / weight byte)
                      {**pf, "BLOCK_N": 8, "num_warps": 2}, {**pf, "BLOCK_N": 8, "num_warps": 1},
                      {**pf, "BLOCK_N": 16, "num_warps": 4}]
+        elif name.endswith("_gemv_tc"):
+            cands = [{}, {"num_warps": 2}, {"num_warps": 8}, {"num_warps": 1}, {"SPLIT_K": 2}, {"MAXNREG": 128},
+                     {"num_warps": 2, "SPLIT_K": 2}, {"num_warps": 8, "MAXNREG": 128}, {"num_warps": 2, "MAXNREG": 168}]
         elif name.endswith("_dequant_gemm"):
             cands = [{}, {"BLOCK_N": 32, "BLOCK_K": 512}, {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8},
                      {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 2}]

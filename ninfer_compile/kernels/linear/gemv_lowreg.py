@@ -49,6 +49,60 @@ _MAGIC = {4: "0x43084308", 5: "0x43104310", 6: "0x43204320"}    # 128.0 | flip o
 _SEL = "0xD8"   # lop3 select: c ? b : a
 
 
+def chunk_regs(fmt: int, pfx: str = "") -> list[str]:
+    """Temporaries of `chunk_setup_lines` / `word_pair_lines` (prefixed, so that several chunks can
+    be dequantized in one asm block)."""
+    regs = ["w4", "A", "B", "pp"]
+    if fmt == 5:
+        regs += ["h0", "h1", "h2", "h3", "ya", "yb", "y", "y1"]
+    if fmt == 6:
+        regs += ["s0", "s1", "x", "x2"]
+    return [pfx + r for r in regs]
+
+
+def chunk_setup_lines(fmt: int, highs: list[str], pfx: str = "") -> list[str]:
+    """Per-chunk preparation of the high words (Q5: 1, Q6: 2 operands in `highs`)."""
+    if fmt == 5:
+        h = highs[0]
+        return [f"shl.b32 {pfx}h0, {h}, 4;", f"shl.b32 {pfx}h1, {h}, 2;", f"mov.b32 {pfx}h2, {h};",
+                f"shr.u32 {pfx}h3, {h}, 2;"]
+    if fmt == 6:
+        return [f"shl.b32 {pfx}s0, {highs[0]}, 4;", f"shl.b32 {pfx}s1, {highs[1]}, 4;"]
+    return []
+
+
+def word_pair_lines(fmt: int, j: int, w: str, highs: list[str], q: list[str], pfx: str = "",
+                    one: str = "one", kb: str = "kb") -> list[str]:
+    """Word j of a chunk (operand `w`) -> its 4 lane pairs (2p, 2p+1) as exact bf16x2 codes in the
+    registers `q` (prmt/lop3 magic-number conversion, one fma.rn.bf16x2 removes the bias)."""
+    lines = [f"shr.u32 {pfx}w4, {w}, 4;"]
+    if fmt == 4:
+        a, b = w, f"{pfx}w4"
+    elif fmt == 5:
+        lines.append(f"prmt.b32 {pfx}ya, {pfx}h0, {pfx}h1, 0x{j:x}{j:x}{4 + j:x}{j:x};")    # b0 <- h0.j, b1 <- h1.j
+        lines.append(f"prmt.b32 {pfx}yb, {pfx}h2, {pfx}h3, 0x{4 + j:x}{j:x}{4 + j:x}{j:x};")  # b2 <- h2.j, b3 <- h3.j
+        lines.append(f"lop3.b32 {pfx}y, {pfx}ya, {pfx}yb, 0xFFFF0000, {_SEL};")
+        lines.append(f"shr.u32 {pfx}y1, {pfx}y, 1;")
+        lines.append(f"lop3.b32 {pfx}A, {w}, {pfx}y, 0x10101010, {_SEL};")
+        lines.append(f"lop3.b32 {pfx}B, {pfx}w4, {pfx}y1, 0x10101010, {_SEL};")
+        a, b = f"{pfx}A", f"{pfx}B"
+    else:
+        hh = j % 2
+        src_s = f"{pfx}s0" if j < 2 else f"{pfx}s1"
+        src_h = highs[j // 2]
+        sel = ((4 + 2 * hh + 1) << 12) | ((2 * hh + 1) << 8) | ((4 + 2 * hh) << 4) | (2 * hh)
+        lines.append(f"prmt.b32 {pfx}x, {src_s}, {src_h}, 0x{sel:04x};")
+        lines.append(f"shr.u32 {pfx}x2, {pfx}x, 2;")
+        lines.append(f"lop3.b32 {pfx}A, {w}, {pfx}x, 0x30303030, {_SEL};")
+        lines.append(f"lop3.b32 {pfx}B, {pfx}w4, {pfx}x2, 0x30303030, {_SEL};")
+        a, b = f"{pfx}A", f"{pfx}B"
+    for p in range(4):
+        lines.append(f"prmt.b32 {pfx}pp, {a}, {b}, 0x{4 + p}{4 + p}{p}{p};")
+        lines.append(f"lop3.b32 {pfx}pp, {pfx}pp, {_MASK[fmt]}, {_MAGIC[fmt]}, 0x6A;")
+        lines.append(f"fma.rn.bf16x2 {q[p]}, {pfx}pp, {one}, {kb};")
+    return lines
+
+
 def chunk_asm_source(fmt: int, n_t: int, chain: int) -> str:
     """PTX of one (row, chunk) instance. Operands: $0..$(n_t-1) fp32 outputs; then the 4 words;
     then the high words (Q5: 1, Q6: 2); then column t's 16 bf16x2 x pairs (word j, pair p at
@@ -57,46 +111,14 @@ def chunk_asm_source(fmt: int, n_t: int, chain: int) -> str:
     iw = n_t
     ih = n_t + 4
     ix = n_t + 4 + nh
-    regs = ["w4", "A", "B", "pp", "q0", "q1", "q2", "q3", "lo", "hi", "one", "kb", "nz"]
+    highs = [f"${ih + i}" for i in range(nh)]
+    regs = chunk_regs(fmt) + ["q0", "q1", "q2", "q3", "lo", "hi", "one", "kb", "nz"]
     regs += [f"a{t}" for t in range(n_t)]
-    if fmt == 5:
-        regs += ["h0", "h1", "h2", "h3", "ya", "yb", "y", "y1"]
-    if fmt == 6:
-        regs += ["s0", "s1", "x", "x2"]
     lines = ["{", f".reg .b32 {', '.join(regs)};", "mov.b32 one, 0x3F803F80;",
              f"mov.b32 kb, {_BIAS[fmt]};", "mov.b32 nz, 0x80008000;"]
-    if fmt == 5:
-        h = f"${ih}"
-        lines += [f"shl.b32 h0, {h}, 4;", f"shl.b32 h1, {h}, 2;", f"mov.b32 h2, {h};", f"shr.u32 h3, {h}, 2;"]
-    if fmt == 6:
-        lines += [f"shl.b32 s0, ${ih}, 4;", f"shl.b32 s1, ${ih + 1}, 4;"]
+    lines += chunk_setup_lines(fmt, highs)
     for j in range(4):
-        w = f"${iw + j}"
-        lines.append(f"shr.u32 w4, {w}, 4;")
-        if fmt == 4:
-            a, b = w, "w4"
-        elif fmt == 5:
-            lines.append(f"prmt.b32 ya, h0, h1, 0x{j:x}{j:x}{4 + j:x}{j:x};")    # b0 <- h0.j, b1 <- h1.j
-            lines.append(f"prmt.b32 yb, h2, h3, 0x{4 + j:x}{j:x}{4 + j:x}{j:x};")  # b2 <- h2.j, b3 <- h3.j
-            lines.append("lop3.b32 y, ya, yb, 0xFFFF0000, " + _SEL + ";")
-            lines.append("shr.u32 y1, y, 1;")
-            lines.append(f"lop3.b32 A, {w}, y, 0x10101010, {_SEL};")
-            lines.append(f"lop3.b32 B, w4, y1, 0x10101010, {_SEL};")
-            a, b = "A", "B"
-        else:
-            hh = j % 2
-            src_s = "s0" if j < 2 else "s1"
-            src_h = f"${ih + j // 2}"
-            sel = ((4 + 2 * hh + 1) << 12) | ((2 * hh + 1) << 8) | ((4 + 2 * hh) << 4) | (2 * hh)
-            lines.append(f"prmt.b32 x, {src_s}, {src_h}, 0x{sel:04x};")
-            lines.append("shr.u32 x2, x, 2;")
-            lines.append(f"lop3.b32 A, {w}, x, 0x30303030, {_SEL};")
-            lines.append(f"lop3.b32 B, w4, x2, 0x30303030, {_SEL};")
-            a, b = "A", "B"
-        for p in range(4):
-            lines.append(f"prmt.b32 pp, {a}, {b}, 0x{4 + p}{4 + p}{p}{p};")
-            lines.append(f"lop3.b32 pp, pp, {_MASK[fmt]}, {_MAGIC[fmt]}, 0x6A;")
-            lines.append(f"fma.rn.bf16x2 q{p}, pp, one, kb;")
+        lines += word_pair_lines(fmt, j, f"${iw + j}", highs, ["q0", "q1", "q2", "q3"])
         first_in_chain = j % chain == 0
         last_in_chain = j % chain == chain - 1 or j == 3
         for t in range(n_t):

@@ -157,9 +157,10 @@ def linear_workspace_numel(route: str, t: int, n: int, k: int, epilogue: str = "
     - `<f>_dequant_gemm`: bf16 W_hat [n, k_pad] (+ bf16 y [t, n] for swiglu), see dequant_gemm.py;
     - others: the split-K partials [SPLIT_K, t, N_out (x2 for swiglu)] when SPLIT_K > 1."""
     r = LINEAR_ROUTES.get(route)
-    if r is None:  # the low-register GEMV routes (routes_lowreg.py): split-K partials only
+    if r is None:  # the low-register / tensor-core GEMV routes: split-K partials only
         from .routes_lowreg import LOWREG_ROUTES
-        r = LOWREG_ROUTES.get(route)
+        from .routes_tc import TC_ROUTES
+        r = LOWREG_ROUTES.get(route) or TC_ROUTES.get(route)
     if r is None:
         raise RouteError(f"unknown linear route {route!r}")
     if route.endswith("_dequant_gemm"):
@@ -177,3 +178,4 @@ for _r in LINEAR_ROUTES.values():
 
 # low-register / packed decode-GEMV routes (own launcher module gemv_lowreg.py); registers them
 from . import routes_lowreg  # noqa: E402,F401
+from . import routes_tc  # noqa: E402,F401  (tensor-core decode GEMVs, gemv_tc.py)

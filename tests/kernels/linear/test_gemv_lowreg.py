@@ -135,54 +135,70 @@ def _u32(f: float) -> int:
     return struct.unpack("<I", struct.pack("<f", f))[0]
 
 
+def _val(regs: dict, tok: str) -> int:
+    tok = tok.strip()
+    if tok in regs:
+        return regs[tok]
+    return int(tok, 0) & 0xFFFFFFFF
+
+
+def _f32_round(v: float) -> int:
+    """float -> fp32 bits, round to nearest even (struct rounds that way)."""
+    return _u32(struct.unpack("<f", struct.pack("<f", v))[0])
+
+
+def _step_line(regs: dict, line: str) -> None:
+    """Execute one PTX line of the asm programs on one lane's registers (bit-exact)."""
+    line = line.strip().rstrip(";")
+    if not line or line in "{}" or line.startswith(".reg"):
+        return
+    op, rest = line.split(None, 1)
+    args = [a.strip() for a in rest.split(",")]
+    d = args[0]
+
+    def val(tok):
+        return _val(regs, tok)
+
+    if op in ("mov.b32", "mov.f32"):
+        r = val(args[1])
+    elif op == "shr.u32":
+        r = val(args[1]) >> int(args[2])
+    elif op == "shl.b32":
+        r = (val(args[1]) << int(args[2])) & 0xFFFFFFFF
+    elif op == "and.b32":
+        r = val(args[1]) & val(args[2])
+    elif op == "prmt.b32":
+        a, b, sel = val(args[1]), val(args[2]), val(args[3])
+        by = [(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)]
+        r = sum(by[(sel >> (4 * i)) & 7] << (8 * i) for i in range(4))
+        assert not sel & 0x8888
+    elif op == "lop3.b32":
+        a, b, c, lut = val(args[1]), val(args[2]), val(args[3]), int(args[4], 0)
+        r = 0
+        for bit in range(32):
+            idx = (((a >> bit) & 1) << 2) | (((b >> bit) & 1) << 1) | ((c >> bit) & 1)
+            r |= ((lut >> idx) & 1) << bit
+    elif op == "fma.rn.bf16x2":
+        a, b, c = val(args[1]), val(args[2]), val(args[3])
+        halves = []
+        for h in range(2):
+            x = _bf(a >> (16 * h)) * _bf(b >> (16 * h)) + _bf(c >> (16 * h))   # exact in fp64
+            halves.append(_bf16_round(x))
+        r = halves[0] | (halves[1] << 16)
+    elif op == "cvt.rn.bf16x2.f32":   # a -> upper half, b -> lower half
+        r = (_bf16_round(_f32(val(args[1]))) << 16) | _bf16_round(_f32(val(args[2])))
+    elif op == "add.f32":
+        r = _f32_round(_f32(val(args[1])) + _f32(val(args[2])))
+    else:
+        raise AssertionError(f"emulator: unknown op {op}")
+    regs[d] = r & 0xFFFFFFFF
+
+
 def _emulate(src: str, operands: list) -> list:
     """Run the chunk asm: operands[i] is the 32-bit value of $i (outputs ignored on input)."""
     regs = {f"${i}": v for i, v in enumerate(operands)}
-
-    def val(tok):
-        tok = tok.strip()
-        if tok in regs:
-            return regs[tok]
-        return int(tok, 0) & 0xFFFFFFFF
-
     for line in src.splitlines():
-        line = line.strip().rstrip(";")
-        if not line or line in "{}" or line.startswith(".reg"):
-            continue
-        op, rest = line.split(None, 1)
-        args = [a.strip() for a in rest.split(",")]
-        d = args[0]
-        if op == "mov.b32":
-            r = val(args[1])
-        elif op == "shr.u32":
-            r = val(args[1]) >> int(args[2])
-        elif op == "shl.b32":
-            r = (val(args[1]) << int(args[2])) & 0xFFFFFFFF
-        elif op == "and.b32":
-            r = val(args[1]) & val(args[2])
-        elif op == "prmt.b32":
-            a, b, sel = val(args[1]), val(args[2]), val(args[3])
-            by = [(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)]
-            r = sum(by[(sel >> (4 * i)) & 7] << (8 * i) for i in range(4))
-            assert not sel & 0x8888
-        elif op == "lop3.b32":
-            a, b, c, lut = val(args[1]), val(args[2]), val(args[3]), int(args[4], 0)
-            r = 0
-            for bit in range(32):
-                idx = (((a >> bit) & 1) << 2) | (((b >> bit) & 1) << 1) | ((c >> bit) & 1)
-                r |= ((lut >> idx) & 1) << bit
-        elif op == "fma.rn.bf16x2":
-            a, b, c = val(args[1]), val(args[2]), val(args[3])
-            halves = []
-            for h in range(2):
-                x = _bf(a >> (16 * h)) * _bf(b >> (16 * h)) + _bf(c >> (16 * h))   # exact in fp64
-                halves.append(_bf16_round(x))
-            r = halves[0] | (halves[1] << 16)
-        elif op == "add.f32":
-            r = _u32(struct.unpack("<f", struct.pack("<f", _f32(val(args[1])) + _f32(val(args[2]))))[0])
-        else:
-            raise AssertionError(f"emulator: unknown op {op}")
-        regs[d] = r & 0xFFFFFFFF
+        _step_line(regs, line)
     return regs
 
 

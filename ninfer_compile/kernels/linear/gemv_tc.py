@@ -1,0 +1,338 @@
+"""Tensor-core decode GEMV (T <= 16) for the row-split Q4 / Q5 / Q6 planes: routes `q4_gemv_tc`,
+`q5_gemv_tc`, `q6_gemv_tc` (registered in `routes_tc.py`).
+
+Why: for T = 2..16 (concurrent sequences, MTP verification) the CUDA-core GEMVs pay their dot
+product per column, and the tiled tensor-core schedules pay a dequant + layout change per tile.
+Here the dequantized weights go straight from registers into `mma.sync.m16n8k16` (bf16, fp32
+accumulate), so one dequant serves up to 16 columns and the weights are read once.
+
+Work split (one warp = 16 weight rows; a program = num_warps warps = 16 * num_warps rows):
+lane (g, c) = (lane // 4, lane % 4) owns weight rows g and g + 8 of its warp's tile and, per
+128-lane K step, the 16-byte chunk c of each (lanes 32c .. 32c+31 of the step). The mma's k slots
+are a permutation of K, applied identically to the A (weights) and B (activations) fragments:
+for word j of the chunk, mma (j, h) covers lanes 32c + 8j + 4h + {0..3} of every c; A registers
+{P_2h, Q_2h, P_2h+1, Q_2h+1} (pairs of rows g / g+8) and B registers {x pair 2h, x pair 2h+1} of
+column g's 16-byte load j. So every operand is one 16-byte load: weights (rows g, g+8), x (column
+g [+ 8], 4 per tile) -- no shuffles, no shared memory.
+Dequant per word: the lowreg prmt/lop3 magic-number pairs (exact codes, bf16x2), times the group
+scale (one fma.rn.bf16x2 with -0: the weight rounded to bf16, as `dequant_gemm` does).
+Accumulator fragment: lane (g, c) holds out[row g / g+8][column 2c, 2c+1] of each 8-column tile.
+
+The asm path needs every value of a [num_warps, 8, 4] tensor to live in the lane the mma expects
+(Triton's default blocked layout for that shape: lane = 4 g + c, warp = axis 0). Loads, stores and
+the residual read are therefore inline asm as well: no tl.load / tl.store anchors a layout the
+compiler could propagate into the asm. USE_ASM=False (always under the interpreter) runs the
+`<f>_small_t_mma` kernel instead (same math up to rounding): correctness of the asm path is
+checked by a bit-level warp emulation of its PTX (tests) and by the GPU tests.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ...errors import RouteError
+from .epilogue import EPI_CODES
+from .gemv_lowreg import _BIAS, chunk_regs, chunk_setup_lines, word_pair_lines
+from .launch import _FMT_CODE, asm_supported, check_call, reduce_split_k, splitk_workspace
+from .weights import QuantWeight
+
+MAX_T = 16
+_NH = {4: 0, 5: 1, 6: 2}
+
+
+def tc_step_asm_source(fmt: int, n_tiles: int) -> str:
+    """PTX of one lane's 128-lane K step for rows g and g+8 and `n_tiles` 8-column tiles.
+    Operands: $0..$(4n-1) fp32 accumulators out; then 4n accumulators in; row g's 4 words and
+    high words; row g+8's 4 words and high words; the fp32 scales of rows g, g+8; then tile t's
+    16 x registers (load j, pair p at 16 t + 4 j + p)."""
+    nh = _NH[fmt]
+    n_acc = 4 * n_tiles
+    i_in = n_acc
+    i_wg = i_in + n_acc
+    i_hg = i_wg + 4
+    i_wh = i_hg + nh
+    i_hh = i_wh + 4
+    i_s = i_hh + nh
+    i_x = i_s + 2
+    hg = [f"${i_hg + i}" for i in range(nh)]
+    hh = [f"${i_hh + i}" for i in range(nh)]
+    P = ["P0", "P1", "P2", "P3"]
+    Q = ["Q0", "Q1", "Q2", "Q3"]
+    regs = chunk_regs(fmt, "g_") + chunk_regs(fmt, "h_") + P + Q + ["one", "kb", "nz", "sg", "sh"]
+    lines = ["{", f".reg .b32 {', '.join(regs)};", "mov.b32 one, 0x3F803F80;", f"mov.b32 kb, {_BIAS[fmt]};",
+             "mov.b32 nz, 0x80008000;",
+             f"cvt.rn.bf16x2.f32 sg, ${i_s}, ${i_s};", f"cvt.rn.bf16x2.f32 sh, ${i_s + 1}, ${i_s + 1};"]
+    for a in range(n_acc):
+        lines.append(f"mov.f32 ${a}, ${i_in + a};")
+    lines += chunk_setup_lines(fmt, hg, "g_") + chunk_setup_lines(fmt, hh, "h_")
+    for j in range(4):
+        lines += word_pair_lines(fmt, j, f"${i_wg + j}", hg, P, "g_")
+        lines += [f"fma.rn.bf16x2 {p}, {p}, sg, nz;" for p in P]
+        lines += word_pair_lines(fmt, j, f"${i_wh + j}", hh, Q, "h_")
+        lines += [f"fma.rn.bf16x2 {q}, {q}, sh, nz;" for q in Q]
+        for t in range(n_tiles):
+            d = ", ".join(f"${4 * t + i}" for i in range(4))
+            for h in range(2):
+                b0 = f"${i_x + 16 * t + 4 * j + 2 * h}"
+                b1 = f"${i_x + 16 * t + 4 * j + 2 * h + 1}"
+                lines.append(f"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {{{d}}}, "
+                             f"{{{P[2 * h]}, {Q[2 * h]}, {P[2 * h + 1]}, {Q[2 * h + 1]}}}, {{{b0}, {b1}}}, {{{d}}};")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _constraints(fmt: int, n_tiles: int) -> str:
+    n_acc = 4 * n_tiles
+    nh = _NH[fmt]
+    return ",".join(["=f"] * n_acc + ["f"] * n_acc + ["r"] * (8 + 2 * nh) + ["f", "f"] + ["r"] * (16 * n_tiles))
+
+
+for _f in (4, 5, 6):
+    for _n in (1, 2):
+        globals()[f"TC_{_f}_{_n}"] = tl.constexpr(tc_step_asm_source(_f, _n))
+        globals()[f"TCC_{_f}_{_n}"] = tl.constexpr(_constraints(_f, _n))
+
+LD4 = tl.constexpr("ld.global.nc.L1::no_allocate.v4.b32 {$0, $1, $2, $3}, [$4];")
+LDX = tl.constexpr("ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];")
+LD1 = tl.constexpr("ld.global.nc.b32 $0, [$1];")
+LD2 = tl.constexpr("ld.global.nc.v2.b32 {$0, $1}, [$2];")
+LDS = tl.constexpr("{ .reg .b16 h; ld.global.nc.b16 h, [$1]; cvt.f32.f16 $0, h; }")
+LDR = tl.constexpr("{ .reg .b16 h, z; mov.b16 z, 0; ld.global.b16 h, [$1]; mov.b32 $0, {z, h}; }")
+ST16 = tl.constexpr("{ .reg .pred p; .reg .b16 lo, hi; setp.ne.b32 p, $2, 0; mov.b32 {lo, hi}, $3; "
+                    "@p st.global.b16 [$1], lo; mov.b32 $0, 0; }")
+ST32 = tl.constexpr("{ .reg .pred p; setp.ne.b32 p, $2, 0; @p st.global.b32 [$1], $3; mov.b32 $0, 0; }")
+
+
+@triton.jit
+def _addr(p):
+    return p.to(tl.int64, bitcast=True)
+
+
+@triton.jit
+def _ld4(p, ASM: tl.constexpr):
+    return tl.inline_asm_elementwise(ASM, "=r,=r,=r,=r,l", [_addr(p)],
+                                     dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+
+
+@triton.jit
+def _x_tile(x_ptr, col, T, sx, word0, kw_last):
+    """Column `col`'s 4 x 16-byte loads (words word0 + 0..3 of x, clamped to the last word of K;
+    columns >= T read column 0: finite, never stored)."""
+    cc = tl.where(col < T, col, 0)
+    row = x_ptr + cc * sx
+    a0, a1, a2, a3 = _ld4(row + tl.minimum(word0 + 0, kw_last) * 8, LDX)
+    b0, b1, b2, b3 = _ld4(row + tl.minimum(word0 + 1, kw_last) * 8, LDX)
+    c0, c1, c2, c3 = _ld4(row + tl.minimum(word0 + 2, kw_last) * 8, LDX)
+    d0, d1, d2, d3 = _ld4(row + tl.minimum(word0 + 3, kw_last) * 8, LDX)
+    return (a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, d0, d1, d2, d3)
+
+
+@triton.jit
+def _rows(base_ptr, high_ptr, scale_ptr, row, kb, ci, base_row, high_row, scale_row, FMT: tl.constexpr):
+    """Row `row`'s chunk c of K step kb: 4 words, high words (unused copies for Q4), fp32 scale."""
+    w0, w1, w2, w3 = _ld4(base_ptr + row * base_row + kb * 16 + ci * 4, LD4)
+    sp = scale_ptr + row * scale_row + kb * 2 + ci // 2
+    s = tl.inline_asm_elementwise(LDS, "=f,l", [_addr(sp)], dtype=tl.float32, is_pure=True, pack=1)
+    if FMT == 5:
+        h0 = tl.inline_asm_elementwise(LD1, "=r,l", [_addr(high_ptr + row * high_row + kb * 4 + ci)],
+                                       dtype=tl.int32, is_pure=True, pack=1)
+        h1 = h0
+    elif FMT == 6:
+        h0, h1 = tl.inline_asm_elementwise(LD2, "=r,=r,l", [_addr(high_ptr + row * high_row + kb * 8 + ci * 2)],
+                                           dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+    else:
+        h0 = w0
+        h1 = w0
+    return w0, w1, w2, w3, h0, h1, s
+
+
+@triton.jit
+def _step(acc, wg, wh, xa, xb, FMT: tl.constexpr, N_TILES: tl.constexpr):
+    """One asm call: acc (8-tuple, tiles 0 and 1) += this K step's products."""
+    gw0, gw1, gw2, gw3, gh0, gh1, sg = wg
+    hw0, hw1, hw2, hw3, hh0, hh1, sh = wh
+    if FMT == 4:
+        words = (gw0, gw1, gw2, gw3, hw0, hw1, hw2, hw3)
+    elif FMT == 5:
+        words = (gw0, gw1, gw2, gw3, gh0, hw0, hw1, hw2, hw3, hh0)
+    else:
+        words = (gw0, gw1, gw2, gw3, gh0, gh1, hw0, hw1, hw2, hw3, hh0, hh1)
+    a0, a1, a2, a3, a4, a5, a6, a7 = acc
+    if N_TILES == 1:
+        args = (a0, a1, a2, a3) + words + (sg, sh) + xa
+        if FMT == 4:
+            r0, r1, r2, r3 = tl.inline_asm_elementwise(TC_4_1, TCC_4_1, args, dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+        elif FMT == 5:
+            r0, r1, r2, r3 = tl.inline_asm_elementwise(TC_5_1, TCC_5_1, args, dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+        else:
+            r0, r1, r2, r3 = tl.inline_asm_elementwise(TC_6_1, TCC_6_1, args, dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+        out = (r0, r1, r2, r3, a4, a5, a6, a7)
+    else:
+        args = (a0, a1, a2, a3, a4, a5, a6, a7) + words + (sg, sh) + xa + xb
+        if FMT == 4:
+            out = tl.inline_asm_elementwise(TC_4_2, TCC_4_2, args, dtype=(tl.float32, tl.float32, tl.float32, tl.float32, tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+        elif FMT == 5:
+            out = tl.inline_asm_elementwise(TC_5_2, TCC_5_2, args, dtype=(tl.float32, tl.float32, tl.float32, tl.float32, tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+        else:
+            out = tl.inline_asm_elementwise(TC_6_2, TCC_6_2, args, dtype=(tl.float32, tl.float32, tl.float32, tl.float32, tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+    return out
+
+
+@triton.jit
+def _store(v, u, row, col, ok, out_ptr, res_ptr, ws_ptr, pid_k, T, N_OUT, so, sr,
+           EPI: tl.constexpr, SPLIT_K: tl.constexpr):
+    """One accumulator register per lane: epilogue (or split-K partial) + predicated asm store."""
+    col_c = tl.where(col < T, col, 0)
+    row_c = tl.minimum(row, N_OUT - 1)
+    if SPLIT_K == 1:
+        if EPI == 1:
+            val = v / (1.0 + tl.exp(-v)) * u
+        elif EPI == 2:
+            r = tl.inline_asm_elementwise(LDR, "=f,l", [_addr(res_ptr + col_c * sr + row_c)], dtype=tl.float32,
+                                          is_pure=True, pack=1)
+            val = v + r
+        else:
+            val = v
+        bits = val.to(tl.bfloat16).to(tl.int16, bitcast=True).to(tl.int32)
+        tl.inline_asm_elementwise(ST16, "=r,l,r,r", [_addr(out_ptr + col_c * so + row_c), ok.to(tl.int32), bits],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        if EPI == 1:
+            cols = 2 * N_OUT
+        else:
+            cols = N_OUT
+        p = ws_ptr + pid_k * T * cols + col_c * cols + row_c
+        tl.inline_asm_elementwise(ST32, "=r,l,r,r", [_addr(p), ok.to(tl.int32), v.to(tl.int32, bitcast=True)],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+        if EPI == 1:
+            tl.inline_asm_elementwise(ST32, "=r,l,r,r", [_addr(p + N_OUT), ok.to(tl.int32),
+                                                         u.to(tl.int32, bitcast=True)],
+                                      dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def gemv_tc_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, ws_ptr,
+                   T, K, N_OUT, KB_TOTAL, base_row, high_row, scale_row, up_off, sx, so, sr, iters_per_split,
+                   FMT: tl.constexpr, EPI: tl.constexpr, N_TILES: tl.constexpr, SPLIT_K: tl.constexpr,
+                   NW: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    # [NW, 8, 4]: warp, g = lane // 4, c = lane % 4 (the mma fragment owners)
+    wi = tl.arange(0, NW)[:, None, None]
+    gi = tl.arange(0, 8)[None, :, None]
+    ci = tl.arange(0, 4)[None, None, :]
+    zero_i = wi * 0 + gi * 0 + ci * 0
+    row_g = pid_n * 16 * NW + wi * 16 + gi + zero_i
+    row_h = row_g + 8
+    rg = tl.minimum(row_g, N_OUT - 1)
+    rh = tl.minimum(row_h, N_OUT - 1)
+    col0 = gi + zero_i
+    ci3 = ci + zero_i
+    kw_last = K // 8 - 1
+    z = tl.zeros([NW, 8, 4], tl.float32)
+    # accumulators as separate loop-carried values (tile 0: c0..c3, tile 1: c4..c7; up rows: u*)
+    c0, c1, c2, c3, c4, c5, c6, c7 = z, z, z, z, z, z, z, z
+    u0, u1, u2, u3, u4, u5, u6, u7 = z, z, z, z, z, z, z, z
+    kb0 = pid_k * iters_per_split
+    kb1 = tl.minimum(kb0 + iters_per_split, KB_TOTAL)
+    for kb in range(kb0, kb1):
+        word0 = kb * 16 + ci3 * 4
+        xa = _x_tile(x_ptr, col0, T, sx, word0, kw_last)
+        xb = xa
+        if N_TILES == 2:
+            xb = _x_tile(x_ptr, col0 + 8, T, sx, word0, kw_last)
+        wg = _rows(base_ptr, high_ptr, scale_ptr, rg, kb, ci3, base_row, high_row, scale_row, FMT)
+        wh = _rows(base_ptr, high_ptr, scale_ptr, rh, kb, ci3, base_row, high_row, scale_row, FMT)
+        c0, c1, c2, c3, c4, c5, c6, c7 = _step((c0, c1, c2, c3, c4, c5, c6, c7), wg, wh, xa, xb, FMT, N_TILES)
+        if EPI == 1:
+            ug = _rows(base_ptr, high_ptr, scale_ptr, rg + up_off, kb, ci3, base_row, high_row, scale_row, FMT)
+            uh = _rows(base_ptr, high_ptr, scale_ptr, rh + up_off, kb, ci3, base_row, high_row, scale_row, FMT)
+            u0, u1, u2, u3, u4, u5, u6, u7 = _step((u0, u1, u2, u3, u4, u5, u6, u7), ug, uh, xa, xb, FMT,
+                                                   N_TILES)
+    # fragment: register i of tile t = out[row (g if i < 2 else g + 8)][column 8 t + 2 c + (i % 2)]
+    mg = row_g < N_OUT
+    mh = row_h < N_OUT
+    ca = ci3 * 2
+    _store(c0, u0, row_g, ca, mg & (ca < T), out_ptr, res_ptr, ws_ptr, pid_k, T, N_OUT, so, sr, EPI, SPLIT_K)
+    _store(c1, u1, row_g, ca + 1, mg & (ca + 1 < T), out_ptr, res_ptr, ws_ptr, pid_k, T, N_OUT, so, sr, EPI, SPLIT_K)
+    _store(c2, u2, row_h, ca, mh & (ca < T), out_ptr, res_ptr, ws_ptr, pid_k, T, N_OUT, so, sr, EPI, SPLIT_K)
+    _store(c3, u3, row_h, ca + 1, mh & (ca + 1 < T), out_ptr, res_ptr, ws_ptr, pid_k, T, N_OUT, so, sr, EPI, SPLIT_K)
+    if N_TILES == 2:
+        cb = ca + 8
+        _store(c4, u4, row_g, cb, mg & (cb < T), out_ptr, res_ptr, ws_ptr, pid_k, T, N_OUT, so, sr, EPI, SPLIT_K)
+        _store(c5, u5, row_g, cb + 1, mg & (cb + 1 < T), out_ptr, res_ptr, ws_ptr, pid_k, T, N_OUT, so, sr, EPI,
+               SPLIT_K)
+        _store(c6, u6, row_h, cb, mh & (cb < T), out_ptr, res_ptr, ws_ptr, pid_k, T, N_OUT, so, sr, EPI, SPLIT_K)
+        _store(c7, u7, row_h, cb + 1, mh & (cb + 1 < T), out_ptr, res_ptr, ws_ptr, pid_k, T, N_OUT, so, sr, EPI,
+               SPLIT_K)
+
+
+# ---------------------------------------------------------------------------------------------
+# launcher
+# ---------------------------------------------------------------------------------------------
+def _route(name):
+    from .routes_tc import TC_ROUTES
+    route = TC_ROUTES.get(name)
+    if route is None:
+        raise RouteError(f"unknown tensor-core GEMV route {name!r}")
+    return route
+
+
+def launch_tc(route_name: str, x, weight, out, *, epilogue: str = "none", residual=None, workspace=None,
+              params=None) -> None:
+    route = _route(route_name)
+    if not isinstance(weight, QuantWeight):
+        raise RouteError(f"route {route.name}: weight must be a row-split QuantWeight, got {type(weight).__name__}")
+    fmt, n, k, T, n_out, p = check_call(route, x, weight, out, epilogue, residual, params)
+    code = _FMT_CODE[fmt]
+    use_asm = p["USE_ASM"]
+    if use_asm is True and not asm_supported(x.device):
+        raise RouteError(f"route {route.name}: USE_ASM=True needs a CUDA sm_90+ device outside the Triton interpreter")
+    aligned = (k % 8 == 0 and x.stride(0) % 8 == 0 and x.data_ptr() % 16 == 0
+               and weight.words().data_ptr() % 16 == 0 and weight.scales().data_ptr() % 2 == 0
+               and (code != 6 or weight.high_words().data_ptr() % 8 == 0))
+    use_asm = aligned and (use_asm is True or (use_asm == "auto" and asm_supported(x.device)))
+    if not use_asm:
+        # same math (dequantized bf16 weights, fp32 accumulation) through the tiled tensor-core kernel
+        from .launch import launch
+        fb = {"BLOCK_T": 16, "SPLIT_K": p["SPLIT_K"], "USE_ASM": False}
+        return launch(f"q{code}_small_t_mma", x, weight, out, epilogue=epilogue, residual=residual,
+                      workspace=workspace, params=fb)
+    res = residual if epilogue == "residual" else out
+    split_k = p["SPLIT_K"]
+    ws = splitk_workspace(route, split_k, T, n_out, epilogue, workspace, out)
+    kb_total = weight.k_pad // 128
+    ips = triton.cdiv(kb_total, split_k)
+    nw = p["num_warps"]
+    grid = (triton.cdiv(n_out, 16 * nw), split_k)
+    epi = EPI_CODES[epilogue]
+    gemv_tc_kernel[grid](
+        x, weight.words(), weight.high_words(), weight.scales(), out, res, ws,
+        T, k, n_out, kb_total, weight.base_row_bytes // 4, weight.high_row_bytes // 4, weight.groups_per_row,
+        n_out, x.stride(0), out.stride(0), res.stride(0), ips,
+        FMT=code, EPI=epi, N_TILES=1 if T <= 8 else 2, SPLIT_K=split_k, NW=nw,
+        num_warps=nw, num_stages=1, **({"maxnreg": p["MAXNREG"]} if p["MAXNREG"] else {}))
+    reduce_split_k(ws, out, res, T, n_out, split_k, epi)
+    return None
+
+
+def _make(name):
+    def launcher(x, weight, out, *, epilogue="none", residual=None, workspace=None, params=None):
+        return launch_tc(name, x, weight, out, epilogue=epilogue, residual=residual, workspace=workspace,
+                         params=params)
+    launcher.__name__ = name
+    launcher.__qualname__ = name
+    launcher.__doc__ = f"Launch tensor-core GEMV route `{name}`."
+    return launcher
+
+
+q4_gemv_tc = _make("q4_gemv_tc")
+q5_gemv_tc = _make("q5_gemv_tc")
+q6_gemv_tc = _make("q6_gemv_tc")
+
+
+def linear_workspace_numel(route: str, t: int, n: int, k: int, epilogue: str = "none", params=None) -> int:
+    """The family's sizing hook (float32 elements) for these routes: split-K partials only."""
+    from .routes import linear_workspace_numel as _hook
+    return _hook(route, t, n, k, epilogue, params)

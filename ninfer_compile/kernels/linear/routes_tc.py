@@ -1,0 +1,49 @@
+"""Tensor-core decode-GEMV routes (data only: no torch / triton import here).
+
+- `q4_gemv_tc`, `q5_gemv_tc`, `q6_gemv_tc`: T in [1, 16]. One warp per 16 weight rows; each lane
+  dequantizes its two rows' 16-byte chunks in registers (the lowreg prmt/lop3 pairs, scaled to
+  bf16) straight into `mma.sync.m16n8k16` A fragments, with a K permutation shared by the A and B
+  fragments so that every operand is one 16-byte load. One dequant serves up to 16 columns.
+Kernels and launchers: `ninfer_compile.kernels.linear.gemv_tc`. Not referenced by the shipped route
+tables until `ninfer-compile tune` measures them (the tuner drops a candidate that fails its
+reference check).
+"""
+
+from __future__ import annotations
+
+from ..registry import ParamSpec, Route, RouteDomain, default_registry
+
+EPILOGUES = ("none", "swiglu", "residual")
+REFERENCE = "ninfer_compile.kernels.linear.reference:linear"
+_MOD = "ninfer_compile.kernels.linear.gemv_tc"
+
+
+def _params():
+    return {
+        "num_warps": ParamSpec("num_warps", (1, 2, 4, 8), 4, "warps per program; 16 weight rows per warp"),
+        "SPLIT_K": ParamSpec("SPLIT_K", (1, 2, 4, 8, 16), 1,
+                             "K ranges (deterministic two-phase reduce; needs a workspace)"),
+        "MAXNREG": ParamSpec("MAXNREG", (0, 96, 128, 168, 255), 0, "register cap handed to ptxas (0 = its choice)"),
+        "USE_ASM": ParamSpec("USE_ASM", ("auto", False, True), "auto",
+                             "inline-PTX mma path (auto = on for sm_90+ outside the interpreter when K % 8 == 0 "
+                             "and x rows / planes are 16-byte aligned); False = the small_t_mma kernel"),
+    }
+
+
+def _build() -> dict[str, Route]:
+    out = {}
+    for name, fmt in (("q4_gemv_tc", "Q4G64_F16S"), ("q5_gemv_tc", "Q5G64_F16S"), ("q6_gemv_tc", "Q6G64_F16S")):
+        out[name] = Route(
+            name=name, family="linear",
+            domain=RouteDomain(formats=(fmt,), min_t=1, max_t=16, epilogues=EPILOGUES),
+            params=_params(), reference=REFERENCE, launcher=f"{_MOD}:{name}",
+            kernels=(f"{_MOD}:gemv_tc_kernel",),
+            doc=f"{fmt[:2]} decode GEMV on tensor cores (T<=16): register dequant into mma.sync m16n8k16")
+    return out
+
+
+TC_ROUTES: dict[str, Route] = _build()
+
+for _r in TC_ROUTES.values():
+    if default_registry._routes.get(_r.name) is not _r:  # idempotent on re-import
+        default_registry.register(_r)

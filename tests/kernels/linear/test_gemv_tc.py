@@ -1,0 +1,175 @@
+"""Tensor-core decode GEMV routes (q4_gemv_tc, q5_gemv_tc, q6_gemv_tc).
+
+CPU: the inline-PTX K step of one warp, run by a bit-level warp emulation of its PTX (per-lane
+prmt / lop3 / bf16x2 / cvt semantics from the lowreg emulator; `mma.sync.m16n8k16` gathered over
+the 32 lanes with the PTX fragment layouts) against the decoded codes, for every format and 1 / 2
+column tiles: this checks the K permutation shared by the A and B fragments, the row pair per lane,
+the group scales and the accumulator fragment. The launcher under the interpreter (its fallback
+runs the small_t_mma kernel) on odd shapes, and the declared domain (T = 17 refused).
+GPU-marked: the asm path against the reference on odd shapes, every epilogue, split-K, row views.
+"""
+
+import random
+import re
+
+import pytest
+import torch
+
+from ninfer_compile.errors import RouteError
+from ninfer_compile.kernels import registry
+from ninfer_compile.kernels.linear import gemv_tc as TC
+from ninfer_compile.kernels.linear.reference import linear as ref_linear
+
+from _linear_helpers import assert_close_rel, random_weight
+from test_gemv_lowreg import _bf, _bf16_round, _chunk_operands, _f32, _f32_round, _step_line, _u32
+
+ROUTES = {"q4_gemv_tc": "Q4G64_F16S", "q5_gemv_tc": "Q5G64_F16S", "q6_gemv_tc": "Q6G64_F16S"}
+_BRACES = re.compile(r"\{([^}]*)\}")
+
+
+def _emulate_warp(src: str, lanes: list) -> list:
+    """Run the asm on 32 lanes in lockstep; lanes[L] = operand values ($i) of lane L."""
+    regs = [{f"${i}": v for i, v in enumerate(ops)} for ops in lanes]
+    for line in src.splitlines():
+        s = line.strip()
+        if not s.startswith("mma.sync"):
+            for r in regs:
+                _step_line(r, s)
+            continue
+        d, a, b, c = [[t.strip() for t in grp.split(",")] for grp in _BRACES.findall(s)]
+        A = [[0.0] * 16 for _ in range(16)]
+        B = [[0.0] * 8 for _ in range(16)]
+        C = [[0.0] * 8 for _ in range(16)]
+        for lane, r in enumerate(regs):
+            g, q = lane // 4, lane % 4
+            for i, (row, col) in enumerate(((g, 2 * q), (g + 8, 2 * q), (g, 2 * q + 8), (g + 8, 2 * q + 8))):
+                v = r[a[i]]
+                A[row][col], A[row][col + 1] = _bf(v), _bf(v >> 16)
+            for i, k in enumerate((2 * q, 2 * q + 8)):
+                v = r[b[i]]
+                B[k][g], B[k + 1][g] = _bf(v), _bf(v >> 16)
+            for i, (row, col) in enumerate(((g, 2 * q), (g, 2 * q + 1), (g + 8, 2 * q), (g + 8, 2 * q + 1))):
+                C[row][col] = _f32(r[c[i]])
+        out = [[_f32_round(C[m][n] + sum(A[m][k] * B[k][n] for k in range(16))) for n in range(8)] for m in range(16)]
+        for lane, r in enumerate(regs):
+            g, q = lane // 4, lane % 4
+            for i, (row, col) in enumerate(((g, 2 * q), (g, 2 * q + 1), (g + 8, 2 * q), (g + 8, 2 * q + 1))):
+                r[d[i]] = out[row][col]
+    return regs
+
+
+@pytest.mark.parametrize("fmt", [4, 5, 6])
+@pytest.mark.parametrize("n_tiles", [1, 2])
+def test_tc_step_emulated(fmt, n_tiles):
+    rng = random.Random(fmt * 10 + n_tiles)
+    src = TC.tc_step_asm_source(fmt, n_tiles)
+    lo, hi = -(1 << (fmt - 1)), (1 << (fmt - 1)) - 1
+    codes = [[rng.randint(lo, hi) for _ in range(128)] for _ in range(16)]
+    codes[0] = [lo if i % 2 else hi for i in range(128)]                  # extremes
+    scales = [[rng.choice([0.0078125, 0.01171875, 0.0234375, 0.003]) for _ in range(2)] for _ in range(16)]
+    n_cols = 8 * n_tiles
+    xs = [[_bf16_round(rng.gauss(0.0, 1.0)) for _ in range(128)] for _ in range(n_cols)]
+    acc0 = [[rng.gauss(0.0, 0.5) for _ in range(n_cols)] for _ in range(16)]
+    n_acc = 4 * n_tiles
+    lanes = []
+    for lane in range(32):
+        g, c = lane // 4, lane % 4
+        frag = []
+        for t in range(n_tiles):
+            for row, col in ((g, 2 * c), (g, 2 * c + 1), (g + 8, 2 * c), (g + 8, 2 * c + 1)):
+                frag.append(_f32_round(acc0[row][8 * t + col]))
+        ops = [0] * n_acc + frag
+        for row in (g, g + 8):
+            words, highs = _chunk_operands(fmt, codes[row][32 * c:32 * c + 32], rng)
+            ops += words + highs
+        ops += [_u32(scales[g][c // 2]), _u32(scales[g + 8][c // 2])]
+        for t in range(n_tiles):
+            col = g + 8 * t
+            for j in range(4):
+                for p in range(4):
+                    k = 32 * c + 8 * j + 2 * p
+                    ops.append(xs[col][k] | (xs[col][k + 1] << 16))
+        lanes.append(ops)
+    regs = _emulate_warp(src, lanes)
+    for lane in range(32):
+        g, c = lane // 4, lane % 4
+        for t in range(n_tiles):
+            for i, (row, col) in enumerate(((g, 2 * c), (g, 2 * c + 1), (g + 8, 2 * c), (g + 8, 2 * c + 1))):
+                col += 8 * t
+                got = _f32(regs[lane][f"${4 * t + i}"])
+                # the kernel's weight: bf16(q * bf16(scale)); products exact, fp32 accumulation
+                w = [_bf(_bf16_round(codes[row][k] * _bf(_bf16_round(scales[row][k // 64])))) for k in range(128)]
+                exact = acc0[row][col] + sum(w[k] * _bf(xs[col][k]) for k in range(128))
+                mag = abs(acc0[row][col]) + sum(abs(w[k] * _bf(xs[col][k])) for k in range(128))
+                assert abs(got - exact) <= mag * 2.0 ** -20 + 1e-30, (fmt, n_tiles, row, col, got, exact)
+
+
+def test_registered_with_launchers_and_domains():
+    for name, fmt in ROUTES.items():
+        r = registry.get_route(name)
+        assert r.family == "linear" and r.domain.formats == (fmt,) and (r.domain.min_t, r.domain.max_t) == (1, 16)
+        assert set(r.domain.epilogues) == {"none", "swiglu", "residual"}
+        assert r.load_launcher() is getattr(TC, name)
+
+
+def _run(name, t, n, k, epi, params, seed, view=None, device="cpu"):
+    gen = torch.Generator().manual_seed(seed)
+    fmt = ROUTES[name]
+    if view is None:
+        w = random_weight(fmt, n, k, gen)
+    else:
+        begin, parent_n = view
+        w = random_weight(fmt, parent_n, k, gen).rows(begin, n)
+    x = torch.randn(t, k, generator=gen).bfloat16()
+    n_out = n // 2 if epi == "swiglu" else n
+    res = torch.randn(t, n_out, generator=gen).bfloat16() if epi == "residual" else None
+    expected = ref_linear(x.float(), w, epilogue=epi, residual=None if res is None else res.float())
+    if device != "cpu":
+        w, x = w.to(device), x.to(device)
+        res = None if res is None else res.to(device)
+    out = torch.empty(t, n_out, dtype=torch.bfloat16, device=device)
+    split = params.get("SPLIT_K", 1)
+    ws = torch.empty(max(1, TC.linear_workspace_numel(name, t, n, k, epi, params)), device=device)
+    getattr(TC, name)(x, w, out, epilogue=epi, residual=res, workspace=ws if split > 1 else None, params=params)
+    return out.float().cpu(), expected
+
+
+@pytest.mark.parametrize("name", list(ROUTES))
+@pytest.mark.parametrize("t,n,k,epi", [(1, 40, 200, "swiglu"), (3, 72, 192, "residual"), (5, 40, 320, "none")])
+def test_fallback_path_matches_reference(name, t, n, k, epi):
+    out, expected = _run(name, t, n, k, epi, {"USE_ASM": False}, 7 + t)
+    assert_close_rel(out, expected, 1e-2, f"{name} T={t} {epi}")
+
+
+@pytest.mark.parametrize("name", list(ROUTES))
+def test_t17_and_bad_params_are_refused(name):
+    with pytest.raises(RouteError, match="T=17|domain|17"):
+        _run(name, 17, 40, 192, "none", {}, 1)
+    with pytest.raises(RouteError):
+        _run(name, 2, 40, 192, "none", {"num_warps": 3}, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: the inline-PTX path
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(ROUTES))
+@pytest.mark.parametrize("t", [1, 2, 3, 5, 8, 9, 16])
+@pytest.mark.parametrize("epi", ["none", "swiglu", "residual"])
+def test_asm_path_on_gpu(name, t, epi):
+    for params, (n, k) in (({"USE_ASM": True}, (264, 1088)), ({"USE_ASM": True, "num_warps": 2}, (72, 200))):
+        out, expected = _run(name, t, n, k, epi, params, 11 + t, device="cuda")
+        assert_close_rel(out, expected, 1e-2, f"{name} asm T={t} {epi} {params}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(ROUTES))
+def test_asm_splitk_view_large_k_on_gpu(name):
+    for t in (4, 16):
+        p = {"USE_ASM": True, "SPLIT_K": 4}
+        out, expected = _run(name, t, 512, 5120, "swiglu", p, 5, view=(64, 1024), device="cuda")
+        assert_close_rel(out, expected, 1e-2, f"{name} asm split-K view T={t}")
+        again, _ = _run(name, t, 512, 5120, "swiglu", p, 5, view=(64, 1024), device="cuda")
+        assert torch.equal(out, again), "split-K must be deterministic"
+        out, expected = _run(name, t, 512, 17408, "residual", {"USE_ASM": True, "MAXNREG": 128}, 6, device="cuda")
+        assert_close_rel(out, expected, 1e-2, f"{name} asm K=17408 T={t}")
