@@ -51,12 +51,14 @@ for stage in "$@"; do
       timeout 240 python3 -m pytest -q -m gpu tests/kernels tests/runtime -p no:cacheprovider -rf \
         > "$OUT/gpu_tests.log" 2>&1; grep -m 3 -n "Error\|FAILED" "$OUT/gpu_tests.log"; tail -n 3 "$OUT/gpu_tests.log" ;;
     gemv)
-      # re-measure only the decode GEMVs (T <= 4) and merge with the committed full linear run
-      timeout 300 python3 -m ninfer_compile.cli tune --sm 90 --families linear --t-points 1,2,3,4 \
-        --routes lowreg,packed --save-measurements "$OUT/gemv.meas.json" 2>&1 | tr '\r' '\n' | grep -v "^ *$" \
-        | grep -v "it/s\|run/s\|job/s" | tail -n 8 | tee "$OUT/gemv_tune.log"
-      python3 -m ninfer_compile.cli tune --sm 90 --replay bench/results/tune_sm90_linear_2026-11-29.meas.json \
-        "$OUT/gemv.meas.json" --base routes/sm90.yaml -o "$OUT/sm90.yaml" --report "$OUT/sm90.md" 2>&1 | tail -n 2 ;;
+      # re-measure only the decode GEMVs (lowreg / packed / tensor-core, T <= 16) and merge with the
+      # committed linear measurements (later files win)
+      timeout 360 python3 -m ninfer_compile.cli tune --sm 90 --families linear --t-points 1,2,3,4,5,8,12,16 \
+        --routes lowreg,packed,_gemv_tc --save-measurements "$OUT/gemv.meas.json" 2>&1 | tr '\r' '\n' \
+        | grep -v "^ *$" | grep -v "it/s\|run/s\|job/s" | tail -n 8 | tee "$OUT/gemv_tune.log"
+      R=bench/results
+      python3 -m ninfer_compile.cli tune --sm 90 --replay $R/tune_sm90_linear_2026-11-29.meas.json \
+        $R/tune_sm90_gemv_2026-11-29.meas.json $R/tune_sm90_gemv2_2026-11-29.meas.json "$OUT/gemv.meas.json" --base routes/sm90.yaml -o "$OUT/sm90.yaml" --report "$OUT/sm90.md" 2>&1 | tail -n 2 ;;
     tune)
       timeout 420 python3 -m ninfer_compile.cli tune --sm 90 -o "$OUT/sm90.yaml" --report "$OUT/sm90.md" \
         --save-measurements "$OUT/sm90.meas.json" 2>&1 | tail -n 20 | tee "$OUT/tune.log" ;;
