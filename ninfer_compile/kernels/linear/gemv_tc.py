@@ -215,7 +215,7 @@ def _store(v, u, row, col, ok, out_ptr, res_ptr, ws_ptr, pid_k, T, N_OUT, so, sr
 def gemv_tc_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, ws_ptr,
                    T, K, N_OUT, KB_TOTAL, base_row, high_row, scale_row, up_off, sx, so, sr, iters_per_split,
                    FMT: tl.constexpr, EPI: tl.constexpr, N_TILES: tl.constexpr, SPLIT_K: tl.constexpr,
-                   NW: tl.constexpr):
+                   NW: tl.constexpr, PREFETCH: tl.constexpr = False):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     # [NW, 8, 4]: warp, g = lane // 4, c = lane % 4 (the mma fragment owners)
@@ -236,20 +236,64 @@ def gemv_tc_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, ws_pt
     u0, u1, u2, u3, u4, u5, u6, u7 = z, z, z, z, z, z, z, z
     kb0 = pid_k * iters_per_split
     kb1 = tl.minimum(kb0 + iters_per_split, KB_TOTAL)
-    for kb in range(kb0, kb1):
-        word0 = kb * 16 + ci3 * 4
-        xa = _x_tile(x_ptr, col0, T, sx, word0, kw_last)
-        xb = xa
-        if N_TILES == 2:
-            xb = _x_tile(x_ptr, col0 + 8, T, sx, word0, kw_last)
-        wg = _rows(base_ptr, high_ptr, scale_ptr, rg, kb, ci3, base_row, high_row, scale_row, FMT)
-        wh = _rows(base_ptr, high_ptr, scale_ptr, rh, kb, ci3, base_row, high_row, scale_row, FMT)
-        c0, c1, c2, c3, c4, c5, c6, c7 = _step((c0, c1, c2, c3, c4, c5, c6, c7), wg, wh, xa, xb, FMT, N_TILES)
+    if PREFETCH:
+        # register double buffer: the next K step's weight chunks and scales are requested before
+        # this step's dequant + mma (inline-asm loads are invisible to Triton's pipeliner); the load
+        # after the last step re-reads this program's last step (an L2 hit)
+        kp = tl.minimum(kb0, KB_TOTAL - 1)
+        g0, g1, g2, g3, g4, g5, g6 = _rows(base_ptr, high_ptr, scale_ptr, rg, kp, ci3, base_row, high_row,
+                                           scale_row, FMT)
+        h0, h1, h2, h3, h4, h5, h6 = _rows(base_ptr, high_ptr, scale_ptr, rh, kp, ci3, base_row, high_row,
+                                           scale_row, FMT)
+        p0, p1, p2, p3, p4, p5, p6 = g0, g1, g2, g3, g4, g5, g6
+        q0, q1, q2, q3, q4, q5, q6 = h0, h1, h2, h3, h4, h5, h6
         if EPI == 1:
-            ug = _rows(base_ptr, high_ptr, scale_ptr, rg + up_off, kb, ci3, base_row, high_row, scale_row, FMT)
-            uh = _rows(base_ptr, high_ptr, scale_ptr, rh + up_off, kb, ci3, base_row, high_row, scale_row, FMT)
-            u0, u1, u2, u3, u4, u5, u6, u7 = _step((u0, u1, u2, u3, u4, u5, u6, u7), ug, uh, xa, xb, FMT,
+            p0, p1, p2, p3, p4, p5, p6 = _rows(base_ptr, high_ptr, scale_ptr, rg + up_off, kp, ci3, base_row,
+                                               high_row, scale_row, FMT)
+            q0, q1, q2, q3, q4, q5, q6 = _rows(base_ptr, high_ptr, scale_ptr, rh + up_off, kp, ci3, base_row,
+                                               high_row, scale_row, FMT)
+        for kb in range(kb0, kb1):
+            kn = tl.minimum(kb + 1, kb1 - 1)
+            ng = _rows(base_ptr, high_ptr, scale_ptr, rg, kn, ci3, base_row, high_row, scale_row, FMT)
+            nh = _rows(base_ptr, high_ptr, scale_ptr, rh, kn, ci3, base_row, high_row, scale_row, FMT)
+            nug = ng
+            nuh = nh
+            if EPI == 1:
+                nug = _rows(base_ptr, high_ptr, scale_ptr, rg + up_off, kn, ci3, base_row, high_row, scale_row, FMT)
+                nuh = _rows(base_ptr, high_ptr, scale_ptr, rh + up_off, kn, ci3, base_row, high_row, scale_row, FMT)
+            word0 = kb * 16 + ci3 * 4
+            xa = _x_tile(x_ptr, col0, T, sx, word0, kw_last)
+            xb = xa
+            if N_TILES == 2:
+                xb = _x_tile(x_ptr, col0 + 8, T, sx, word0, kw_last)
+            c0, c1, c2, c3, c4, c5, c6, c7 = _step((c0, c1, c2, c3, c4, c5, c6, c7), (g0, g1, g2, g3, g4, g5, g6),
+                                                   (h0, h1, h2, h3, h4, h5, h6), xa, xb, FMT, N_TILES)
+            if EPI == 1:
+                u0, u1, u2, u3, u4, u5, u6, u7 = _step((u0, u1, u2, u3, u4, u5, u6, u7),
+                                                       (p0, p1, p2, p3, p4, p5, p6), (q0, q1, q2, q3, q4, q5, q6),
+                                                       xa, xb, FMT, N_TILES)
+            g0, g1, g2, g3, g4, g5, g6 = ng
+            h0, h1, h2, h3, h4, h5, h6 = nh
+            p0, p1, p2, p3, p4, p5, p6 = nug
+            q0, q1, q2, q3, q4, q5, q6 = nuh
+    else:
+        for kb in range(kb0, kb1):
+            word0 = kb * 16 + ci3 * 4
+            xa = _x_tile(x_ptr, col0, T, sx, word0, kw_last)
+            xb = xa
+            if N_TILES == 2:
+                xb = _x_tile(x_ptr, col0 + 8, T, sx, word0, kw_last)
+            wg = _rows(base_ptr, high_ptr, scale_ptr, rg, kb, ci3, base_row, high_row, scale_row, FMT)
+            wh = _rows(base_ptr, high_ptr, scale_ptr, rh, kb, ci3, base_row, high_row, scale_row, FMT)
+            c0, c1, c2, c3, c4, c5, c6, c7 = _step((c0, c1, c2, c3, c4, c5, c6, c7), wg, wh, xa, xb, FMT,
                                                    N_TILES)
+            if EPI == 1:
+                ug = _rows(base_ptr, high_ptr, scale_ptr, rg + up_off, kb, ci3, base_row, high_row, scale_row,
+                           FMT)
+                uh = _rows(base_ptr, high_ptr, scale_ptr, rh + up_off, kb, ci3, base_row, high_row, scale_row,
+                           FMT)
+                u0, u1, u2, u3, u4, u5, u6, u7 = _step((u0, u1, u2, u3, u4, u5, u6, u7), ug, uh, xa, xb, FMT,
+                                                       N_TILES)
     # fragment: register i of tile t = out[row (g if i < 2 else g + 8)][column 8 t + 2 c + (i % 2)]
     mg = row_g < N_OUT
     mh = row_h < N_OUT
@@ -311,7 +355,7 @@ def launch_tc(route_name: str, x, weight, out, *, epilogue: str = "none", residu
         x, weight.words(), weight.high_words(), weight.scales(), out, res, ws,
         T, k, n_out, kb_total, weight.base_row_bytes // 4, weight.high_row_bytes // 4, weight.groups_per_row,
         n_out, x.stride(0), out.stride(0), res.stride(0), ips,
-        FMT=code, EPI=epi, N_TILES=1 if T <= 8 else 2, SPLIT_K=split_k, NW=nw,
+        FMT=code, EPI=epi, N_TILES=1 if T <= 8 else 2, SPLIT_K=split_k, NW=nw, PREFETCH=bool(p["PREFETCH"]),
         num_warps=nw, num_stages=1, **({"maxnreg": p["MAXNREG"]} if p["MAXNREG"] else {}))
     reduce_split_k(ws, out, res, T, n_out, split_k, epi)
     return None

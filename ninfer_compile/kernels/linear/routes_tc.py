@@ -23,6 +23,8 @@ def _params():
         "num_warps": ParamSpec("num_warps", (1, 2, 4, 8), 4, "warps per program; 16 weight rows per warp"),
         "SPLIT_K": ParamSpec("SPLIT_K", (1, 2, 4, 8, 16), 1,
                              "K ranges (deterministic two-phase reduce; needs a workspace)"),
+        "PREFETCH": ParamSpec("PREFETCH", (False, True), False,
+                              "register double buffer: the next K step's weight chunks load before this step's math"),
         "MAXNREG": ParamSpec("MAXNREG", (0, 96, 128, 168, 255), 0, "register cap handed to ptxas (0 = its choice)"),
         "USE_ASM": ParamSpec("USE_ASM", ("auto", False, True), "auto",
                              "inline-PTX mma path (auto = on for sm_90+ outside the interpreter when K % 8 == 0 "

@@ -157,7 +157,8 @@ def test_t17_and_bad_params_are_refused(name):
 @pytest.mark.parametrize("t", [1, 2, 3, 5, 8, 9, 16])
 @pytest.mark.parametrize("epi", ["none", "swiglu", "residual"])
 def test_asm_path_on_gpu(name, t, epi):
-    for params, (n, k) in (({"USE_ASM": True}, (264, 1088)), ({"USE_ASM": True, "num_warps": 2}, (72, 200))):
+    for params, (n, k) in (({"USE_ASM": True}, (264, 1088)), ({"USE_ASM": True, "num_warps": 2}, (72, 200)),
+                           ({"USE_ASM": True, "PREFETCH": True, "MAXNREG": 128, "SPLIT_K": 2}, (264, 1088))):
         out, expected = _run(name, t, n, k, epi, params, 11 + t, device="cuda")
         assert_close_rel(out, expected, 1e-2, f"{name} asm T={t} {epi} {params}")
 
@@ -166,7 +167,7 @@ def test_asm_path_on_gpu(name, t, epi):
 @pytest.mark.parametrize("name", list(ROUTES))
 def test_asm_splitk_view_large_k_on_gpu(name):
     for t in (4, 16):
-        p = {"USE_ASM": True, "SPLIT_K": 4}
+        p = {"USE_ASM": True, "SPLIT_K": 4, "PREFETCH": t == 16}
         out, expected = _run(name, t, 512, 5120, "swiglu", p, 5, view=(64, 1024), device="cuda")
         assert_close_rel(out, expected, 1e-2, f"{name} asm split-K view T={t}")
         again, _ = _run(name, t, 512, 5120, "swiglu", p, 5, view=(64, 1024), device="cuda")
