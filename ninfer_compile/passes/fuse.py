@@ -207,7 +207,9 @@ def _share_input(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
     return n
 
 
-def _route_supports(ctx: PassContext, req: Mapping[str, Any]) -> bool:
+def _family_routes(ctx: PassContext, family: str) -> list | None:
+    """The registered routes of `family` (the context's registry, else the default one); None when
+    no registry is importable or the family is unknown."""
     reg = ctx.registry
     if reg is None:
         try:
@@ -215,10 +217,16 @@ def _route_supports(ctx: PassContext, req: Mapping[str, Any]) -> bool:
 
             reg = reg_mod.default_registry
         except ImportError:
-            return False
+            return None
     try:
-        routes = reg.routes_for(req["family"])
+        return reg.routes_for(family)
     except Exception:
+        return None
+
+
+def _route_supports(ctx: PassContext, req: Mapping[str, Any]) -> bool:
+    routes = _family_routes(ctx, req["family"])
+    if routes is None:
         return False
     if "key" not in req:
         return bool(routes)
@@ -285,17 +293,8 @@ def _norm_rope_pair(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
 
 def _fused_route_ok(ctx: PassContext, family: str, t: int, match: Mapping[str, Any]) -> bool:
     """A registered route of `family` covers (t, match), and the context's table (if any) selects one."""
-    reg = ctx.registry
-    if reg is None:
-        try:
-            from ..kernels import registry as reg_mod
-
-            reg = reg_mod.default_registry
-        except ImportError:
-            return False
-    try:
-        routes = reg.routes_for(family)
-    except Exception:
+    routes = _family_routes(ctx, family)
+    if routes is None:
         return False
     if not any(r.covers(t, t, match) is None for r in routes):
         return False

@@ -480,15 +480,21 @@ def build_conv1d(case: MatchCase, t: int, ctx: int | None, copies: int | None, s
     return Bench(case, t, ctx, per, nc, make, check, [states])
 
 
+def _gating_operands(t: int, hv: int, gen: torch.Generator):
+    """GDN gating's per-head parameters and outputs: a_log, dt_bias [hv] f32; g, beta [t, hv] f32."""
+    a_log = torch.rand(hv, device=_dev(), generator=gen)
+    dt_bias = torch.rand(hv, device=_dev(), generator=gen)
+    g = torch.empty(t, hv, dtype=torch.float32, device=_dev())
+    beta = torch.empty(t, hv, dtype=torch.float32, device=_dev())
+    return a_log, dt_bias, g, beta
+
+
 def build_gdn_gating(case: MatchCase, t: int, ctx: int | None, copies: int | None, seed: int = 0) -> Bench:
     hv = int(case.match.get("n") or case.shapes["a"][1])
     gen = _gen(seed)
     a = _randn((t, hv), gen)
     b = _randn((t, hv), gen)
-    a_log = torch.rand(hv, device=_dev(), generator=gen)
-    dt_bias = torch.rand(hv, device=_dev(), generator=gen)
-    g = torch.empty(t, hv, dtype=torch.float32, device=_dev())
-    beta = torch.empty(t, hv, dtype=torch.float32, device=_dev())
+    a_log, dt_bias, g, beta = _gating_operands(t, hv, gen)
 
     def make(route, params, i):
         fn = route.load_launcher()
@@ -513,10 +519,7 @@ def build_gdn_gating_proj(case: MatchCase, t: int, ctx: int | None, copies: int 
     cold = 2 * hv * k * 2
     n = copies or n_copies(cold)
     ws = [(_randn((hv, k), gen, 0.02), _randn((hv, k), gen, 0.02)) for _ in range(n)]
-    a_log = torch.rand(hv, device=_dev(), generator=gen)
-    dt_bias = torch.rand(hv, device=_dev(), generator=gen)
-    g = torch.empty(t, hv, dtype=torch.float32, device=_dev())
-    beta = torch.empty(t, hv, dtype=torch.float32, device=_dev())
+    a_log, dt_bias, g, beta = _gating_operands(t, hv, gen)
 
     def make(route, params, i):
         fn = route.load_launcher()

@@ -88,6 +88,21 @@ def interp_table(dest: Path, sm: int = 90) -> Path:
     return dest
 
 
+def rewrite_quant_linear(dest: Path, base: Path, rows, skip=("bf16",)) -> Path:
+    """`base` table with every quantized linear group's rows replaced by `rows(prefix, mma_params)`
+    (prefix q4 / q5 / q6 / w8; groups whose prefix is in `skip` keep theirs), written to `dest`."""
+    import yaml
+
+    data = yaml.safe_load(base.read_text())
+    mma = {"BLOCK_N": 128, "BLOCK_K": 128, "BLOCK_T": 16}
+    for row in data.get("linear", []):
+        prefix = row["routes"][0]["route"].split("_")[0]
+        if prefix not in skip:
+            row["routes"] = rows(prefix, dict(mma))
+    dest.write_text(yaml.safe_dump(data, sort_keys=False))
+    return dest
+
+
 def compile_plan(artifact: Path, out: Path, *, table: Path | None = None, chunk: int = 8, max_context: int = 64,
                  concurrency=(1, 2), sm: int = 90) -> Path:
     """Compile `artifact` into `out` and make sure it carries emitted kernels."""

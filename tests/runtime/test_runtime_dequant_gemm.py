@@ -18,19 +18,9 @@ N_NEW = 4
 
 
 def _table(dest, base):
-    import yaml
-
-    data = yaml.safe_load(base.read_text())
-    mma = {"BLOCK_N": 128, "BLOCK_K": 128, "BLOCK_T": 16}
-    for row in data.get("linear", []):
-        prefix = row["routes"][0]["route"].split("_")[0]
-        if prefix == "bf16":
-            continue
-        row["routes"] = [{"t": [1, 4], "route": f"{prefix}_small_t_mma", "params": dict(mma)},
-                         {"t": [5, "max"], "route": f"{prefix}_dequant_gemm",
-                          "params": {"BLOCK_N": 64, "BLOCK_K": 128}}]
-    dest.write_text(yaml.safe_dump(data, sort_keys=False))
-    return dest
+    return S.rewrite_quant_linear(dest, base, lambda prefix, mma: [
+        {"t": [1, 4], "route": f"{prefix}_small_t_mma", "params": mma},
+        {"t": [5, "max"], "route": f"{prefix}_dequant_gemm", "params": {"BLOCK_N": 64, "BLOCK_K": 128}}])
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ import triton.language as tl
 from ...errors import RouteError
 from .dequant import dequant_tile
 from .epilogue import EPI_CODES, splitk_reduce_kernel
-from .launch import check_call, interpreting
+from .launch import check_call, interpreting, named_launcher
 from .routes import LINEAR_ROUTES, dequant_gemm_layout, linear_workspace_numel
 from .weights import QuantWeight
 
@@ -142,16 +142,7 @@ def launch_dequant_gemm(route_name: str, x, weight, out, *, epilogue: str = "non
     return None
 
 
-def _make(name):
-    def launcher(x, weight, out, *, epilogue="none", residual=None, workspace=None, params=None):
-        return launch_dequant_gemm(name, x, weight, out, epilogue=epilogue, residual=residual,
-                                   workspace=workspace, params=params)
-    launcher.__name__ = name
-    launcher.__qualname__ = name
-    launcher.__doc__ = (f"Launch route `{name}` ({LINEAR_ROUTES[name].doc}). workspace: float32, >= "
-                        f"linear_workspace_numel({name!r}, T, N, K, epilogue) elements.")
-    return launcher
-
-
 for _name in DEQUANT_GEMM_ROUTES:
-    globals()[_name] = _make(_name)
+    globals()[_name] = named_launcher(
+        launch_dequant_gemm, _name, f"Launch route `{_name}` ({LINEAR_ROUTES[_name].doc}). workspace: float32, >= "
+                                    f"linear_workspace_numel({_name!r}, T, N, K, epilogue) elements.")

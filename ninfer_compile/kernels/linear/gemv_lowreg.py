@@ -40,7 +40,9 @@ from ...errors import RouteError
 from .dequant import magic_f32
 from .epilogue import EPI_CODES
 from .gemv import _finish
-from .launch import _FMT_CODE, asm_supported, check_call, interpreting, reduce_split_k, splitk_workspace
+from .launch import (_FMT_CODE, asm_supported, check_call, interpreting, named_launcher, reduce_split_k,
+                     splitk_workspace)
+from .routes import linear_workspace_numel  # noqa: F401  (the family's sizing hook, on each launcher module)
 from .weights import QuantWeight
 
 _BIAS = {4: "0xC308C308", 5: "0xC310C310", 6: "0xC320C320"}     # bf16x2 -136 / -144 / -160
@@ -531,22 +533,6 @@ def launch_lowreg(route_name: str, x, weight, out, *, epilogue: str = "none", re
     return None
 
 
-def _make(name):
-    def launcher(x, weight, out, *, epilogue="none", residual=None, workspace=None, params=None):
-        return launch_lowreg(name, x, weight, out, epilogue=epilogue, residual=residual,
-                             workspace=workspace, params=params)
-    launcher.__name__ = name
-    launcher.__qualname__ = name
-    launcher.__doc__ = f"Launch low-register GEMV route `{name}`."
-    return launcher
-
-
-q4_gemv_lowreg = _make("q4_gemv_lowreg")
-q5_gemv_packed = _make("q5_gemv_packed")
-q6_gemv_packed = _make("q6_gemv_packed")
-
-
-def linear_workspace_numel(route: str, t: int, n: int, k: int, epilogue: str = "none", params=None) -> int:
-    """The family's sizing hook (float32 elements) for these routes: split-K partials only."""
-    from .routes import linear_workspace_numel as _hook
-    return _hook(route, t, n, k, epilogue, params)
+q4_gemv_lowreg = named_launcher(launch_lowreg, "q4_gemv_lowreg", "Launch low-register GEMV route `q4_gemv_lowreg`.")
+q5_gemv_packed = named_launcher(launch_lowreg, "q5_gemv_packed", "Launch low-register GEMV route `q5_gemv_packed`.")
+q6_gemv_packed = named_launcher(launch_lowreg, "q6_gemv_packed", "Launch low-register GEMV route `q6_gemv_packed`.")

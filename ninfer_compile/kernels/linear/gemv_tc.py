@@ -34,7 +34,8 @@ import triton.language as tl
 from ...errors import RouteError
 from .epilogue import EPI_CODES
 from .gemv_lowreg import _BIAS, chunk_regs, chunk_setup_lines, word_pair_lines
-from .launch import _FMT_CODE, asm_supported, check_call, reduce_split_k, splitk_workspace
+from .launch import _FMT_CODE, asm_supported, check_call, named_launcher, reduce_split_k, splitk_workspace
+from .routes import linear_workspace_numel  # noqa: F401  (the family's sizing hook, on each launcher module)
 from .weights import QuantWeight
 
 MAX_T = 16
@@ -361,22 +362,6 @@ def launch_tc(route_name: str, x, weight, out, *, epilogue: str = "none", residu
     return None
 
 
-def _make(name):
-    def launcher(x, weight, out, *, epilogue="none", residual=None, workspace=None, params=None):
-        return launch_tc(name, x, weight, out, epilogue=epilogue, residual=residual, workspace=workspace,
-                         params=params)
-    launcher.__name__ = name
-    launcher.__qualname__ = name
-    launcher.__doc__ = f"Launch tensor-core GEMV route `{name}`."
-    return launcher
-
-
-q4_gemv_tc = _make("q4_gemv_tc")
-q5_gemv_tc = _make("q5_gemv_tc")
-q6_gemv_tc = _make("q6_gemv_tc")
-
-
-def linear_workspace_numel(route: str, t: int, n: int, k: int, epilogue: str = "none", params=None) -> int:
-    """The family's sizing hook (float32 elements) for these routes: split-K partials only."""
-    from .routes import linear_workspace_numel as _hook
-    return _hook(route, t, n, k, epilogue, params)
+q4_gemv_tc = named_launcher(launch_tc, "q4_gemv_tc", "Launch tensor-core GEMV route `q4_gemv_tc`.")
+q5_gemv_tc = named_launcher(launch_tc, "q5_gemv_tc", "Launch tensor-core GEMV route `q5_gemv_tc`.")
+q6_gemv_tc = named_launcher(launch_tc, "q6_gemv_tc", "Launch tensor-core GEMV route `q6_gemv_tc`.")

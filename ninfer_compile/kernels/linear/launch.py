@@ -206,15 +206,17 @@ def launch(route_name: str, x, weight, out, *, epilogue: str = "none", residual=
     return None
 
 
-def _make(name):
+def named_launcher(launch_fn, name: str, doc: str):
+    """The per-route launcher `name(x, weight, out, *, epilogue, residual, workspace, params)` of a
+    module-level `launch_fn(route_name, x, weight, out, ...)` (the launcher convention above)."""
     def launcher(x, weight, out, *, epilogue="none", residual=None, workspace=None, params=None):
-        return launch(name, x, weight, out, epilogue=epilogue, residual=residual,
-                      workspace=workspace, params=params)
+        return launch_fn(name, x, weight, out, epilogue=epilogue, residual=residual,
+                         workspace=workspace, params=params)
     launcher.__name__ = name
     launcher.__qualname__ = name
-    launcher.__doc__ = f"Launch route `{name}` ({LINEAR_ROUTES[name].doc})."
+    launcher.__doc__ = doc
     return launcher
 
 
 for _name in _LOCAL:
-    globals()[_name] = _make(_name)
+    globals()[_name] = named_launcher(launch, _name, f"Launch route `{_name}` ({LINEAR_ROUTES[_name].doc}).")

@@ -39,3 +39,35 @@ def assert_close_rel(out: torch.Tensor, ref: torch.Tensor, tol: float = 1e-2, wh
     assert torch.isfinite(out.float()).all(), f"{what}: non-finite (unwritten?) output elements"
     err = rel_rms(out, ref)
     assert err <= tol, f"{what}: relative RMS error {err:.3e} > {tol:.1e}"
+
+
+def run_route(launcher, fmt, t, n, k, epi, params, seed, view=None, device="cpu", residual_in_place=False,
+              workspace_numel=None):
+    """Random weight (or a row view `(begin, parent_n)` of a fused parent), x, residual; call the
+    route's `launcher` with NaN-filled out / workspace (`workspace_numel(params)` elements when
+    SPLIT_K > 1). Returns (out on the CPU, the fp32 reference)."""
+    from ninfer_compile.kernels.linear.reference import linear as ref_linear
+
+    gen = torch.Generator().manual_seed(seed)
+    if view is None:
+        w = random_weight(fmt, n, k, gen)
+    else:
+        begin, parent_n = view
+        w = random_weight(fmt, parent_n, k, gen).rows(begin, n)
+    x = torch.randn(t, k, generator=gen).bfloat16()
+    n_out = n // 2 if epi == "swiglu" else n
+    residual = torch.randn(t, n_out, generator=gen).bfloat16() if epi == "residual" else None
+    expected = ref_linear(x, w, epi, residual)
+    if device != "cpu":
+        w = w.to(device)
+        x = x.to(device)
+        residual = None if residual is None else residual.to(device)
+    out = torch.full((t, n_out), float("nan"), dtype=torch.bfloat16, device=device)
+    if residual_in_place:
+        out.copy_(residual)
+        residual = out
+    ws = None
+    if params.get("SPLIT_K", 1) > 1:
+        ws = torch.full((workspace_numel(params),), float("nan"), device=device)
+    assert launcher(x, w, out, epilogue=epi, residual=residual, workspace=ws, params=params) is None
+    return out.cpu(), expected

@@ -18,9 +18,8 @@ import torch
 from ninfer_compile.errors import RouteError
 from ninfer_compile.kernels import registry
 from ninfer_compile.kernels.linear import gemv_lowreg as G
-from ninfer_compile.kernels.linear.reference import linear as ref_linear
 
-from _linear_helpers import assert_close_rel, random_weight
+from _linear_helpers import assert_close_rel, random_weight, run_route
 
 ROUTES = {"q4_gemv_lowreg": "Q4G64_F16S", "q5_gemv_packed": "Q5G64_F16S", "q6_gemv_packed": "Q6G64_F16S"}
 SHAPES = [(40, 192), (72, 200), (40, 320), (72, 192)]
@@ -29,31 +28,8 @@ SMALL = {"BLOCK_N": 16, "BLOCK_K": 128}
 
 
 def _run(name, t, n, k, epi, params, seed, view=None, device="cpu", residual_in_place=False):
-    gen = torch.Generator().manual_seed(seed)
-    fmt = ROUTES[name]
-    if view is None:
-        w = random_weight(fmt, n, k, gen)
-    else:
-        begin, parent_n = view
-        w = random_weight(fmt, parent_n, k, gen).rows(begin, n)
-    x = torch.randn(t, k, generator=gen).bfloat16()
-    n_out = n // 2 if epi == "swiglu" else n
-    residual = torch.randn(t, n_out, generator=gen).bfloat16() if epi == "residual" else None
-    expected = ref_linear(x, w, epi, residual)
-    if device != "cpu":
-        w = w.to(device)
-        x = x.to(device)
-        residual = None if residual is None else residual.to(device)
-    out = torch.full((t, n_out), float("nan"), dtype=torch.bfloat16, device=device)
-    if residual_in_place:
-        out.copy_(residual)
-        residual = out
-    split = params.get("SPLIT_K", 1)
-    ws = None
-    if split > 1:
-        ws = torch.full((G.linear_workspace_numel(name, t, n, k, epi, params),), float("nan"), device=device)
-    assert getattr(G, name)(x, w, out, epilogue=epi, residual=residual, workspace=ws, params=params) is None
-    return out.cpu(), expected
+    return run_route(getattr(G, name), ROUTES[name], t, n, k, epi, params, seed, view, device, residual_in_place,
+                     lambda p: G.linear_workspace_numel(name, t, n, k, epi, p))
 
 
 def _cases():

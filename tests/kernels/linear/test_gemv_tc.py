@@ -18,9 +18,8 @@ import torch
 from ninfer_compile.errors import RouteError
 from ninfer_compile.kernels import registry
 from ninfer_compile.kernels.linear import gemv_tc as TC
-from ninfer_compile.kernels.linear.reference import linear as ref_linear
 
-from _linear_helpers import assert_close_rel, random_weight
+from _linear_helpers import assert_close_rel, run_route
 from test_gemv_lowreg import _bf, _bf16_round, _chunk_operands, _f32, _f32_round, _step_line, _u32
 
 ROUTES = {"q4_gemv_tc": "Q4G64_F16S", "q5_gemv_tc": "Q5G64_F16S", "q6_gemv_tc": "Q6G64_F16S"}
@@ -113,25 +112,8 @@ def test_registered_with_launchers_and_domains():
 
 
 def _run(name, t, n, k, epi, params, seed, view=None, device="cpu"):
-    gen = torch.Generator().manual_seed(seed)
-    fmt = ROUTES[name]
-    if view is None:
-        w = random_weight(fmt, n, k, gen)
-    else:
-        begin, parent_n = view
-        w = random_weight(fmt, parent_n, k, gen).rows(begin, n)
-    x = torch.randn(t, k, generator=gen).bfloat16()
-    n_out = n // 2 if epi == "swiglu" else n
-    res = torch.randn(t, n_out, generator=gen).bfloat16() if epi == "residual" else None
-    expected = ref_linear(x.float(), w, epilogue=epi, residual=None if res is None else res.float())
-    if device != "cpu":
-        w, x = w.to(device), x.to(device)
-        res = None if res is None else res.to(device)
-    out = torch.empty(t, n_out, dtype=torch.bfloat16, device=device)
-    split = params.get("SPLIT_K", 1)
-    ws = torch.empty(max(1, TC.linear_workspace_numel(name, t, n, k, epi, params)), device=device)
-    getattr(TC, name)(x, w, out, epilogue=epi, residual=res, workspace=ws if split > 1 else None, params=params)
-    return out.float().cpu(), expected
+    return run_route(getattr(TC, name), ROUTES[name], t, n, k, epi, params, seed, view, device,
+                     workspace_numel=lambda p: TC.linear_workspace_numel(name, t, n, k, epi, p))
 
 
 @pytest.mark.parametrize("name", list(ROUTES))
