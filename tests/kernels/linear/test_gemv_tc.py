@@ -156,3 +156,54 @@ def test_asm_splitk_view_large_k_on_gpu(name):
         assert torch.equal(out, again), "split-K must be deterministic"
         out, expected = _run(name, t, 512, 17408, "residual", {"USE_ASM": True, "MAXNREG": 128}, 6, device="cuda")
         assert_close_rel(out, expected, 1e-2, f"{name} asm K=17408 T={t}")
+
+
+_LAYOUT_CHILD = r"""
+import json, re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from ninfer_compile.kernels.linear.gemv_tc import gemv_tc_kernel as fn
+ptrs = {'x_ptr': '*bf16', 'base_ptr': '*i32', 'high_ptr': '*i32', 'scale_ptr': '*fp16', 'out_ptr': '*bf16',
+        'res_ptr': '*bf16', 'ws_ptr': '*fp32'}
+consts = dict(FMT=5, EPI=1, N_TILES=2, SPLIT_K=1, NW=4, PREFETCH=True)
+names = fn.arg_names
+sig = {n: ptrs.get(n, 'constexpr' if n in consts else 'i32') for n in names}
+src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
+                attrs={(names.index(n),): [['tt.divisibility', 16]] for n in ptrs})
+k = triton.compile(src, target=GPUTarget('cuda', 90, 32), options={'num_warps': 4, 'num_stages': 1, 'maxnreg': 128})
+tt = k.asm['ttgir']
+print(json.dumps({"convert": tt.count('convert_layout'),
+                  "layouts": dict(re.findall(r'^(#blocked\d*) = ([^\n]*)', tt, re.M)),
+                  "asm": sorted(set(re.findall(r'elementwise_inline_asm.*?(tensor<[0-9x]+\w+, #\w+>)', tt))),
+                  "hmma": k.asm['ptx'].count('mma.sync.aligned.m16n8k16')}))
+"""
+
+
+def test_asm_lanes_keep_the_mma_fragment_layout():
+    """The asm path assumes lane = 4 g + c and warp = axis 0 of every [NW, 8, 4] tensor, with no
+    layout conversion anywhere (a conversion could move an element to another lane). Compile the
+    kernel for sm_90 with the installed Triton (a child process: the suite runs the interpreter)
+    and check its TTGIR."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", _LAYOUT_CHILD], capture_output=True, text=True, env=env, cwd=repo,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    info = json.loads(r.stdout.strip().splitlines()[-1])
+    assert info["convert"] == 0
+    # every inline asm (loads, the mma step, stores) runs on [4, 8, 4] tensors of one layout ...
+    assert info["asm"] and all(a.startswith("tensor<4x8x4x") for a in info["asm"]), info["asm"]
+    names = {a.rsplit("#", 1)[1].rstrip(">") for a in info["asm"]}
+    assert len(names) == 1, names
+    # ... whose lanes are (g, c) = (lane // 4, lane % 4) and whose warps are axis 0
+    layout = info["layouts"]["#" + names.pop()]
+    assert "sizePerThread = [1, 1, 1]" in layout and "threadsPerWarp = [1, 8, 4]" in layout \
+        and "warpsPerCTA = [4, 1, 1]" in layout and "order = [2, 1, 0]" in layout, layout
+    assert info["hmma"] == 2 * 2 * 4 * 2   # rows g/up x tiles x words x halves per K step
