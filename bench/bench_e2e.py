@@ -69,7 +69,7 @@ def render_md(res: dict) -> str:
              f"({read_gbs * 1e9 / wbytes:.0f} tok/s at C=1)", "",
              f"options: {json.dumps(res.get('options'))}", "",
              f"load: {json.dumps({k: round(v, 2) for k, v in res['load_times_s'].items()})}; "
-             f"load-to-first-token {res['load_to_first_token_s']:.1f} s", "",
+             f"load-to-first-token {res['load_to_first_token_s']:.1f} s; kernels: {res.get('kernels')}", "",
              "| prefill T | tok/s |", "|---|---|"]
     lines += [f"| {n} | {v['tok_s']:.0f} |" for n, v in res["prefill"].items()]
     lines += ["", "| C | decode tok/s | step ms | roofline step ms | % of roofline |", "|---|---|---|---|---|"]
@@ -121,6 +121,7 @@ def main(argv=None) -> int:
     load_to_first = time.perf_counter() - t0
     res = {"provenance": prov, "label": args.label, "read_bandwidth_gbs": read_gbs,
            "load_times_s": eng.load_times, "load_to_first_token_s": load_to_first,
+           "kernels": getattr(eng, "device_note", None),
            "weights_bytes_per_step": decode_weight_bytes(plan, args.artifact), "options": plan.get("options"),
            "prefill": {}, "decode": {}}
     g = torch.Generator().manual_seed(0)
