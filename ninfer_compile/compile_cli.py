@@ -164,8 +164,11 @@ def explain(compiled: Compiled, out=None) -> None:
 
 
 def run(args) -> int:
+    # the MTP head only serves drafting: without a draft window (K = 0) its graphs, KV cache and
+    # kernels would be compiled, allocated and captured for nothing
     opts = LowerOptions(prefill_chunk=args.prefill_chunk, concurrency=_concurrency(args.concurrency),
-                        draft_tokens=args.draft_tokens, max_context=args.max_context, kv_dtype=args.kv_dtype)
+                        draft_tokens=args.draft_tokens, max_context=args.max_context, kv_dtype=args.kv_dtype,
+                        mtp=args.draft_tokens > 0)
     out_dir = args.output or Path(f"{args.artifact}.sm{args.sm}.plan")
     dump_tmp = None
     try:

@@ -27,6 +27,13 @@ def _compile(art, table, out, *extra):
                  "--prefill-chunk", "16", *extra])
 
 
+def test_mtp_head_lowered_only_with_a_draft_window(art, table, tmp_path, capsys):
+    out = tmp_path / "k1.plan"
+    assert _compile(art, table, out, "--concurrency", "1", "--draft-tokens", "1") == 0, capsys.readouterr().err
+    ext = json.loads((out / "plan.json").read_text())["extents"]
+    assert {"mtp_prefill_t16", "mtp_decode_c1_k1"} <= set(ext) and ext["decode_c1_k1"]["t"] == 2
+
+
 def test_compile_writes_plan(art, table, tmp_path, capsys):
     out = tmp_path / "p.plan"
     assert _compile(art, table, out, "--concurrency", "1,2,4") == 0
@@ -37,8 +44,8 @@ def test_compile_writes_plan(art, table, tmp_path, capsys):
     assert plan["routes"]["source"] == "unmeasured"
     assert plan["options"]["concurrency"] == [1, 2, 4] and plan["options"]["kv_dtype"] == "bf16"
     ext = plan["extents"]
-    assert set(ext) == {"prefill_t16", "decode_c1_k0", "decode_c2_k0", "decode_c4_k0", "mtp_prefill_t16",
-                        "mtp_decode_c1_k0", "mtp_decode_c2_k0", "mtp_decode_c4_k0"}
+    # no draft window: the MTP head is not lowered (its extents would never run)
+    assert set(ext) == {"prefill_t16", "decode_c1_k0", "decode_c2_k0", "decode_c4_k0"}
     assert ext["decode_c4_k0"]["cuda_graph"]["capture"] and not ext["prefill_t16"]["cuda_graph"]["capture"]
     launch = next(L for L in ext["decode_c2_k0"]["launches"] if L["op"] == "l3.attn.query_key")
     assert launch["route"] == "t_gemv" and launch["t"] == 2 and launch["source"].startswith("sm90.yaml:")
