@@ -123,6 +123,8 @@ def param_candidates(route: Route, t: int, quick: bool) -> list[dict]:
             cands = [{"BLOCK_T": bt}, {"BLOCK_T": bt, "BLOCK_N": 64},
                      {"BLOCK_T": 256 if t > 128 else bt, "BLOCK_N": 128, "num_stages": 2},
                      {"BLOCK_T": bt, "BLOCK_N": 256}, {"BLOCK_T": bt, "num_stages": 4}]
+    elif fam == "rmsnorm":
+        cands = [{}, {"num_warps": 4}, {"num_warps": 16}, {"num_warps": 2}]
     elif fam == "gdn_gating_proj":
         cands = [{}, {"BLOCK_K": 4096}, {"BLOCK_K": 1024}, {"num_warps": 4}, {"BLOCK_K": 4096, "num_warps": 4},
                  {"BLOCK_T": 2}, {"BLOCK_T": 4}, {"BLOCK_H": 2, "BLOCK_T": 4}]

@@ -23,17 +23,21 @@ def _num_warps(block: int) -> int:
     return 1 if block <= 256 else 4 if block <= 2048 else 8
 
 
-def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float = 1e-6) -> None:
-    """out[T, H] = x[T, H] * rsqrt(mean(x^2) + eps) * (1 + weight[H]). bf16 in/out, fp32 math."""
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float = 1e-6,
+            num_warps="auto") -> None:
+    """out[T, H] = x[T, H] * rsqrt(mean(x^2) + eps) * (1 + weight[H]). bf16 in/out, fp32 math.
+    num_warps: "auto" (by the block size) or 1 / 2 / 4 / 8 / 16 (route param)."""
     T, H = x.shape
     for n, t in (("x", x), ("out", out)):
         _check_last_contiguous(n, t)
     if out.shape != (T, H) or weight.shape != (H,):
         raise RouteError(f"rmsnorm: shapes x{tuple(x.shape)} weight{tuple(weight.shape)} out{tuple(out.shape)}")
     block = triton.next_power_of_2(H)
+    if num_warps != "auto" and num_warps not in (1, 2, 4, 8, 16):
+        raise RouteError(f"rmsnorm: num_warps must be auto, 1, 2, 4, 8 or 16, got {num_warps!r}")
     rmsnorm_rows_kernel[(T,)](
         x, weight, out, 1, x.stride(0), 0, out.stride(0), 0, H, eps,
-        MODE=0, BLOCK=block, num_warps=_num_warps(block),
+        MODE=0, BLOCK=block, num_warps=_num_warps(block) if num_warps == "auto" else int(num_warps),
     )
 
 

@@ -1,11 +1,14 @@
 """Route registrations of the norm family (no torch/triton imports here)."""
 
-from ninfer_compile.kernels.registry import Route, RouteDomain, register
+from ninfer_compile.kernels.registry import ParamSpec, Route, RouteDomain, register
 
 _M = "ninfer_compile.kernels.norms"
 
 register(Route(
     name="rmsnorm_rows", family="rmsnorm", domain=RouteDomain(),
+    params={"num_warps": ParamSpec("num_warps", ("auto", 1, 2, 4, 8, 16), "auto",
+                                   "warps per row (auto: by the row's power-of-two block; 8 at H=5120). "
+                                   "At T=1 one program does the whole row: latency, not bytes")},
     reference=f"{_M}.reference:rmsnorm", launcher=f"{_M}.launch:rmsnorm",
     kernels=(f"{_M}.kernels:rmsnorm_rows_kernel",),
     doc="zero-centred (1+w) RMSNorm, one program per token row; any H (masked power-of-two block)",

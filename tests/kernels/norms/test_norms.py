@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from ninfer_compile.errors import RouteError
 from ninfer_compile.kernels.norms import launch, reference
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -64,6 +65,17 @@ def test_shape_error():
 def test_rmsnorm_27b_shape_gpu():
     x = torch.randn(64, 5120, device="cuda").bfloat16()
     w = (0.1 * torch.randn(5120, device="cuda")).bfloat16()
+    for nw in ("auto", 1, 4, 16):   # the tuner's num_warps choices
+        out = torch.empty_like(x)
+        launch.rmsnorm(x, w, out, 1e-6, num_warps=nw)
+        _close(out, reference.rmsnorm(x.cpu(), w.cpu(), 1e-6))
+
+
+def test_rmsnorm_num_warps_param():
+    x = torch.randn(3, 200).bfloat16().to(DEV)
+    w = (0.1 * torch.randn(200)).bfloat16().to(DEV)
     out = torch.empty_like(x)
-    launch.rmsnorm(x, w, out, 1e-6)
+    launch.rmsnorm(x, w, out, 1e-6, num_warps=2)
     _close(out, reference.rmsnorm(x.cpu(), w.cpu(), 1e-6))
+    with pytest.raises(RouteError, match="num_warps"):
+        launch.rmsnorm(x, w, out, 1e-6, num_warps=3)
