@@ -295,10 +295,15 @@ class ExtentRunner:
                 pos += p.shape[axis]
             if pos != out.shape[axis]:
                 raise PlanError(f"extent {self.name}: concat {L['op']}: parts do not fill the output")
-            dests = [out.narrow(axis, off, p.shape[axis]) for off, p in zip(offs, parts)]
+            srcs = coalesce_adjacent(parts, axis)
+            dests = []
+            pos = 0
+            for p in srcs:
+                dests.append(out.narrow(axis, pos, p.shape[axis]))
+                pos += p.shape[axis]
 
             def fn():
-                for d, p in zip(dests, parts):
+                for d, p in zip(dests, srcs):
                     d.copy_(p)
         elif kind == "select_rows":
             x, rows = a["x"], a["rows"]
@@ -313,6 +318,27 @@ class ExtentRunner:
     def run(self, n: int | None = None) -> None:
         for b in self.bound(n):
             b()
+
+
+def coalesce_adjacent(parts: list[torch.Tensor], axis: int) -> list[torch.Tensor]:
+    """Merge consecutive concat parts that are adjacent views of one buffer along `axis` (e.g. the
+    q and k column views of one merged projection) into one view: one copy kernel instead of one
+    per part. Parts that do not line up are kept as they are."""
+    out: list[torch.Tensor] = []
+    for p in parts:
+        if out:
+            q = out[-1]
+            nxt = q.data_ptr() + q.shape[axis] * q.stride(axis) * q.element_size()
+            same = (q.dtype == p.dtype and q.device == p.device and q.stride() == p.stride()
+                    and q.untyped_storage().data_ptr() == p.untyped_storage().data_ptr()
+                    and all(q.shape[d] == p.shape[d] for d in range(q.dim()) if d != axis))
+            if same and p.data_ptr() == nxt:
+                size = list(q.shape)
+                size[axis] += p.shape[axis]
+                out[-1] = q.as_strided(size, q.stride(), q.storage_offset())
+                continue
+        out.append(p)
+    return out
 
 
 def _params_of(fn) -> dict[str, inspect.Parameter]:

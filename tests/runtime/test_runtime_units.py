@@ -228,3 +228,19 @@ def test_frontend_without_tokenizer():
     assert stop_ids_from({"eos_token_id": [5, 6]}) == (5, 6)
     with pytest.raises(FrontendError):
         stop_ids_from({"eos_token_id": "x"})
+
+
+def test_concat_parts_coalesce_adjacent_views():
+    from ninfer_runtime.executor import coalesce_adjacent
+
+    base = torch.arange(3 * 16, dtype=torch.float32).reshape(3, 16)
+    other = torch.arange(3 * 4, dtype=torch.float32).reshape(3, 4) + 1000
+    q, k, gap = base[:, 0:4], base[:, 4:10], base[:, 12:14]        # q|k adjacent; gap is not
+    parts = [q, k, gap, other]
+    merged = coalesce_adjacent(parts, 1)
+    assert len(merged) == 3 and merged[0].shape == (3, 10)
+    assert torch.equal(torch.cat(merged, 1), torch.cat(parts, 1))
+    # views of different buffers, or of rows (axis 0 with a column slice), are left alone
+    assert len(coalesce_adjacent([q, other], 1)) == 2
+    assert len(coalesce_adjacent([base[0:1, 0:4], base[1:2, 0:4]], 0)) == 1
+    assert len(coalesce_adjacent([base[0:1, 0:4], base[2:3, 0:4]], 0)) == 2
