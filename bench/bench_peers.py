@@ -518,6 +518,17 @@ def reference_generate(model, prompt, n_steps: int, device, *, compile_backend: 
                 fn = compile_layer_fn(compile_backend)
             except Exception as exc:  # noqa: BLE001
                 out["compile_error"] = f"{type(exc).__name__}: {exc}"[:500]
+        def warm(tok, st):
+            """warm_steps decode steps (the compiled path compiles in the first): (token, seconds each)."""
+            times = []
+            for _ in range(warm_steps):
+                ts = time.perf_counter()
+                tok = model.decode(tok, st).argmax()
+                sync(torch, device)
+                times.append(time.perf_counter() - ts)
+                toks.append(int(tok))
+            return tok, times
+
         warm_times = []
         if fn is not None:
             snap = (st.clone(), tok.clone())
@@ -527,12 +538,7 @@ def reference_generate(model, prompt, n_steps: int, device, *, compile_backend: 
                 torch._dynamo.reset()
                 model.layer_fn = fn
                 mark_kv_dynamic(st)
-                for _ in range(warm_steps):
-                    ts = time.perf_counter()
-                    tok = model.decode(tok, st).argmax()
-                    sync(torch, device)
-                    warm_times.append(time.perf_counter() - ts)
-                    toks.append(int(tok))
+                tok, warm_times = warm(tok, st)
                 out["compiled"] = True
                 try:
                     from torch._dynamo.utils import counters
@@ -549,12 +555,7 @@ def reference_generate(model, prompt, n_steps: int, device, *, compile_backend: 
                 toks = toks[:1]
                 warm_times = []
         if not out["compiled"]:
-            for _ in range(warm_steps):
-                ts = time.perf_counter()
-                tok = model.decode(tok, st).argmax()
-                sync(torch, device)
-                warm_times.append(time.perf_counter() - ts)
-                toks.append(int(tok))
+            tok, warm_times = warm(tok, st)
         out["warm_step_s"] = warm_times
         sync(torch, device)
         t1 = time.perf_counter()

@@ -156,11 +156,7 @@ def linear_workspace_numel(route: str, t: int, n: int, k: int, epilogue: str = "
     rows (all rows: 2 x N_out for swiglu), with `params` (defaults overlaid). 0 = none.
     - `<f>_dequant_gemm`: bf16 W_hat [n, k_pad] (+ bf16 y [t, n] for swiglu), see dequant_gemm.py;
     - others: the split-K partials [SPLIT_K, t, N_out (x2 for swiglu)] when SPLIT_K > 1."""
-    r = LINEAR_ROUTES.get(route)
-    if r is None:  # the low-register / tensor-core GEMV routes: split-K partials only
-        from .routes_lowreg import LOWREG_ROUTES
-        from .routes_tc import TC_ROUTES
-        r = LOWREG_ROUTES.get(route) or TC_ROUTES.get(route)
+    r = ALL_LINEAR_ROUTES.get(route)
     if r is None:
         raise RouteError(f"unknown linear route {route!r}")
     if route.endswith("_dequant_gemm"):
@@ -176,6 +172,10 @@ for _r in LINEAR_ROUTES.values():
     if default_registry._routes.get(_r.name) is not _r:  # idempotent on re-import
         default_registry.register(_r)
 
-# low-register / packed decode-GEMV routes (own launcher module gemv_lowreg.py); registers them
-from . import routes_lowreg  # noqa: E402,F401
-from . import routes_tc  # noqa: E402,F401  (tensor-core decode GEMVs, gemv_tc.py)
+# low-register / packed and tensor-core decode-GEMV routes (own launcher modules gemv_lowreg.py,
+# gemv_tc.py); importing them registers them
+from .routes_lowreg import LOWREG_ROUTES  # noqa: E402
+from .routes_tc import TC_ROUTES  # noqa: E402
+
+# every linear route by name (the workspace hook serves all of them)
+ALL_LINEAR_ROUTES: dict[str, Route] = {**LINEAR_ROUTES, **LOWREG_ROUTES, **TC_ROUTES}
