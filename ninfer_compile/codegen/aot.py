@@ -562,7 +562,11 @@ def _normalize_spec(spec: str, root: str) -> str:
             opts["extern_libs"] = rest
         else:
             opts.pop("extern_libs")
-    return json.dumps(obj, sort_keys=True)
+    # key order kept as Triton wrote it: `preload` builds the launcher's argument list from the
+    # order of "signature" (sorted keys put the kernel's arguments in alphabetical order: the H200
+    # run of 2026-11-29 then passed tensors where ints were expected). Triton's order is itself
+    # deterministic (the kernel's parameter order), so the plan stays byte-reproducible.
+    return json.dumps(obj)
 
 
 def _entry_kernel_ref(jf, root: str) -> str:

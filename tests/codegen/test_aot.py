@@ -55,6 +55,16 @@ def aot(tmp_path_factory):
     return {"dir": d, "artifact": art, "plan": out[0][0], "again": out[1][0], "stderr": out[0][1]}
 
 
+def _kernel_params(src: Path, fn: str) -> list[str]:
+    """Parameter names of the (decorated) function `fn` in the emitted source file `src`."""
+    import ast
+
+    for node in ast.walk(ast.parse(src.read_text())):
+        if isinstance(node, ast.FunctionDef) and node.name == fn:
+            return [a.arg for a in node.args.args]
+    raise AssertionError(f"{fn} not in {src}")
+
+
 def _manifests(plan: Path):
     km = json.loads((plan / "kernels" / "manifest.json").read_text())
     man = json.loads((plan / "kernels" / "bin" / "manifest.json").read_text())
@@ -99,6 +109,10 @@ def test_binaries_written_for_sm90(aot):
         spec = json.loads(e["specialization"])
         assert spec["name"] == "{plan}." + mod + "." + fn and spec["options"]["arch"] == f"sm{SM}"
         assert spec.get("target", {"arch": SM})["arch"] == SM  # recorded by triton >= 3.7
+        # the launcher binds arguments in the order of "signature": it must be the kernel's own
+        # parameter order (a sorted-key dump broke every launch on the H200, 2026-11-29)
+        params = _kernel_params(plan / "kernels" / (mod.replace(".", "/") + ".py"), fn)
+        assert list(spec["signature"]) == [p for p in params if p in spec["signature"]], (e["kernel"], list(spec["signature"]))
     # every launched route (the runtime samples on its own) has its kernels precompiled
     kernels = {e["kernel"] for e in entries}
     for name, r in km["routes"].items():

@@ -25,6 +25,13 @@ from .launch import L2_EPS, _check_core
 
 CHUNK = 64
 
+# (block_v, num_warps, num_stages) of the state / output kernels that fault with an illegal memory
+# access on a GPU: measured on the H200 (sm_90, triton 3.6, 2026-11-29) by
+# tests/kernels/gdn/test_gdn_guard.py's isolated sweep at T=1024 (every other config of the sweep
+# ran clean; the CPU guard-region tests find no out-of-bounds access, so the suspect is the
+# compiler). Refused outside the interpreter so a tuner sweep cannot poison its CUDA context.
+KNOWN_FAULTS = {(32, 4, 1)}
+
 
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -53,6 +60,10 @@ def gated_delta_rule_chunked_fast(q, k, v, g, beta, state, positions, slots, o, 
     workspace: contiguous float32 with >= chunked_workspace_numel(T, Hv, Dk, Dv) elements (scratch).
     block_v: Dv columns per state / output program; num_warps, num_stages: those two kernels'.
     """
+    if (block_v, num_warps, num_stages) in KNOWN_FAULTS and not _interpreting():
+        raise RouteError(f"gated_delta_rule_chunked_fast: block_v={block_v}, num_warps={num_warps}, "
+                         f"num_stages={num_stages} is refused on a GPU (illegal memory access measured on "
+                         f"the H200 with triton 3.6; see launch_fast.KNOWN_FAULTS)")
     T, Hk, Dk, Hv, Dv = _check_core("gated_delta_rule_chunked_fast", q, k, v, g, beta, state, positions, slots, o)
     if chunk != CHUNK:
         raise RouteError(f"gated_delta_rule_chunked_fast: chunk={chunk} unsupported (only {CHUNK})")
