@@ -359,11 +359,22 @@ def route_candidates(family: str, match) -> list[X.Candidate]:
             if r.domain.covers_match(eff) is None]
 
 
+def _measured_points(seen: set[int], t_points) -> list[int]:
+    """The T points at which this match has any record (a timing or a failure). A merge of runs
+    with different T points (--replay) must not turn a point that only another match was measured
+    at into an `unsupported` hole here (2026-11-29: T=12, measured for the tensor-core GEMVs only,
+    left BF16 T 12..15 unsupported). A point where every candidate failed stays a point."""
+    return [t for t in t_points if t in seen]
+
+
 def pick_groups(cases, records, t_points, hysteresis: float, generic: bool = True) -> list[X.Group]:
     from ..kernels.registry import routes_for
     from ..routes.table import effective_match
 
     grids = grids_from_records(cases, records)
+    seen: dict[int, set[int]] = defaultdict(set)  # case -> T points with any record
+    for r in records:
+        seen[r["case"]].add(r["t"])
     groups: list[X.Group] = []
     gen_members: dict[tuple, list[int]] = defaultdict(list)
     for ci, case in enumerate(cases):
@@ -371,7 +382,8 @@ def pick_groups(cases, records, t_points, hysteresis: float, generic: bool = Tru
         if not any(grid.values()):
             continue
         cands = route_candidates(case.family, case.match)
-        rows = X.pick_rows(grid, cands, t_points, hysteresis, what=f"{case.family} {match_text(case.match)}")
+        rows = X.pick_rows(grid, cands, _measured_points(seen[ci], t_points), hysteresis,
+                           what=f"{case.family} {match_text(case.match)}")
         ops = ", ".join(case.ops[:4]) + (f", ... ({len(case.ops)} ops)" if len(case.ops) > 4 else "")
         groups.append(X.Group(case.family, dict(case.match), rows, comment=f"measured: {ops}"))
         gm = generic_match(case.family, case.match, routes_for(case.family))
@@ -382,7 +394,8 @@ def pick_groups(cases, records, t_points, hysteresis: float, generic: bool = Tru
             if any(effective_match(gm) == effective_match(cases[ci].match) for ci in members):
                 continue  # the pinned group already is the generic one
             grid = X.sum_grids([grids[ci] for ci in members if grids.get(ci)])
-            rows = X.pick_rows(grid, route_candidates(fam, gm), t_points, hysteresis,
+            pts = _measured_points(set().union(*(seen[ci] for ci in members)), t_points)
+            rows = X.pick_rows(grid, route_candidates(fam, gm), pts, hysteresis,
                                what=f"{fam} {match_text(gm)}")
             shapes = "; ".join(describe(cases[ci]).split(" (")[0] for ci in members)
             groups.append(X.Group(fam, gm, rows, comment=f"fallback for other shapes; evidence = sum over: {shapes}"))
