@@ -94,3 +94,31 @@ def test_failed_reference_check_drops_the_candidate_with_a_warning(monkeypatch):
     assert all("us" in r for r in recs if r["params"].get("BLOCK_N") != 16)
     groups = tcli.pick_groups([case], recs, (1, 2), 0.03)
     assert all(r.candidate.params_dict.get("BLOCK_N") != 16 for g in groups for r in g.rows if r.candidate)
+
+
+def test_replay_merge_keeps_points_measured_for_other_matches_out_of_a_match():
+    """A T point that only another match was measured at (a later --routes run with extra T points)
+    is no point of this match: no `unsupported` hole; a point where every candidate of this match
+    failed stays one."""
+    a = MatchCase("linear", {"format": "BF16", "n": 48, "k": 5120, "epilogue": "none"},
+                  {"x": (1, 5120), "weight": (48, 5120)})
+    b = MatchCase("linear", {"format": "Q4G64_F16S", "n": 4096, "k": 5120, "epilogue": "none"},
+                  {"x": (1, 5120), "weight": (4096, 5120)})
+
+    def rec(case, route, t, us=None, max_t=None):
+        r = {"case": case, "family": "linear", "match": [a, b][case].match, "t": t, "ctx": None, "route": route,
+             "params": {}, "min_t": 1, "max_t": max_t}
+        if us is None:
+            r["error"] = "failed"
+        else:
+            r["us"] = us
+        return r
+
+    recs = [rec(0, "bf16_tiled", t, 6.5) for t in (1, 8, 16)] + [rec(1, "q4_gemv_tc", t, 9.0, 16) for t in (1, 8, 12, 16)]
+    groups = tcli.pick_groups([a, b], recs, (1, 8, 12, 16), 0.03, generic=False)
+    rows_a = groups[0].rows
+    assert [(r.lo, r.hi, r.route) for r in rows_a] == [(1, None, "bf16_tiled")]
+    # every candidate of match a failed at T=12: T 12..15 is unsupported there
+    groups = tcli.pick_groups([a, b], recs + [rec(0, "bf16_tiled", 12)], (1, 8, 12, 16), 0.03, generic=False)
+    assert [(r.lo, r.hi, r.route) for r in groups[0].rows] == [(1, 11, "bf16_tiled"), (12, 15, None),
+                                                              (16, None, "bf16_tiled")]
