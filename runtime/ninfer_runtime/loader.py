@@ -140,6 +140,13 @@ class Engine:
     """A loaded plan: weights, arena, state, bound extents. Generation: `generate`, `stream`
     (generate.py); low-level: `prefill(tokens, slot)`, `decode(columns)`."""
 
+    def _pdl_note(self) -> str:
+        """'; programmatic dependent launch on|off' when the plan's kernels support it (kernels/pdl.py)."""
+        mod = sys.modules.get(f"{self.kernel_package}.pdl")
+        if mod is None or self.device.type != "cuda":
+            return ""
+        return f"; programmatic dependent launch {'on' if mod.enabled() else 'off (NINFER_PDL=0 or sm < 90)'}"
+
     def __init__(self, plan_dir, artifact, *, device=None, progress: bool = True):
         t0 = time.perf_counter()
         self.plan_dir = Path(plan_dir)
@@ -204,7 +211,7 @@ class Engine:
         t_kern += time.perf_counter() - t_bind
         if self.binaries is not None:
             self.kernel_note = self.binaries.note()
-        self.device_note = f"{self.device_note}; {self.kernel_note}"
+        self.device_note = f"{self.device_note}; {self.kernel_note}{self._pdl_note()}"
         # frontend (tokenizer, chat template, stop ids) from the artifact's resources
         self.frontend = Frontend.from_artifact(self.artifact)
         # CUDA graphs

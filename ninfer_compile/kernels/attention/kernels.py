@@ -12,6 +12,7 @@ Softmax runs in base 2 (q pre-scaled by scale * log2 e); output x sigmoid(gate) 
 
 import triton
 import triton.language as tl
+from ..pdl import pdl_enter
 
 LOG2E = 1.4426950408889634
 
@@ -52,7 +53,9 @@ def attn_decode_kernel(
     NSPLIT, SPLIT,
     GP: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr, QUANT: tl.constexpr, DIRECT: tl.constexpr,
     F32: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     t = tl.program_id(0)
     kvh = tl.program_id(1)
     sp = tl.program_id(2)
@@ -103,7 +106,9 @@ def attn_decode_reduce_kernel(
     gate_ptr, pos_ptr, out_ptr, ws_ptr,
     Hq, D, stride_gt, stride_gh, stride_ot, NSPLIT, SPLIT,
     BD: tl.constexpr, BS: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     t = tl.program_id(0)
     h = tl.program_id(1)
     ctx = tl.load(pos_ptr + t) + 1
@@ -138,7 +143,9 @@ def attn_prefill_kernel(
     T, Hkv, G, D, max_ctx, qk_scale,
     stride_qt, stride_qh, stride_gt, stride_gh, stride_ot,
     BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, QUANT: tl.constexpr, F32: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     mb = tl.program_id(0)
     h = tl.program_id(1)
     kvh = h // G

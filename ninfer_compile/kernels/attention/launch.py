@@ -19,6 +19,7 @@ from ninfer_compile.errors import RouteError
 
 from ..kv_cache.launch import check_cache
 from .kernels import LOG2E, attn_decode_kernel, attn_decode_reduce_kernel, attn_prefill_kernel
+from ..pdl import pdl_launch
 
 DECODE_MAX_T = 64
 
@@ -82,11 +83,13 @@ def attention_decode(q, gate, k_cache, v_cache, positions, slots, out, scale=Non
         q.stride(0), q.stride(1), gate.stride(0), gate.stride(1), out.stride(0),
         ns, split_tokens,
         GP=gp, BD=bd, BN=block_n, QUANT=quant, DIRECT=direct, F32=_interpreting(), num_warps=num_warps,
+        **pdl_launch(attn_decode_kernel),
     )
     if not direct:
         attn_decode_reduce_kernel[(T, Hq)](
             gate, positions, out, workspace, Hq, D, gate.stride(0), gate.stride(1), out.stride(0),
             ns, split_tokens, BD=bd, BS=16, num_warps=4,
+            **pdl_launch(attn_decode_reduce_kernel),
         )
 
 
@@ -104,4 +107,5 @@ def attention_prefill(q, gate, k_cache, v_cache, positions, slots, out, scale=No
         positions, slots, out, T, Hkv, Hq // Hkv, D, k_cache.shape[1], scale * LOG2E,
         q.stride(0), q.stride(1), gate.stride(0), gate.stride(1), out.stride(0),
         BM=bm, BN=block_n, BD=bd, QUANT=quant, F32=_interpreting(), num_warps=num_warps,
+        **pdl_launch(attn_prefill_kernel),
     )

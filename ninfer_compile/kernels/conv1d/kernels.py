@@ -13,6 +13,7 @@ state, after all reads of the old state have completed (stream order).
 
 import triton
 import triton.language as tl
+from ..pdl import pdl_enter
 
 
 @triton.jit
@@ -63,7 +64,9 @@ def conv1d_kernel(
     x_ptr, w_ptr, state_ptr, out_ptr, pos_ptr, slots_ptr,
     C, stride_xt, stride_ot, stride_ss, stride_sk,
     K: tl.constexpr, KP: tl.constexpr, BLOCK_C: tl.constexpr, FUSE_STATE: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     t = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
@@ -89,8 +92,10 @@ def conv1d_state_kernel(
     x_ptr, state_ptr, pos_ptr, slots_ptr,
     T, C, stride_xt, stride_ss, stride_sk,
     K: tl.constexpr, KP: tl.constexpr, BLOCK_C: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """Grid (T, C blocks): the last column of each slot's run writes that slot's new state."""
+    pdl_enter(PDL)
     t = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C

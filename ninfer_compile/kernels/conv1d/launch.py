@@ -13,6 +13,7 @@ import triton
 from ninfer_compile.errors import RouteError
 
 from .kernels import conv1d_kernel, conv1d_state_kernel
+from ..pdl import pdl_launch
 
 DECODE_MAX_T = 64
 BLOCK_C = 256
@@ -51,6 +52,7 @@ def conv1d_decode(
         x, weight, conv_state, out, positions, slots,
         C, x.stride(0), out.stride(0), conv_state.stride(0), conv_state.stride(1),
         K=K, KP=triton.next_power_of_2(K), BLOCK_C=BLOCK_C, FUSE_STATE=True, num_warps=2,
+        **pdl_launch(conv1d_kernel),
     )
 
 
@@ -66,8 +68,10 @@ def conv1d_prefill(
         x, weight, conv_state, out, positions, slots,
         C, x.stride(0), out.stride(0), conv_state.stride(0), conv_state.stride(1),
         K=K, KP=kp, BLOCK_C=BLOCK_C, FUSE_STATE=False, num_warps=2,
+        **pdl_launch(conv1d_kernel),
     )
     conv1d_state_kernel[grid](
         x, conv_state, positions, slots, T, C, x.stride(0), conv_state.stride(0), conv_state.stride(1),
         K=K, KP=kp, BLOCK_C=BLOCK_C, num_warps=2,
+        **pdl_launch(conv1d_state_kernel),
     )

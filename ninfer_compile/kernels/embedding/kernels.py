@@ -9,6 +9,7 @@ Grid (T, cdiv(H, BLOCK)).
 
 import triton
 import triton.language as tl
+from ..pdl import pdl_enter
 
 
 @triton.jit
@@ -16,7 +17,9 @@ def embed_rowsplit_kernel(
     ids_ptr, base_ptr, high_ptr, scale_ptr, out_ptr,
     H, gpr, stride_ot,
     BITS: tl.constexpr, GROUP: tl.constexpr, BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     t = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = cols < H
@@ -42,7 +45,8 @@ def embed_rowsplit_kernel(
 
 
 @triton.jit
-def embed_dense_kernel(ids_ptr, table_ptr, out_ptr, H, stride_tr, stride_ot, BLOCK: tl.constexpr):
+def embed_dense_kernel(ids_ptr, table_ptr, out_ptr, H, stride_tr, stride_ot, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    pdl_enter(PDL)
     t = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = cols < H

@@ -14,6 +14,7 @@ from ninfer_compile.errors import RouteError
 
 from ..linear.weights import FORMAT_BITS, QuantWeight
 from .kernels import embed_dense_kernel, embed_rowsplit_kernel
+from ..pdl import pdl_launch
 
 BLOCK = 1024
 
@@ -35,9 +36,10 @@ def embedding(ids: torch.Tensor, table, out: torch.Tensor) -> None:
         embed_rowsplit_kernel[grid](
             ids, table.base, high, table.scales(), out, H, table.groups_per_row, out.stride(0),
             BITS=bits, GROUP=table.group, BLOCK=BLOCK, num_warps=4,
+            **pdl_launch(embed_rowsplit_kernel),
         )
         return
     if not isinstance(table, torch.Tensor) or table.dim() != 2 or table.shape[1] != H or table.stride(1) != 1 \
             or table.dtype != torch.bfloat16:
         raise RouteError("embedding: table must be a QuantWeight or a bf16 [V, H] tensor matching out")
-    embed_dense_kernel[grid](ids, table, out, H, table.stride(0), out.stride(0), BLOCK=BLOCK, num_warps=4)
+    embed_dense_kernel[grid](ids, table, out, H, table.stride(0), out.stride(0), BLOCK=BLOCK, num_warps=4, **pdl_launch(embed_dense_kernel))

@@ -22,11 +22,13 @@ gdn_chunk_state_kernel  phase 2, grid (Hv, cdiv(Dv, BV)), sequential over chunks
 
 import triton
 import triton.language as tl
+from ..pdl import pdl_enter
 
 
 @triton.jit
 def gdn_gating_kernel(a_ptr, b_ptr, alog_ptr, dtb_ptr, g_ptr, beta_ptr, n, Hv, stride_at, stride_bt,
-                      BLOCK: tl.constexpr):
+                      BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    pdl_enter(PDL)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     t = offs // Hv
@@ -46,7 +48,8 @@ def gdn_gating_kernel(a_ptr, b_ptr, alog_ptr, dtb_ptr, g_ptr, beta_ptr, n, Hv, s
 @triton.jit
 def gdn_gating_proj_kernel(x_ptr, wa_ptr, wb_ptr, alog_ptr, dtb_ptr, g_ptr, beta_ptr, T, Hv, K,
                            stride_xt, stride_wa, stride_wb,
-                           BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr):
+                           BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False):
+    pdl_enter(PDL)
     offs_h = tl.program_id(0) * BLOCK_H + tl.arange(0, BLOCK_H)
     offs_t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
     hm = offs_h < Hv
@@ -91,7 +94,9 @@ def gdn_decode_kernel(
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_ss, stride_sh, stride_ot, stride_oh,
     BK: tl.constexpr, BV: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     t = tl.program_id(0)
     h = tl.program_id(1)
     vb = tl.program_id(2)
@@ -137,7 +142,9 @@ def gdn_chunk_prep_kernel(
     T, Hv, REP, Dk, Dv, eps,
     stride_kt, stride_kh, stride_vt, stride_vh,
     BT: tl.constexpr, BK: tl.constexpr, BVF: tl.constexpr, PRECISION: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     c = tl.program_id(0)
     h = tl.program_id(1)
     hk = h // REP
@@ -175,7 +182,9 @@ def gdn_chunk_state_kernel(
     T, Hv, REP, Dk, Dv, scale, eps,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_ss, stride_sh, stride_ot, stride_oh,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     h = tl.program_id(0)
     vb = tl.program_id(1)
     hk = h // REP

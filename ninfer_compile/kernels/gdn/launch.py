@@ -23,6 +23,7 @@ from ninfer_compile.errors import RouteError
 
 from .kernels import (gdn_chunk_prep_kernel, gdn_chunk_state_kernel, gdn_decode_kernel, gdn_gating_kernel,
                       gdn_gating_proj_kernel)
+from ..pdl import pdl_launch
 
 DECODE_MAX_T = 64
 GATING_PROJ_MAX_T = 64
@@ -47,7 +48,8 @@ def gdn_gating(a, b, a_log, dt_bias, g, beta) -> None:
     n = T * Hv
     block = 256
     gdn_gating_kernel[(triton.cdiv(n, block),)](
-        a, b, a_log, dt_bias, g, beta, n, Hv, a.stride(0), b.stride(0), BLOCK=block, num_warps=2
+        a, b, a_log, dt_bias, g, beta, n, Hv, a.stride(0), b.stride(0), BLOCK=block, num_warps=2,
+        **pdl_launch(gdn_gating_kernel),
     )
 
 
@@ -84,6 +86,7 @@ def gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias, g, beta, BLOCK_H: int
         x, a_weight, b_weight, a_log, dt_bias, g, beta, T, Hv, K,
         x.stride(0), a_weight.stride(0), b_weight.stride(0),
         BLOCK_T=BLOCK_T, BLOCK_H=BLOCK_H, BLOCK_K=BLOCK_K, num_warps=num_warps,
+        **pdl_launch(gdn_gating_proj_kernel),
     )
 
 
@@ -126,6 +129,7 @@ def gated_delta_rule_decode(q, k, v, g, beta, state, positions, slots, o, block_
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         state.stride(0), state.stride(1), o.stride(0), o.stride(1),
         BK=bk, BV=bv, num_warps=num_warps,
+        **pdl_launch(gdn_decode_kernel),
     )
 
 
@@ -179,6 +183,7 @@ def _chunked_launch(q, k, v, g, beta, state, positions, slots, o, w_ws, u_ws, gc
         T, Hv, Hv // Hk, Dk, Dv, L2_EPS,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         BT=bt, BK=bk, BVF=bvf, PRECISION=prec, num_warps=4, num_stages=1,
+        **pdl_launch(gdn_chunk_prep_kernel),
     )
     gdn_chunk_state_kernel[(Hv, triton.cdiv(Dv, bv))](
         q, k, w_ws, u_ws, gc_ws, state, o, positions, slots,
@@ -187,4 +192,5 @@ def _chunked_launch(q, k, v, g, beta, state, positions, slots, o, w_ws, u_ws, gc
         state.stride(0), state.stride(1), o.stride(0), o.stride(1),
         BT=bt, BK=bk, BV=bv, PRECISION=prec, num_warps=4,
         num_stages=1,  # pipelined [64, Dk] fp32 chunk loads overflow shared memory at Dk = 128
+        **pdl_launch(gdn_chunk_state_kernel),
     )

@@ -6,6 +6,7 @@ Grid (T, Hkv): one program writes one token's K and V rows of one KV head, viewe
 
 import triton
 import triton.language as tl
+from ..pdl import pdl_enter
 
 
 @triton.jit
@@ -36,7 +37,9 @@ def kv_append_kernel(
     Hkv, D, max_ctx,
     stride_kt, stride_kh, stride_vt, stride_vh,
     QUANT: tl.constexpr, NG: tl.constexpr, GL: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     t = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.load(slots_ptr + t).to(tl.int64)

@@ -8,6 +8,7 @@ import triton
 from ninfer_compile.errors import RouteError
 
 from .kernels import kv_append_kernel
+from ..pdl import pdl_launch
 
 
 def check_cache(name: str, k_cache, v_cache, k_scale, v_scale, Hkv: int, D: int) -> bool:
@@ -44,4 +45,5 @@ def kv_append(k, v, positions, slots, k_cache, v_cache, k_scale=None, v_scale=No
         positions, slots, Hkv, D, k_cache.shape[1],
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         QUANT=quant, NG=ng, GL=64, num_warps=2,
+        **pdl_launch(kv_append_kernel),
     )

@@ -45,6 +45,8 @@ from .epilogue import EPI_CODES, splitk_reduce_kernel
 from .launch import check_call, interpreting, named_launcher
 from .routes import LINEAR_ROUTES, dequant_gemm_layout, linear_workspace_numel
 from .weights import QuantWeight
+from ..pdl import pdl_enter
+from ..pdl import pdl_launch
 
 DEQUANT_GEMM_ROUTES = tuple(sorted(n for n, r in LINEAR_ROUTES.items() if n.endswith("_dequant_gemm")))
 __all__ = ["linear_workspace_numel", "dequant_weight", "dequant_weight_kernel"] + list(DEQUANT_GEMM_ROUTES)
@@ -56,8 +58,9 @@ _FMT_CODE = {"Q4G64_F16S": 4, "Q5G64_F16S": 5, "Q6G64_F16S": 6, "W8G32_F16S": 8}
 def dequant_weight_kernel(base_ptr, high_ptr, scale_ptr, w_ptr, N, K_PAD, KW_TOTAL,
                           base_row, high_row, scale_row, sw,
                           FMT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                          INTERP: tl.constexpr):
+                          INTERP: tl.constexpr, PDL: tl.constexpr = False):
     """W_hat[rows, k0:k0+BLOCK_K] (bf16, scale x code rounded once) into w_ptr (row stride sw)."""
+    pdl_enter(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -80,7 +83,7 @@ def dequant_weight(weight: QuantWeight, w_out: torch.Tensor, *, block_n: int = 6
         weight.words(), weight.high_words(), weight.scales(), w_out,
         weight.n, weight.k_pad, weight.k_pad // lpw,
         weight.base_row_bytes // 4, weight.high_row_bytes // 4, weight.groups_per_row, w_out.stride(0),
-        FMT=code, BLOCK_N=block_n, BLOCK_K=block_k, INTERP=interpreting(), num_warps=num_warps)
+        FMT=code, BLOCK_N=block_n, BLOCK_K=block_k, INTERP=interpreting(), num_warps=num_warps, **pdl_launch(dequant_weight_kernel))
 
 
 def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -138,7 +141,7 @@ def launch_dequant_gemm(route_name: str, x, weight, out, *, epilogue: str = "non
         block = 1024
         splitk_reduce_kernel[(triton.cdiv(T * n_out, block),)](
             y, out, out, T, n_out, out.stride(0), out.stride(0),
-            SPLIT_K=1, EPI=EPI_CODES["swiglu"], BLOCK=block, INTERP=interpreting(), num_warps=4)
+            SPLIT_K=1, EPI=EPI_CODES["swiglu"], BLOCK=block, INTERP=interpreting(), num_warps=4, **pdl_launch(splitk_reduce_kernel))
     return None
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from ..pdl import pdl_enter
 
 EPI_CODES = {"none": 0, "swiglu": 1, "residual": 2}
 
@@ -48,7 +49,8 @@ def store_partial(g, u, t_idx, n_idx, mask, ws_ptr, pid_k, T, N_OUT, EPI: tl.con
 @triton.jit
 def splitk_reduce_kernel(ws_ptr, out_ptr, res_ptr, T, N_OUT, so, sr,
                          SPLIT_K: tl.constexpr, EPI: tl.constexpr, BLOCK: tl.constexpr,
-                         INTERP: tl.constexpr = False):
+                         INTERP: tl.constexpr = False, PDL: tl.constexpr = False):
+    pdl_enter(PDL)
     pid = tl.program_id(0)
     idx = pid * BLOCK + tl.arange(0, BLOCK)
     m = idx < T * N_OUT

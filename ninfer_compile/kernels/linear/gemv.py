@@ -18,6 +18,7 @@ import triton.language as tl
 
 from .dequant import XOR_Q4, XOR_W8, magic_f32
 from .epilogue import store_epilogue, store_partial
+from ..pdl import pdl_enter
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,7 +256,8 @@ def qlinear_gemv_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, 
                         sx, so, sr, iters_per_split,
                         FMT: tl.constexpr, EPI: tl.constexpr, BLOCK_N: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, SPLIT_K: tl.constexpr,
-                        INTERP: tl.constexpr = False, USE_ASM: tl.constexpr = False):
+                        INTERP: tl.constexpr = False, USE_ASM: tl.constexpr = False, PDL: tl.constexpr = False):
+    pdl_enter(PDL)
     tl.static_assert(BLOCK_T <= 4)
     LPW: tl.constexpr = 4 if FMT == 8 else 8
     KW: tl.constexpr = BLOCK_K // LPW

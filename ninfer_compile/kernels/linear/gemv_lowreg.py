@@ -44,6 +44,8 @@ from .launch import (_FMT_CODE, asm_supported, check_call, interpreting, named_l
                      splitk_workspace)
 from .routes import linear_workspace_numel  # noqa: F401  (the family's sizing hook, on each launcher module)
 from .weights import QuantWeight
+from ..pdl import pdl_enter
+from ..pdl import pdl_launch
 
 _BIAS = {4: "0xC308C308", 5: "0xC310C310", 6: "0xC320C320"}     # bf16x2 -136 / -144 / -160
 _MASK = {4: "0x000F000F", 5: "0x001F001F", 6: "0x003F003F"}
@@ -382,7 +384,8 @@ def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, w
                        BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, SPLIT_K: tl.constexpr,
                        CHAIN: tl.constexpr = 1, INTERP: tl.constexpr = False,
                        USE_ASM: tl.constexpr = False, PREFETCH: tl.constexpr = False,
-                       L2_HINT: tl.constexpr = False):
+                       L2_HINT: tl.constexpr = False, PDL: tl.constexpr = False):
+    pdl_enter(PDL)
     tl.static_assert(BLOCK_T <= 4)
     KC: tl.constexpr = BLOCK_K // 32
     pid_n = tl.program_id(0)
@@ -528,7 +531,7 @@ def launch_lowreg(route_name: str, x, weight, out, *, epilogue: str = "none", re
         FMT=code, EPI=epi, BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], BLOCK_T=block_t,
         SPLIT_K=split_k, CHAIN=p["CHAIN"], INTERP=interpreting(), USE_ASM=use_asm,
         PREFETCH=bool(p["PREFETCH"]), L2_HINT=bool(p["L2_HINT"]), num_warps=p["num_warps"], num_stages=p["num_stages"],
-        **({"maxnreg": p["MAXNREG"]} if p["MAXNREG"] and not interpreting() else {}))
+        **({"maxnreg": p["MAXNREG"]} if p["MAXNREG"] and not interpreting() else {}), **pdl_launch(gemv_lowreg_kernel))
     reduce_split_k(ws, out, res, T, n_out, split_k, epi)
     return None
 

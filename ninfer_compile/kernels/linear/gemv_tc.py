@@ -37,6 +37,8 @@ from .gemv_lowreg import _BIAS, chunk_regs, chunk_setup_lines, word_pair_lines
 from .launch import _FMT_CODE, asm_supported, check_call, named_launcher, reduce_split_k, splitk_workspace
 from .routes import linear_workspace_numel  # noqa: F401  (the family's sizing hook, on each launcher module)
 from .weights import QuantWeight
+from ..pdl import pdl_enter
+from ..pdl import pdl_launch
 
 MAX_T = 16
 _NH = {4: 0, 5: 1, 6: 2}
@@ -216,7 +218,8 @@ def _store(v, u, row, col, ok, out_ptr, res_ptr, ws_ptr, pid_k, T, N_OUT, so, sr
 def gemv_tc_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, ws_ptr,
                    T, K, N_OUT, KB_TOTAL, base_row, high_row, scale_row, up_off, sx, so, sr, iters_per_split,
                    FMT: tl.constexpr, EPI: tl.constexpr, N_TILES: tl.constexpr, SPLIT_K: tl.constexpr,
-                   NW: tl.constexpr, PREFETCH: tl.constexpr = False):
+                   NW: tl.constexpr, PREFETCH: tl.constexpr = False, PDL: tl.constexpr = False):
+    pdl_enter(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     # [NW, 8, 4]: warp, g = lane // 4, c = lane % 4 (the mma fragment owners)
@@ -357,7 +360,7 @@ def launch_tc(route_name: str, x, weight, out, *, epilogue: str = "none", residu
         T, k, n_out, kb_total, weight.base_row_bytes // 4, weight.high_row_bytes // 4, weight.groups_per_row,
         n_out, x.stride(0), out.stride(0), res.stride(0), ips,
         FMT=code, EPI=epi, N_TILES=1 if T <= 8 else 2, SPLIT_K=split_k, NW=nw, PREFETCH=bool(p["PREFETCH"]),
-        num_warps=nw, num_stages=1, **({"maxnreg": p["MAXNREG"]} if p["MAXNREG"] else {}))
+        num_warps=nw, num_stages=1, **({"maxnreg": p["MAXNREG"]} if p["MAXNREG"] else {}), **pdl_launch(gemv_tc_kernel))
     reduce_split_k(ws, out, res, T, n_out, split_k, epi)
     return None
 

@@ -30,6 +30,7 @@ from .gemv import qlinear_gemv_kernel
 from .mma import qlinear_mma_kernel
 from .routes import LINEAR_ROUTES, linear_workspace_numel  # noqa: F401  (the runtime sizes workspaces through the launcher module)
 from .weights import QuantWeight, as_linear_weight
+from ..pdl import pdl_launch
 
 # routes whose launcher lives in another module of this family (e.g. dequant_gemm.py)
 _HERE = __name__.rpartition(".")[2]
@@ -119,7 +120,7 @@ def reduce_split_k(ws, out, res, T, n_out, split_k, epi) -> None:
     block = 1024
     splitk_reduce_kernel[(triton.cdiv(T * n_out, block),)](
         ws, out, res, T, n_out, out.stride(0), res.stride(0),
-        SPLIT_K=split_k, EPI=epi, BLOCK=block, INTERP=interpreting(), num_warps=4)
+        SPLIT_K=split_k, EPI=epi, BLOCK=block, INTERP=interpreting(), num_warps=4, **pdl_launch(splitk_reduce_kernel))
 
 
 def splitk_workspace(route, split_k, T, n_out, epilogue, workspace, out):
@@ -184,7 +185,7 @@ def launch(route_name: str, x, weight, out, *, epilogue: str = "none", residual=
             x.stride(0), out.stride(0), res.stride(0), ips,
             FMT=code, EPI=epi, BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], BLOCK_T=block_t,
             SPLIT_K=split_k, INTERP=interpreting(), USE_ASM=use_asm, num_warps=p["num_warps"],
-            num_stages=p["num_stages"])
+            num_stages=p["num_stages"], **pdl_launch(qlinear_gemv_kernel))
     else:
         use_asm = p["USE_ASM"]
         if use_asm == "auto":
@@ -201,7 +202,7 @@ def launch(route_name: str, x, weight, out, *, epilogue: str = "none", residual=
             T, k, k_loop, n_out, kw_total, base_row, high_row, scale_row, n_out,
             x.stride(0), out.stride(0), res.stride(0), ips,
             FMT=code, EPI=epi, BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], BLOCK_T=p["BLOCK_T"],
-            SPLIT_K=split_k, USE_ASM=use_asm, DOT_F32=interpreting(), num_warps=p["num_warps"], num_stages=p["num_stages"])
+            SPLIT_K=split_k, USE_ASM=use_asm, DOT_F32=interpreting(), num_warps=p["num_warps"], num_stages=p["num_stages"], **pdl_launch(qlinear_mma_kernel))
     reduce_split_k(ws, out, res, T, n_out, split_k, epi)
     return None
 

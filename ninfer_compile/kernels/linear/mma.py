@@ -14,6 +14,7 @@ import triton.language as tl
 
 from .dequant import dequant_tile
 from .epilogue import store_epilogue, store_partial
+from ..pdl import pdl_enter
 
 
 @triton.jit
@@ -33,7 +34,8 @@ def qlinear_mma_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, w
                        sx, so, sr, iters_per_split,
                        FMT: tl.constexpr, EPI: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, SPLIT_K: tl.constexpr,
-                       USE_ASM: tl.constexpr, DOT_F32: tl.constexpr):
+                       USE_ASM: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr = False):
+    pdl_enter(PDL)
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     ntb = tl.cdiv(T, BLOCK_T)

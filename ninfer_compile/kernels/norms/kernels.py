@@ -8,6 +8,7 @@ masked.
 
 import triton
 import triton.language as tl
+from ..pdl import pdl_enter
 
 
 @triton.jit
@@ -17,7 +18,9 @@ def rmsnorm_rows_kernel(
     N, eps,
     MODE: tl.constexpr,  # 0: rms * (1 + w), 1: rms * w, 2: l2 (no weight)
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     row = tl.program_id(0)
     t = row // heads
     h = row % heads
@@ -42,7 +45,9 @@ def gated_rmsnorm_kernel(
     heads, stride_xt, stride_xh, stride_zt, stride_zh, stride_ot,
     N, eps,
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     row = tl.program_id(0)
     t = row // heads
     h = row % heads

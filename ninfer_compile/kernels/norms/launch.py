@@ -12,6 +12,7 @@ import triton
 from ninfer_compile.errors import RouteError
 
 from .kernels import gated_rmsnorm_kernel, rmsnorm_rows_kernel
+from ..pdl import pdl_launch
 
 
 def _check_last_contiguous(name: str, t: torch.Tensor) -> None:
@@ -38,6 +39,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float
     rmsnorm_rows_kernel[(T,)](
         x, weight, out, 1, x.stride(0), 0, out.stride(0), 0, H, eps,
         MODE=0, BLOCK=block, num_warps=_num_warps(block) if num_warps == "auto" else int(num_warps),
+        **pdl_launch(rmsnorm_rows_kernel),
     )
 
 
@@ -52,6 +54,7 @@ def head_rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: 
     rmsnorm_rows_kernel[(T * heads,)](
         x, weight, out, heads, x.stride(0), x.stride(1), out.stride(0), out.stride(1), D, eps,
         MODE=0, BLOCK=block, num_warps=_num_warps(block),
+        **pdl_launch(rmsnorm_rows_kernel),
     )
 
 
@@ -66,6 +69,7 @@ def l2norm(x: torch.Tensor, out: torch.Tensor, eps: float = 1e-6) -> None:
     rmsnorm_rows_kernel[(T * heads,)](
         x, x, out, heads, x.stride(0), x.stride(1), out.stride(0), out.stride(1), D, eps,
         MODE=2, BLOCK=block, num_warps=_num_warps(block),
+        **pdl_launch(rmsnorm_rows_kernel),
     )
 
 
@@ -85,4 +89,5 @@ def gated_rmsnorm(
     gated_rmsnorm_kernel[(T * heads,)](
         x, z, weight, out, heads, x.stride(0), x.stride(1), z.stride(0), z.stride(1), out.stride(0),
         D, eps, BLOCK=block, num_warps=_num_warps(block),
+        **pdl_launch(gated_rmsnorm_kernel),
     )

@@ -7,6 +7,7 @@ anything is written: `out` may alias `x` (in-place).
 
 import triton
 import triton.language as tl
+from ..pdl import pdl_enter
 
 
 @triton.jit
@@ -38,7 +39,9 @@ def rope_kernel(
     heads, stride_xt, stride_xh, stride_ot, stride_oh,
     D, log2_theta,
     ROT: tl.constexpr, BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    pdl_enter(PDL)
     row = tl.program_id(0)
     t = row // heads
     h = row % heads
@@ -57,8 +60,10 @@ def qk_norm_rope_kernel(
     stride_qot, stride_qoh, stride_kot, stride_koh,
     D, log2_theta, eps,
     ROT: tl.constexpr, BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """Grid (T * (hq + hk),): rows [0, hq) of a token are q heads, [hq, hq + hk) are k heads."""
+    pdl_enter(PDL)
     row = tl.program_id(0)
     per = hq + hk
     t = row // per

@@ -10,6 +10,7 @@ import triton
 from ninfer_compile.errors import RouteError
 
 from .kernels import qk_norm_rope_kernel, rope_kernel
+from ..pdl import pdl_launch
 
 
 def _check(name: str, x: torch.Tensor, rotary_dim: int) -> None:
@@ -33,6 +34,7 @@ def rope(
     rope_kernel[(T * heads,)](
         x, out, positions, heads, x.stride(0), x.stride(1), out.stride(0), out.stride(1),
         D, math.log2(theta), ROT=rotary_dim, BLOCK=block, num_warps=1 if block <= 128 else 2,
+        **pdl_launch(rope_kernel),
     )
 
 
@@ -57,4 +59,5 @@ def qk_norm_rope(
         q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         q_out.stride(0), q_out.stride(1), k_out.stride(0), k_out.stride(1),
         D, math.log2(theta), eps, ROT=rotary_dim, BLOCK=block, num_warps=1 if block <= 128 else 2,
+        **pdl_launch(qk_norm_rope_kernel),
     )

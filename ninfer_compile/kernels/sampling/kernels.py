@@ -9,11 +9,13 @@ Stage 2 (grid (T,)): reduces the NB partials, ties to the lowest index.
 
 import triton
 import triton.language as tl
+from ..pdl import pdl_enter
 
 
 @triton.jit
 def select_stage1_kernel(logits_ptr, ws_ptr, V, NB, stride_lt, inv_temp, seed,
-                         GUMBEL: tl.constexpr, BLOCK: tl.constexpr):
+                         GUMBEL: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    pdl_enter(PDL)
     t = tl.program_id(0)
     b = tl.program_id(1)
     cols = b * BLOCK + tl.arange(0, BLOCK)
@@ -32,7 +34,8 @@ def select_stage1_kernel(logits_ptr, ws_ptr, V, NB, stride_lt, inv_temp, seed,
 
 
 @triton.jit
-def select_stage2_kernel(ws_ptr, out_ptr, NB, BS: tl.constexpr):
+def select_stage2_kernel(ws_ptr, out_ptr, NB, BS: tl.constexpr, PDL: tl.constexpr = False):
+    pdl_enter(PDL)
     t = tl.program_id(0)
     i = tl.arange(0, BS)
     m = i < NB

@@ -17,6 +17,7 @@ from ninfer_compile.errors import RouteError
 
 from .kernels import select_stage1_kernel, select_stage2_kernel
 from .reference import filtered_probs
+from ..pdl import pdl_launch
 
 BLOCK = 4096
 
@@ -46,8 +47,9 @@ def _select(logits, out, workspace, gumbel, temperature, seed):
     select_stage1_kernel[(T, nb)](
         logits, workspace, V, nb, logits.stride(0), 1.0 / max(temperature, 1e-6), seed,
         GUMBEL=gumbel, BLOCK=block, num_warps=8 if block >= 2048 else 4,
+        **pdl_launch(select_stage1_kernel),
     )
-    select_stage2_kernel[(T,)](workspace, out, nb, BS=max(16, triton.next_power_of_2(nb)), num_warps=2)
+    select_stage2_kernel[(T,)](workspace, out, nb, BS=max(16, triton.next_power_of_2(nb)), num_warps=2, **pdl_launch(select_stage2_kernel))
 
 
 def argmax(logits: torch.Tensor, out: torch.Tensor, workspace: torch.Tensor) -> None:

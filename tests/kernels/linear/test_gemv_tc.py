@@ -166,7 +166,7 @@ from triton.compiler import ASTSource
 from ninfer_compile.kernels.linear.gemv_tc import gemv_tc_kernel as fn
 ptrs = {'x_ptr': '*bf16', 'base_ptr': '*i32', 'high_ptr': '*i32', 'scale_ptr': '*fp16', 'out_ptr': '*bf16',
         'res_ptr': '*bf16', 'ws_ptr': '*fp32'}
-consts = dict(FMT=5, EPI=1, N_TILES=2, SPLIT_K=1, NW=4, PREFETCH=True)
+consts = dict(FMT=5, EPI=1, N_TILES=2, SPLIT_K=1, NW=4, PREFETCH=True, PDL=False)
 names = fn.arg_names
 sig = {n: ptrs.get(n, 'constexpr' if n in consts else 'i32') for n in names}
 src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
