@@ -659,7 +659,7 @@ def _precompile(plan, kernel_manifest, importer, session, objects, sm, scratch) 
                             try:
                                 sig = _launch_signature(b.kwargs, AotTensor)
                                 if sig is not None:
-                                    sig = (b.route, sig)
+                                    sig = (b.route, b.pdl is not None, sig)  # a PDL launch is another specialisation
                             except Exception:  # noqa: BLE001 - not comparable: reproduce it
                                 sig = None
                             if sig is not None and sig in seen:

@@ -10,8 +10,10 @@ Contract (checked by tests/kernels/test_pdl.py over every kernel of the package)
   * a kernel that can be launched with PDL declares `PDL: tl.constexpr = False` as its last
     parameter and calls `pdl_enter(PDL)` as its first statement, before any memory access;
   * a launcher passes `**pdl_launch(kernel)`: `{"PDL": True, "launch_pdl": True}` only for such
-    kernels, on sm_90+ outside the interpreter, unless NINFER_PDL=0 (the off switch; the plan's
-    precompiled binaries are keyed by it, so set it the same way at compile time and at run time).
+    kernels, on sm_90+ outside the interpreter, while the caller allows it (`allow`, set by the
+    runtime per launch from the plan's `dependent_launch` decision: CUDA-graph decode extents),
+    unless NINFER_PDL=0 (the off switch; the plan's precompiled binaries are keyed by it, so set it
+    the same way at compile time and at run time).
 A kernel launched without the attribute after a PDL kernel, or a PDL kernel after a torch kernel,
 is ordered as usual: `griddepcontrol.wait` waits for the prior grid whether it triggered early or not.
 """
@@ -25,6 +27,14 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 _ARCH: dict[int, int] = {}  # id(active driver) -> its target's arch (the AOT compiler swaps the driver)
+_ALLOWED = [False]  # set by the caller around a launch (allow); launches are single-threaded
+
+
+def allow(on: bool) -> bool:
+    """Allow (or not) PDL for the launches that follow; returns the previous setting."""
+    old = _ALLOWED[0]
+    _ALLOWED[0] = bool(on)
+    return old
 
 
 @triton.jit
@@ -39,6 +49,13 @@ def pdl_enter(PDL: tl.constexpr):
 
 def enabled() -> bool:
     """PDL for launches in this process: sm_90+ target, not the interpreter, NINFER_PDL != 0."""
+    if not _ALLOWED[0]:
+        return False
+    return available()
+
+
+def available() -> bool:
+    """Whether this process could launch with PDL at all (sm_90+, no interpreter, NINFER_PDL != 0)."""
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") or os.environ.get("NINFER_PDL", "1") == "0":
         return False
     from triton.runtime import driver

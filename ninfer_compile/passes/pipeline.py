@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import CompileError
 from ..ir.graph import Graph
 from ..ir.verify import verify
-from . import bind_weights, fuse, plan_cuda_graphs, plan_memory, select_routes
+from . import bind_weights, fuse, plan_cuda_graphs, plan_dependent_launch, plan_memory, select_routes
 from .context import PassContext
 
 PassFn = Callable[[Graph, PassContext], Graph]
@@ -21,6 +21,7 @@ PIPELINE: list[tuple[str, PassFn]] = [
     ("select_routes", select_routes.run),
     ("plan_memory", plan_memory.run),
     ("plan_cuda_graphs", plan_cuda_graphs.run),
+    ("plan_dependent_launch", plan_dependent_launch.run),
 ]
 
 PASS_NAMES = tuple(name for name, _ in PIPELINE)

@@ -4,7 +4,7 @@ Layout (DESIGN §7):
   format, compiler {name, version}, model_id, artifact {file, directory_sha256}, contract, sm,
   routes {table, sha256, provenance, miss, misses}, options, passes {enabled, disabled},
   memory {...}, buffers {arena {bytes, align}, state {name: {shape, per_slot_shape, dtype, bytes, kind}}},
-  extents {name: {graph, phase, t, concurrency, draft_tokens, cuda_graph, arena_bytes,
+  extents {name: {graph, phase, t, concurrency, draft_tokens, cuda_graph, dependent_launch, arena_bytes,
                   tensors {name: {shape, dtype, offset, bytes} | {shape, dtype, view_of, byte_offset, ...}},
                   inputs, outputs, launches [...]}},
   used_routes [...].
@@ -92,6 +92,8 @@ def extent_entry(g: Graph) -> dict[str, Any]:
         "graph": e.graph, "phase": e.phase, "t": e.t, "concurrency": e.concurrency,
         "draft_tokens": e.draft_tokens,
         "cuda_graph": g.meta.get("cuda_graph", {"capture": False, "reason": "plan_cuda_graphs disabled"}),
+        "dependent_launch": g.meta.get("dependent_launch",
+                                       {"enabled": False, "reason": "plan_dependent_launch disabled"}),
         "memory_planned": mem is not None,
         "arena_bytes": mem["arena_bytes"] if mem is not None else None,
         "fusions": dict(sorted(g.meta.get("fusions", {}).items())),

@@ -17,6 +17,7 @@ Launch kinds:
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -42,9 +43,17 @@ class Bound:
     route: str | None
     fn: Callable
     kwargs: dict[str, Any]
+    pdl: Any = None  # the plan's kernels/pdl module when this launch may use dependent launch
 
     def __call__(self) -> None:
-        self.fn(**self.kwargs)
+        if self.pdl is None:
+            self.fn(**self.kwargs)
+            return
+        old = self.pdl.allow(True)
+        try:
+            self.fn(**self.kwargs)
+        finally:
+            self.pdl.allow(old)
 
 
 def _prod(xs) -> int:
@@ -65,6 +74,15 @@ class ExtentRunner:
         self.phase = entry["phase"]
         self.concurrency = int(entry.get("concurrency", 1))
         self.capture = bool((entry.get("cuda_graph") or {}).get("capture", False))
+        # programmatic dependent launch (plan_dependent_launch): the plan's kernels/pdl module, which
+        # each launch of this extent allows around its call; None = plain launches
+        self._pdl = None
+        if (entry.get("dependent_launch") or {}).get("enabled"):
+            try:
+                self._pdl = importlib.import_module(f"{engine.kernel_package}.pdl")
+            except ImportError:
+                raise PlanError(f"extent {name}: dependent_launch is enabled but the plan's kernels have no "
+                                f"pdl module (recompile the plan)") from None
         self.tensors_spec: dict[str, dict] = entry.get("tensors", {})
         if not entry.get("memory_planned", True) or entry.get("arena_bytes") is None:
             raise PlanError(f"extent {name}: memory was not planned (compiled with plan_memory disabled)")
@@ -265,7 +283,7 @@ class ExtentRunner:
         if attrs.get("prologue"):
             raise PlanError(f"extent {self.name}: op {L['op']}: prologue {attrs['prologue']!r} is not supported "
                             f"by the runtime")
-        return Bound(L["op"], L["kind"], L["route"], fn, kwargs)
+        return Bound(L["op"], L["kind"], L["route"], fn, kwargs, self._pdl)
 
     def _bind_builtin(self, L, n) -> Bound:
         kind = L["kind"]

@@ -141,11 +141,13 @@ class Engine:
     (generate.py); low-level: `prefill(tokens, slot)`, `decode(columns)`."""
 
     def _pdl_note(self) -> str:
-        """'; programmatic dependent launch on|off' when the plan's kernels support it (kernels/pdl.py)."""
-        mod = sys.modules.get(f"{self.kernel_package}.pdl")
-        if mod is None or self.device.type != "cuda":
+        """'; programmatic dependent launch ...' for a plan whose extents ask for it (plan_dependent_launch)."""
+        asked = sorted(n for n, r in self.extents.items() if r._pdl is not None)
+        if not asked or self.device.type != "cuda":
             return ""
-        return f"; programmatic dependent launch {'on' if mod.enabled() else 'off (NINFER_PDL=0 or sm < 90)'}"
+        if not self.extents[asked[0]]._pdl.available():
+            return "; programmatic dependent launch off (NINFER_PDL=0)"
+        return f"; programmatic dependent launch in {len(asked)} decode extents"
 
     def __init__(self, plan_dir, artifact, *, device=None, progress: bool = True):
         t0 = time.perf_counter()

@@ -113,6 +113,13 @@ def test_binaries_written_for_sm90(aot):
         # parameter order (a sorted-key dump broke every launch on the H200, 2026-11-29)
         params = _kernel_params(plan / "kernels" / (mod.replace(".", "/") + ".py"), fn)
         assert list(spec["signature"]) == [p for p in params if p in spec["signature"]], (e["kernel"], list(spec["signature"]))
+    # decode extents launch with programmatic dependent launch (plan_dependent_launch), prefill plainly:
+    # both specialisations are precompiled
+    pdl = sorted({bool(json.loads(e["specialization"])["options"].get("launch_pdl")) for e in entries})
+    assert pdl == [False, True], pdl
+    pj0 = json.loads((plan / "plan.json").read_text())
+    assert {x["phase"]: x["dependent_launch"]["enabled"] for x in pj0["extents"].values()} == {"decode": True,
+                                                                                              "prefill": False}
     # every launched route (the runtime samples on its own) has its kernels precompiled
     kernels = {e["kernel"] for e in entries}
     for name, r in km["routes"].items():

@@ -98,7 +98,12 @@ def test_launch_decision(monkeypatch, arch, interpret, env, on):
         monkeypatch.delenv("NINFER_PDL", raising=False)
     else:
         monkeypatch.setenv("NINFER_PDL", env)
-    assert pdl.pdl_launch(rmsnorm_rows_kernel) == ({"PDL": True, "launch_pdl": True} if on else {})
+    assert pdl.pdl_launch(rmsnorm_rows_kernel) == {}  # not allowed by the caller (prefill, eager)
+    old = pdl.allow(True)  # what the runtime does around a launch of a decode extent
+    try:
+        assert pdl.pdl_launch(rmsnorm_rows_kernel) == ({"PDL": True, "launch_pdl": True} if on else {})
+    finally:
+        pdl.allow(old)
     from ninfer_compile.kernels.gdn.kernels_fast import gdn_fast_prep_kernel
 
     assert pdl.pdl_launch(gdn_fast_prep_kernel) == {}  # no PDL parameter: never launched with PDL

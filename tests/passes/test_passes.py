@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+from types import SimpleNamespace
+
 import pytest
 
 from compile.support import hand_graph, hand_spec, load_test_table, make_context
 from ninfer_compile.errors import CompileError, RouteError
 from ninfer_compile.ir.verify import verify
-from ninfer_compile.passes import bind_weights, fuse, plan_cuda_graphs, plan_memory, select_routes
+from ninfer_compile.passes import bind_weights, fuse, plan_cuda_graphs, plan_dependent_launch, plan_memory, select_routes
 from ninfer_compile.passes.context import PassContext
 from ninfer_compile.passes.pipeline import PASS_NAMES, run_pipeline
 
@@ -158,13 +161,25 @@ def test_plan_cuda_graphs_before_after(ctx):
     assert unplanned.meta["cuda_graph"]["capture"] is False
 
 
+def test_plan_dependent_launch_before_after(ctx):
+    """Decode (CUDA-graph) extents on sm >= 90 launch with PDL; prefill and older sms do not."""
+    dec = plan_cuda_graphs.run(plan_memory.run(bind_weights.run(hand_graph(phase="decode"), ctx), ctx), ctx)
+    pre = plan_cuda_graphs.run(plan_memory.run(bind_weights.run(hand_graph(phase="prefill"), ctx), ctx), ctx)
+    assert "dependent_launch" not in dec.meta
+    for sm, want in ((90, True), (120, True), (89, False), (86, False)):
+        c = dataclasses.replace(ctx, table=SimpleNamespace(sm=sm))
+        assert plan_dependent_launch.run(dec, c).meta["dependent_launch"]["enabled"] is want, sm
+        assert plan_dependent_launch.run(pre, c).meta["dependent_launch"]["enabled"] is False
+
+
 def test_pipeline_order_off_switch_and_dump(ctx, tmp_path):
-    assert PASS_NAMES == ("bind_weights", "fuse", "select_routes", "plan_memory", "plan_cuda_graphs")
+    assert PASS_NAMES == ("bind_weights", "fuse", "select_routes", "plan_memory", "plan_cuda_graphs",
+                          "plan_dependent_launch")
     full = run_pipeline(hand_graph(), ctx, dump_dir=tmp_path / "dump")
     assert full.meta["passes"] == list(PASS_NAMES)
     files = sorted(p.name for p in (tmp_path / "dump" / "hand_t4").iterdir())
     assert files[:3] == ["00-lower.dot", "00-lower.txt", "00-lower.yaml"]
-    assert "02-fuse.txt" in files and "05-plan_cuda_graphs.yaml" in files
+    assert "02-fuse.txt" in files and "05-plan_cuda_graphs.yaml" in files and "06-plan_dependent_launch.txt" in files
     nofuse = run_pipeline(hand_graph(), ctx, disabled=["fuse"])
     assert nofuse.meta["disabled"] == ["fuse"] and "add" in [o.kind for o in nofuse.ops()]
     with pytest.raises(CompileError, match="unknown pass nope"):
