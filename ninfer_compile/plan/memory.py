@@ -6,11 +6,12 @@
 - S: GDN conv state [slots, kernel-1, C] bf16 and recurrent state [slots, Hv, Dk, Dv] fp32;
 - A: the activation arena = max over extents of each extent's high-water mark;
 - R: route workspaces — the runtime allocates one float32 buffer per extent, sized for the largest
-  need among that extent's launches; counted here (sum over extents of each extent's max) for
-  the linear family, whose routes declare their size through
-  `kernels.linear.routes.linear_workspace_numel` (split-K partials, the `<f>_dequant_gemm`
-  routes' bf16 W_hat + swiglu scratch). Other families' workspaces (split-KV decode attention,
-  chunked GDN, sampling) are not counted yet.
+  need among that extent's launches (a launcher with a `workspace` parameter); counted here (sum
+  over extents of each extent's max) with the same sizing functions the runtime calls on the
+  launcher's module: linear `linear_workspace_numel` (split-K partials, the `<f>_dequant_gemm`
+  routes' bf16 W_hat + swiglu scratch), split-KV decode attention `decode_workspace_numel`,
+  chunked GDN prefill `chunked_workspace_numel`, sampling `select_workspace_numel`
+  (tests/runtime/test_runtime_e2e.py checks the two agree extent by extent).
 """
 
 from __future__ import annotations
@@ -78,24 +79,58 @@ def state_buffers(graphs: list[Graph]) -> dict[str, dict[str, Any]]:
     return dict(sorted(out.items()))
 
 
-def route_workspace_bytes(g: Graph) -> int:
-    """Bytes of the float32 workspace the runtime allocates for extent `g`: the max over its routed
-    linear ops of `linear_workspace_numel(route, T, N, K, epilogue, params)` x 4."""
-    need = 0
-    for op in g.ops():
-        if op.kind != "linear" or op.route is None:
-            continue
+def _shape(g: Graph, op, operand: str) -> tuple[int, ...]:
+    return tuple(int(d) for d in g.tensors[op.inputs[operand]].shape)
+
+
+def op_workspace_numel(g: Graph, op) -> int:
+    """float32 elements of the workspace the runtime sizes for one routed op (0: none), through the
+    sizing function of the route launcher's own module (as the runtime does)."""
+    import inspect
+
+    from ..kernels.registry import get_route
+
+    fn = get_route(op.route.route).load_launcher()
+    sig = inspect.signature(fn).parameters
+    if "workspace" not in sig:
+        return 0
+    mod = inspect.getmodule(fn)
+    p = dict(op.route.params or {})
+    if op.kind == "linear":
         from ..kernels.linear.routes import linear_workspace_numel
 
-        x = g.tensors[op.inputs["x"]]
-        w = g.tensors[op.inputs["weight"]]
-        n, k = int(w.shape[0]), int(w.shape[1])
-        try:
-            numel = linear_workspace_numel(op.route.route, int(x.shape[0]), n, k,
-                                           op.attrs.get("epilogue", "none"), op.route.params)
-        except RouteError:  # a linear route the hook does not know: not counted
+        w = _shape(g, op, "weight")
+        return int(linear_workspace_numel(op.route.route, _shape(g, op, "x")[0], w[0], w[1],
+                                          op.attrs.get("epilogue", "none"), p))
+    if op.kind == "attention":
+        if "split_tokens" not in sig or not hasattr(mod, "decode_workspace_numel"):
+            return 0
+        t, hq, d = _shape(g, op, "q")
+        st = int(p.get("split_tokens", sig["split_tokens"].default))
+        return int(mod.decode_workspace_numel(t, hq, d, _shape(g, op, "k_cache")[1], st))
+    if op.kind == "gated_delta_rule":
+        if not hasattr(mod, "chunked_workspace_numel"):
+            return 0
+        q, v = _shape(g, op, "q"), _shape(g, op, "v")
+        return int(mod.chunked_workspace_numel(q[0], v[1], q[2], v[2]))
+    if op.kind == "sampling":
+        rows, vocab = _shape(g, op, "logits")[:2]
+        return int(mod.select_workspace_numel(rows, vocab))
+    raise CompileError(f"{g.extent.name}: op {op.name} ({op.kind}, route {op.route.route}) takes a workspace "
+                       f"the memory report cannot size")
+
+
+def route_workspace_bytes(g: Graph) -> int:
+    """Bytes of the float32 workspace the runtime allocates for extent `g`: the max over its routed
+    ops of `op_workspace_numel` x 4."""
+    need = 0
+    for op in g.ops():
+        if op.route is None:
             continue
-        need = max(need, int(numel) * 4)
+        try:
+            need = max(need, op_workspace_numel(g, op) * 4)
+        except RouteError:  # a route the linear hook does not know: not counted
+            continue
     return need
 
 
@@ -145,7 +180,8 @@ def report_text(r: MemoryReport, budget_gib: float | None = None) -> str:
         f"KV cache  K {_h(r.kv)}  ({r.kv_bytes_per_token:,d} B/token, all attention layers)",
         f"state     S {_h(r.state)}  (GDN conv + recurrent, {r.slots} slot(s))",
         f"workspace A {_h(r.workspace)}  (activation arena, max over extents)",
-        f"route ws  R {_h(r.route_workspace)}  (route workspaces: linear split-K / dequant-GEMM, per extent)",
+        f"route ws  R {_h(r.route_workspace)}  (route workspaces, per extent: linear split-K / dequant-GEMM, "
+        f"split-KV attention, chunked GDN, sampling)",
         f"total       {_h(r.total)}",
     ]
     if budget_gib is not None:

@@ -60,6 +60,21 @@ def test_bf16_greedy_matches_transformers(tiny, bf16_engine):
     assert isinstance(r.text, str) and r.text == eng.frontend.decode(r.tokens)
 
 
+def test_memory_report_counts_every_route_workspace(bf16, bf16_engine):
+    """The compiler's memory report (plan.json memory) counts each extent's route workspace exactly
+    as the runtime allocates it: every family that takes one (linear split-K / dequant-GEMM,
+    split-KV decode attention, chunked GDN prefill, sampling)."""
+    _, plan = bf16
+    mem = json.loads((plan / "plan.json").read_text())["memory"]
+    got = {name: r._ws_numel * 4 for name, r in bf16_engine.extents.items() if r._ws_numel}
+    assert got, "the tiny plan allocates no route workspace: the test checks nothing"
+    kinds = {L["kind"] for name, r in bf16_engine.extents.items() if r._ws_numel
+             for L, _i, fn, sig in r._launch_specs if sig is not None and "workspace" in sig}
+    assert {"gated_delta_rule", "linear"} <= kinds, kinds  # (tiny context: attention decode runs unsplit)
+    assert mem["route_workspace_by_extent"] == got
+    assert mem["route_workspace_bytes"] == sum(got.values())
+
+
 def test_concurrent_sequences_and_slot_reuse(tiny, bf16_engine):
     """3 prompts through 2 slots (C=2 decode extent, then C=1 padded): each matches transformers."""
     _, model, _ = tiny
