@@ -48,9 +48,12 @@ for stage in "$@"; do
     tests)
       # full log kept: one illegal memory access poisons the CUDA context for every later test,
       # so the first failure in the log is the one that matters
-      # the whole GPU suite (288 tests) takes ~16 min on the H200 (each 27B-shape test JITs its
-      # kernels): GPU_TESTS picks paths / node ids, TESTS_TIMEOUT_S its limit
+      # the whole GPU suite (288 tests) took ~16 min on the H200 in one process (70 tests in 240 s:
+      # each 27B-shape test JITs its kernels, CPU-bound): GPU_TEST_WORKERS processes (pytest-xdist,
+      # in the H200 image; default 8 of its 16 cores, one file per worker) share the JIT; GPU_TESTS
+      # picks paths / node ids, TESTS_TIMEOUT_S the limit. Not yet timed with workers.
       timeout ${TESTS_TIMEOUT_S:-240} python3 -m pytest -q -m gpu ${GPU_TESTS:-tests/kernels tests/runtime} -p no:cacheprovider -rf \
+        -n ${GPU_TEST_WORKERS:-8} --dist loadfile \
         > "$OUT/gpu_tests.log" 2>&1; grep -m 3 -n "Error\|FAILED" "$OUT/gpu_tests.log"; tail -n 3 "$OUT/gpu_tests.log" ;;
     gemv)
       # re-measure only the decode GEMVs (lowreg / packed / tensor-core, T <= 16) and merge with the
