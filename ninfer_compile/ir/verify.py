@@ -182,7 +182,15 @@ def _check_shapes(graph: Graph, op: Op, T: int) -> None:
             raise _Fail(f"head dim {q[2]} != cache head dim {kc[3]}")
         _eq("out", O("out"), (q[0], q[1] * q[2]))
     elif k == "conv1d":
-        x, w, st = S("x"), S("weight"), S("conv_state")
+        if "x" in op.inputs:
+            x = S("x")
+        else:  # channel ranges x0 | x1 | .. (fuse rule conv_input_parts)
+            parts = [S(n) for n in sorted((n for n in op.inputs if n[:1] == "x" and n[1:].isdigit()),
+                                          key=lambda n: int(n[1:]))]
+            if not parts or any(len(p) != 2 or p[0] != parts[0][0] for p in parts):
+                raise _Fail(f"input parts {[list(p) for p in parts]} must be [T, C_i] with one T")
+            x = (parts[0][0], sum(p[1] for p in parts))
+        w, st = S("weight"), S("conv_state")
         if len(w) != 2 or w[1] != x[1]:
             raise _Fail(f"weight {list(w)} must be [kernel, {x[1]}]")
         if len(st) != 3 or st[1] != w[0] - 1 or st[2] != x[1]:

@@ -32,8 +32,8 @@ from .context import PassContext
 
 NAME = "fuse"
 RULES_PATH = Path(__file__).with_name("fuse_rules.yaml")
-_KINDS = ("merge_views", "epilogue_through_split", "epilogue", "share_input", "prologue", "norm_rope_pair",
-          "projections_into")
+_KINDS = ("concat_into", "merge_views", "epilogue_through_split", "epilogue", "share_input", "prologue",
+          "norm_rope_pair", "projections_into")
 
 
 def load_rules(path: Path = RULES_PATH) -> tuple[dict, ...]:
@@ -344,7 +344,55 @@ def _projections_into(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> in
     return n
 
 
+def _launchers_take(ctx: PassContext, family: str, names: list[str]) -> bool:
+    """Every registered route of `family` has a launcher taking all of `names` (keyword operands)."""
+    import inspect
+
+    routes = _family_routes(ctx, family)
+    if not routes:
+        return False
+    for r in routes:
+        try:
+            params = inspect.signature(r.load_launcher()).parameters
+        except Exception:  # noqa: BLE001 - a launcher that cannot be inspected cannot take parts
+            return False
+        if any(n not in params for n in names):
+            return False
+    return True
+
+
+def _concat_into(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
+    """concat(x0, .., xn) along the last axis of a 2-D tensor, feeding only operand `operand` of one
+    `consumer` op, becomes that op reading the parts as operands `<operand>0..n` (no joined copy),
+    where every route of the consumer's family has a launcher taking those operands."""
+    operand, n = rule["operand"], 0
+    for op in g.ops_of(["concat"]):
+        out = op.outputs["out"]
+        t = g.tensors[out]
+        cons = g.consumers(out)
+        if len(cons) != 1 or t.role == "output" or len(t.shape) != 2 or int(op.attrs.get("axis", -1)) not in (1, -1):
+            continue
+        c = cons[0]
+        if c.kind != rule["consumer"] or c.inputs.get(operand) != out \
+                or sum(1 for v in c.inputs.values() if v == out) != 1:
+            continue
+        parts = [op.inputs[k] for k in sorted(op.inputs, key=lambda k: int(k[1:]))]
+        if len(parts) > int(rule.get("max_parts", 3)):
+            continue
+        names = [f"{operand}{i}" for i in range(len(parts))]
+        if not _launchers_take(ctx, c.kind, names):
+            continue
+        inputs = {k: v for k, v in c.inputs.items() if k != operand}
+        inputs.update(zip(names, parts))
+        g.remove_op(op.name)
+        g.replace_op(c.model_copy(update={"inputs": inputs,
+                                          "attrs": {**c.attrs, "merged": [*c.attrs.get("merged", []), op.name]}}))
+        n += 1
+    return n
+
+
 _REWRITERS = {
+    "concat_into": _concat_into,
     "projections_into": _projections_into,
     "norm_rope_pair": _norm_rope_pair,
     "merge_views": _merge_views,

@@ -33,7 +33,10 @@ KV_MATCH = {"bf16": "bf16", "int8": "int8_g64"}
 
 
 def op_t(graph: Graph, op: Op) -> int:
-    return int(graph.tensors[op.inputs[_T_OPERAND[op.kind]]].shape[0])
+    name = _T_OPERAND[op.kind]
+    if name not in op.inputs and f"{name}0" in op.inputs:  # input in parts (fuse rule concat_into)
+        name = f"{name}0"
+    return int(graph.tensors[op.inputs[name]].shape[0])
 
 
 def gating_proj_match(a_weight, phase: str) -> dict[str, Any]:

@@ -45,17 +45,30 @@ def test_lowered_prefill_matches_reference(tiny):
     assert torch.equal(out["ids"], want.argmax(-1).to(torch.int32))
 
 
-def test_compiled_graphs_with_route_references_match(tiny, tmp_path):
+@pytest.mark.parametrize("registry", ["test", "shipped"])
+def test_compiled_graphs_with_route_references_match(tiny, tmp_path, registry):
     """After the full pipeline (merged views, fused epilogues, selected routes whose references
-    run the ops): a chunked prefill then decode steps carry state exactly like the reference."""
+    run the ops): a chunked prefill then decode steps carry state exactly like the reference.
+    `shipped`: the registered routes and routes/sm90.yaml, whose launchers enable the fusions that
+    need launcher support (the GDN conv reading q | k | v in place, the gating projection)."""
     art, spec, weights, ref = tiny
     want = ref.prefill(TOKENS)  # logits of every position
-    ctx = make_context(spec, art.by_name, tmp_path)
+    if registry == "test":
+        ctx = make_context(spec, art.by_name, tmp_path)
+    else:
+        from ninfer_compile.passes.context import PassContext
+        from ninfer_compile.routes import table_for_sm
+
+        ctx = PassContext(spec=spec, objects=art.by_name, table=table_for_sm(90))
     opts = LowerOptions(prefill_chunk=6, concurrency=(1,), max_context=32, mtp=False)
     gs = {n: run_pipeline(g, ctx) for n, g in _graphs(spec, opts).items()}
     pre, dec = gs["prefill_t6"], gs["decode_c1_k0"]
     assert any(o.attrs.get("epilogue") == "swiglu" for o in pre.ops())
     assert pre.meta["fusions"]["qk_norm_rope"] == 2 and "qk_norm_rope" in [o.kind for o in dec.ops()]
+    n_parts = spec.layer_kinds.count("gdn") if registry == "shipped" else 0  # test routes have no launchers
+    for g in (pre, dec):
+        assert g.meta["fusions"]["conv_input_parts"] == n_parts
+        assert [o.kind for o in g.ops()].count("concat") == spec.layer_kinds.count("gdn") - n_parts
     assert all(o.route.reference for o in dec.ops() if o.is_family)
     ex = Executor(weights)
     st = ExecState.zeros([pre, dec])

@@ -5,6 +5,10 @@ Grid (T, cdiv(C, BLOCK_C)): one program per (column, channel block). The K taps 
 x when the column has at least d same-slot predecessors in this launch (n_prev), else from the
 slot's state row K-1-(d-n_prev); inputs at negative positions are zero.
 
+The input may come in up to three channel ranges (PARTS): channels [0, C0) from x, [C0, C01) from
+x1, [C01, C) from x2, each with its own row stride — the GDN conv reads q, k and v straight from
+the projections' outputs instead of from a concatenated copy (fuse rule `conv_input_parts`).
+
 `conv1d_kernel` with FUSE_STATE=True also rolls the state in the same program: valid only when
 every column has its own slot (decode). The prefill path runs `conv1d_kernel` (FUSE_STATE=False)
 then `conv1d_state_kernel`, in which only the last column of each slot's run writes that slot's
@@ -31,14 +35,31 @@ def _n_prev(slots_ptr, t, s, K: tl.constexpr):
 
 
 @triton.jit
-def _lagged(x_ptr, state_ptr, t, s, p, n_prev, d, cols, cmask, stride_xt, stride_ss, stride_sk,
-            K: tl.constexpr):
+def _x_rows(xp, xrow, cols, m, PARTS: tl.constexpr):
+    """x at rows xrow ([R]) for channels cols -> [R, BLOCK_C] (0 where ~m), from the PARTS ranges;
+    xp = (x_ptr, stride_xt, x1_ptr, stride_x1, x2_ptr, stride_x2, C0, C01)."""
+    x_ptr, sx, x1_ptr, sx1, x2_ptr, sx2, C0, C01 = xp
+    if PARTS == 1:
+        v = tl.load(x_ptr + xrow[:, None] * sx + cols[None, :], mask=m, other=0.0)
+    else:
+        in0 = (cols < C0)[None, :]
+        in2 = (cols >= C01)[None, :]
+        v = tl.load(x_ptr + xrow[:, None] * sx + cols[None, :], mask=m & in0, other=0.0)
+        v += tl.load(x1_ptr + xrow[:, None] * sx1 + (cols - C0)[None, :], mask=m & ~in0 & ~in2, other=0.0)
+        if PARTS == 3:
+            v += tl.load(x2_ptr + xrow[:, None] * sx2 + (cols - C01)[None, :], mask=m & in2, other=0.0)
+    return v
+
+
+@triton.jit
+def _lagged(xp, state_ptr, t, s, p, n_prev, d, cols, cmask, stride_ss, stride_sk,
+            K: tl.constexpr, PARTS: tl.constexpr):
     """Inputs at lags d ([R] int tensor) for channels cols -> [R, BLOCK_C] fp32 (zero where d < 0)."""
     from_x = d <= n_prev
     valid = ((p - d) >= 0) & (d >= 0) & (d < K)
     m = cmask[None, :] & valid[:, None]
     xrow = tl.maximum(t - d, 0)
-    vx = tl.load(x_ptr + xrow[:, None] * stride_xt + cols[None, :], mask=m & from_x[:, None], other=0.0)
+    vx = _x_rows(xp, xrow, cols, m & from_x[:, None], PARTS)
     srow = tl.minimum(tl.maximum(K - 1 - (d - n_prev), 0), K - 2)
     vs = tl.load(state_ptr + s * stride_ss + srow[:, None] * stride_sk + cols[None, :],
                  mask=m & (d > n_prev)[:, None], other=0.0)
@@ -46,14 +67,14 @@ def _lagged(x_ptr, state_ptr, t, s, p, n_prev, d, cols, cmask, stride_xt, stride
 
 
 @triton.jit
-def _roll_state(x_ptr, state_ptr, t, s, p, n_prev, cols, cmask, stride_xt, stride_ss, stride_sk,
-                K: tl.constexpr, KP: tl.constexpr):
+def _roll_state(xp, state_ptr, t, s, p, n_prev, cols, cmask, stride_ss, stride_sk,
+                K: tl.constexpr, KP: tl.constexpr, PARTS: tl.constexpr):
     """Write slot s's new state as of column t: row i holds the input at lag K-2-i (row K-2 =
     column t), read through `_lagged` before any row is overwritten."""
     i = tl.arange(0, KP)
     dn = K - 2 - i
     rmask = (i < K - 1)[:, None] & cmask[None, :]
-    nv = _lagged(x_ptr, state_ptr, t, s, p, n_prev, dn, cols, cmask, stride_xt, stride_ss, stride_sk, K)
+    nv = _lagged(xp, state_ptr, t, s, p, n_prev, dn, cols, cmask, stride_ss, stride_sk, K, PARTS)
     tl.debug_barrier()
     tl.store(state_ptr + s * stride_ss + i[:, None] * stride_sk + cols[None, :],
              nv.to(state_ptr.dtype.element_ty), mask=rmask)
@@ -63,10 +84,13 @@ def _roll_state(x_ptr, state_ptr, t, s, p, n_prev, cols, cmask, stride_xt, strid
 def conv1d_kernel(
     x_ptr, w_ptr, state_ptr, out_ptr, pos_ptr, slots_ptr,
     C, stride_xt, stride_ot, stride_ss, stride_sk,
+    x1_ptr, stride_x1, x2_ptr, stride_x2, C0, C01,
     K: tl.constexpr, KP: tl.constexpr, BLOCK_C: tl.constexpr, FUSE_STATE: tl.constexpr,
+    PARTS: tl.constexpr = 1,
     PDL: tl.constexpr = False,
 ):
     pdl_enter(PDL)
+    xp = (x_ptr, stride_xt, x1_ptr, stride_x1, x2_ptr, stride_x2, C0, C01)
     t = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
@@ -78,24 +102,27 @@ def conv1d_kernel(
         n_prev = _n_prev(slots_ptr, t, s, K)
     j = tl.arange(0, KP)
     d = K - 1 - j  # lag of tap j; taps j >= K give d < 0 and are masked off
-    vals = _lagged(x_ptr, state_ptr, t, s, p, n_prev, d, cols, cmask, stride_xt, stride_ss, stride_sk, K)
+    vals = _lagged(xp, state_ptr, t, s, p, n_prev, d, cols, cmask, stride_ss, stride_sk, K, PARTS)
     w = tl.load(w_ptr + j[:, None] * C + cols[None, :], mask=(j < K)[:, None] & cmask[None, :], other=0.0)
     acc = tl.sum(vals * w.to(tl.float32), axis=0)  # [BLOCK_C]
     y = acc / (1.0 + tl.exp(-acc))
     tl.store(out_ptr + t * stride_ot + cols, y.to(out_ptr.dtype.element_ty), mask=cmask)
     if FUSE_STATE:
-        _roll_state(x_ptr, state_ptr, t, s, p, n_prev, cols, cmask, stride_xt, stride_ss, stride_sk, K, KP)
+        _roll_state(xp, state_ptr, t, s, p, n_prev, cols, cmask, stride_ss, stride_sk, K, KP, PARTS)
 
 
 @triton.jit
 def conv1d_state_kernel(
     x_ptr, state_ptr, pos_ptr, slots_ptr,
     T, C, stride_xt, stride_ss, stride_sk,
+    x1_ptr, stride_x1, x2_ptr, stride_x2, C0, C01,
     K: tl.constexpr, KP: tl.constexpr, BLOCK_C: tl.constexpr,
+    PARTS: tl.constexpr = 1,
     PDL: tl.constexpr = False,
 ):
     """Grid (T, C blocks): the last column of each slot's run writes that slot's new state."""
     pdl_enter(PDL)
+    xp = (x_ptr, stride_xt, x1_ptr, stride_x1, x2_ptr, stride_x2, C0, C01)
     t = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
@@ -105,4 +132,4 @@ def conv1d_state_kernel(
     if is_end:
         p = tl.load(pos_ptr + t)
         n_prev = _n_prev(slots_ptr, t, s, K)
-        _roll_state(x_ptr, state_ptr, t, s, p, n_prev, cols, cmask, stride_xt, stride_ss, stride_sk, K, KP)
+        _roll_state(xp, state_ptr, t, s, p, n_prev, cols, cmask, stride_ss, stride_sk, K, KP, PARTS)

@@ -70,3 +70,60 @@ def test_conv1d_27b_width_gpu():
     x, w, state = _case(64, 10240, 2, seed=9)
     slots = torch.zeros(64, dtype=torch.int32)
     _run(launch.conv1d_prefill, x, w, state, torch.arange(3, 67, dtype=torch.int32), slots)
+
+
+def _as_parts(x, widths, pads):
+    """x [T, C] split into channel ranges of `widths`, each a column view of its own wider buffer
+    (row stride = width + pad, like the projections' output views the fused GDN conv reads)."""
+    out, c = [], 0
+    for wdt, pad in zip(widths, pads):
+        buf = torch.full((x.shape[0], wdt + pad), float("nan"), dtype=x.dtype)
+        buf[:, pad // 2: pad // 2 + wdt] = x[:, c:c + wdt]
+        out.append(buf[:, pad // 2: pad // 2 + wdt])
+        c += wdt
+    return out
+
+
+@pytest.mark.parametrize("fn_name,T,widths", [
+    ("conv1d_decode", 1, (32, 32, 48)), ("conv1d_decode", 3, (100, 200)), ("conv1d_decode", 5, (40, 8, 300)),
+    ("conv1d_prefill", 1, (32, 32, 48)), ("conv1d_prefill", 17, (256, 256, 40)), ("conv1d_prefill", 33, (24, 72))])
+def test_input_parts_equal_the_joined_input(fn_name, T, widths):
+    """Channel ranges read straight from strided views give bit-identical output and state to the
+    same input joined into one tensor (the concat the fuse rule conv_input_parts removes); the
+    views' neighbours hold NaN, so a read outside a range shows."""
+    C = sum(widths)
+    x, w, state = _case(T, C, 6, seed=T + C)
+    if fn_name == "conv1d_decode":
+        slots = torch.tensor([4, 0, 2, 5, 1][:T], dtype=torch.int32)
+        pos = torch.tensor([7, 0, 2, 1, 40][:T], dtype=torch.int32)
+    else:
+        slots = torch.full((T,), 1, dtype=torch.int32)
+        pos = torch.arange(2, 2 + T, dtype=torch.int32)
+    fn = getattr(launch, fn_name)
+    outs = []
+    for parts in (None, _as_parts(x, widths, (6, 10, 2)[:len(widths)])):
+        sd = state.clone().to(DEV)
+        out = torch.empty(T, C, dtype=torch.bfloat16, device=DEV)
+        if parts is None:
+            fn(x.to(DEV), w.to(DEV), sd, pos.to(DEV), slots.to(DEV), out)
+        else:
+            fn(None, w.to(DEV), sd, pos.to(DEV), slots.to(DEV), out,
+               **{f"x{i}": p.to(DEV) for i, p in enumerate(parts)})
+        outs.append((out.cpu(), sd.cpu()))
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+    ref_out, _ = reference.conv1d(x, w, state, pos, slots)
+    torch.testing.assert_close(outs[1][0].float(), ref_out, atol=2e-2, rtol=2e-2)
+
+
+def test_input_parts_refused_when_inconsistent():
+    x, w, state = _case(2, 16, 2)
+    ids = torch.arange(2, dtype=torch.int32)
+    out = torch.empty(2, 16, dtype=torch.bfloat16)
+    with pytest.raises(RouteError, match="not both"):
+        launch.conv1d_decode(x, w, state, ids, ids, out, x0=x)
+    with pytest.raises(RouteError, match="no input"):
+        launch.conv1d_decode(None, w, state, ids, ids, out)
+    with pytest.raises(RouteError, match="one T"):
+        launch.conv1d_decode(None, w, state, ids, ids, out, x0=x[:, :8], x1=x[:1, 8:])
+    with pytest.raises(RouteError, match="shapes"):
+        launch.conv1d_decode(None, w, state, ids, ids, out, x0=x[:, :8], x1=x[:, 8:12])
