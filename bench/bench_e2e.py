@@ -11,6 +11,12 @@ Measures, in one run, against limits measured in the same run:
         [--prefill 1024,4096] [--context 4096] [--concurrency 1,2,4,8] [--decode-tokens 32]
 
 Writes DIR/e2e_<label>.json and .md with provenance (GPU, driver, torch, triton, date).
+
+`--profile C[,C]`: for each listed concurrency, a decode-step breakdown after the timed runs: the
+context prefilled into C slots, a few untimed steps, then `--profile-steps` steps under
+torch.profiler (CUDA activity: the kernels of the replayed CUDA graphs): per kernel name, launches
+and device µs per step, next to the step's wall time measured without the profiler; the
+difference is time the GPU ran no kernel of ours (launch gaps, host work).
 """
 
 from __future__ import annotations
@@ -60,6 +66,60 @@ def decode_weight_bytes(plan: dict, artifact: Path) -> int:
         return sum(art.entry(n).bytes for n in names)
 
 
+def kernel_breakdown(kernels: list[tuple[str, float]], steps: int, step_us: float, top: int = 30) -> dict:
+    """Aggregate (kernel name, device µs) over `steps` decode steps: per name, launches and µs per
+    step and % of the step's wall time `step_us`; the rest (wall - kernel time) is idle GPU time."""
+    agg: dict[str, list] = {}
+    for name, us in kernels:
+        a = agg.setdefault(_short(name), [0, 0.0])
+        a[0] += 1
+        a[1] += float(us)
+    per_step = sum(a[1] for a in agg.values()) / steps
+    rows = [{"kernel": k, "launches_per_step": n / steps, "us_per_step": t / steps, "mean_us": t / n,
+             "pct_of_step": 100.0 * t / steps / step_us} for k, (n, t) in agg.items()]
+    rows.sort(key=lambda r: (-r["us_per_step"], r["kernel"]))
+    return {"steps": steps, "step_us": step_us, "kernel_us_per_step": per_step,
+            "launches_per_step": sum(a[0] for a in agg.values()) / steps,
+            "idle_us_per_step": step_us - per_step, "rows": rows[:top], "other_kernels": max(0, len(rows) - top)}
+
+
+def _short(name: str) -> str:
+    """A kernel name without template arguments / parameter lists (torch's kernels are long)."""
+    for cut in ("<", "("):
+        if cut in name:
+            name = name.split(cut, 1)[0]
+    return name.strip()[:80] or "?"
+
+
+def profile_decode(torch, eng, c: int, context: int, steps: int, prompt) -> dict:
+    """Decode-step breakdown at concurrency c (see the module docstring)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from ninfer_runtime.generate import decode_step, prefill
+
+    for s in range(c):
+        prefill(eng, prompt(context), s)
+
+    def step(i):
+        decode_step(eng, [(7, context + i, s) for s in range(c)])
+
+    for i in range(4):  # warm (graphs already captured at load)
+        step(i)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(steps):
+        step(4 + i)
+    torch.cuda.synchronize()
+    wall_us = (time.perf_counter() - t0) / steps * 1e6
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(steps):
+            step(4 + steps + i)
+        torch.cuda.synchronize()
+    kernels = [(e.name, e.time_range.elapsed_us()) for e in prof.events() if e.device_type == DeviceType.CUDA]
+    return kernel_breakdown(kernels, steps, wall_us)
+
+
 def render_md(res: dict) -> str:
     prov, wbytes, read_gbs = res["provenance"], res["weights_bytes_per_step"], res["read_bandwidth_gbs"]
     lines = [f"# End to end, {res['label']}: {prov['gpu']}, {prov['date']}", "",
@@ -76,6 +136,15 @@ def render_md(res: dict) -> str:
     roof_ms = wbytes / (read_gbs * 1e9) * 1e3
     lines += [f"| {c} | {v['tok_s']:.1f} | {v['step_ms']:.2f} | {roof_ms:.2f} | {100 * roof_ms / v['step_ms']:.0f}% |"
               for c, v in res["decode"].items()]
+    for c, b in (res.get("decode_profile") or {}).items():
+        lines += ["", f"Decode step at C={c}, {b['steps']} steps under torch.profiler: wall {b['step_us']:.0f} µs/step "
+                  f"(measured without the profiler), our kernels {b['kernel_us_per_step']:.0f} µs in "
+                  f"{b['launches_per_step']:.0f} launches, GPU idle {b['idle_us_per_step']:.0f} µs", "",
+                  "| kernel | launches/step | µs/step | mean µs | % of step |", "|---|---|---|---|---|"]
+        lines += [f"| {r['kernel']} | {r['launches_per_step']:.0f} | {r['us_per_step']:.1f} | {r['mean_us']:.2f} | "
+                  f"{r['pct_of_step']:.1f}% |" for r in b["rows"]]
+        if b["other_kernels"]:
+            lines.append(f"| ({b['other_kernels']} more kernel names) | | | | |")
     return "\n".join(lines) + "\n"
 
 
@@ -103,6 +172,8 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--concurrency", default="1,2,4,8")
     ap.add_argument("--decode-tokens", type=int, default=32)
+    ap.add_argument("--profile", default="", help="concurrencies to break down per kernel (e.g. 1,8)")
+    ap.add_argument("--profile-steps", type=int, default=8)
     args = ap.parse_args(argv)
 
     import torch
@@ -148,6 +219,16 @@ def main(argv=None) -> int:
                             "fraction_of_roofline": roof / step_s}
         print(f"decode C={c}: {tok_s:.1f} tok/s, step {step_s*1e3:.2f} ms "
               f"(roofline {roof*1e3:.2f} ms, {100*roof/step_s:.0f}%)", flush=True)
+    for c in [int(x) for x in args.profile.split(",") if x]:
+        try:  # after the timed runs: a profiler failure must not lose them
+            b = profile_decode(torch, eng, c, args.context, args.profile_steps, prompt)
+        except Exception as exc:  # noqa: BLE001
+            res.setdefault("decode_profile_errors", {})[c] = f"{type(exc).__name__}: {exc}"[:300]
+            print(f"profile C={c} failed: {exc}", flush=True)
+            continue
+        res.setdefault("decode_profile", {})[c] = b
+        print(f"profile C={c}: wall {b['step_us']:.0f} µs/step, kernels {b['kernel_us_per_step']:.0f} µs in "
+              f"{b['launches_per_step']:.0f} launches, idle {b['idle_us_per_step']:.0f} µs", flush=True)
     (args.out / f"e2e_{args.label}.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
     md = render_md(res)
     (args.out / f"e2e_{args.label}.md").write_text(md)
