@@ -1,4 +1,5 @@
-"""Tensor-core decode GEMV (T <= 16) for the row-split Q4 / Q5 / Q6 planes: routes `q4_gemv_tc`,
+"""Tensor-core decode GEMV (T <= 16 per pass; T <= 32 in 16-column slices) for the row-split Q4 / Q5 / Q6
+planes: routes `q4_gemv_tc`,
 `q5_gemv_tc`, `q6_gemv_tc` (registered in `routes_tc.py`).
 
 Why: for T = 2..16 (concurrent sequences, MTP verification) the CUDA-core GEMVs pay their dot
@@ -333,6 +334,16 @@ def launch_tc(route_name: str, x, weight, out, *, epilogue: str = "none", residu
     if not isinstance(weight, QuantWeight):
         raise RouteError(f"route {route.name}: weight must be a row-split QuantWeight, got {type(weight).__name__}")
     fmt, n, k, T, n_out, p = check_call(route, x, weight, out, epilogue, residual, params)
+    if T > MAX_T:
+        # one pass serves at most MAX_T columns (two m16n8 column tiles): wider T (the route's domain
+        # goes to 32) runs in slices of MAX_T columns, each streaming the weights again — the tuner
+        # weighs that against the tiled schedules (at T=16 one pass took 55 µs for gate_up on the
+        # H200, small_t_mma 194 µs at T=32)
+        for c0 in range(0, T, MAX_T):
+            c1 = min(T, c0 + MAX_T)
+            launch_tc(route_name, x[c0:c1], weight, out[c0:c1], epilogue=epilogue,
+                      residual=None if residual is None else residual[c0:c1], workspace=workspace, params=params)
+        return None
     code = _FMT_CODE[fmt]
     use_asm = p["USE_ASM"]
     if use_asm is True and not asm_supported(x.device):

@@ -1,6 +1,6 @@
 """Tensor-core decode-GEMV routes (data only: no torch / triton import here).
 
-- `q4_gemv_tc`, `q5_gemv_tc`, `q6_gemv_tc`: T in [1, 16]. One warp per 16 weight rows; each lane
+- `q4_gemv_tc`, `q5_gemv_tc`, `q6_gemv_tc`: T in [1, 32] (one pass per 16 columns). One warp per 16 weight rows; each lane
   dequantizes its two rows' 16-byte chunks in registers (the lowreg prmt/lop3 pairs, scaled to
   bf16) straight into `mma.sync.m16n8k16` A fragments, with a K permutation shared by the A and B
   fragments so that every operand is one 16-byte load. One dequant serves up to 16 columns.
@@ -37,10 +37,11 @@ def _build() -> dict[str, Route]:
     for name, fmt in (("q4_gemv_tc", "Q4G64_F16S"), ("q5_gemv_tc", "Q5G64_F16S"), ("q6_gemv_tc", "Q6G64_F16S")):
         out[name] = Route(
             name=name, family="linear",
-            domain=RouteDomain(formats=(fmt,), min_t=1, max_t=16, epilogues=EPILOGUES),
+            domain=RouteDomain(formats=(fmt,), min_t=1, max_t=32, epilogues=EPILOGUES),
             params=_params(), reference=REFERENCE, launcher=f"{_MOD}:{name}",
             kernels=(f"{_MOD}:gemv_tc_kernel",),
-            doc=f"{fmt[:2]} decode GEMV on tensor cores (T<=16): register dequant into mma.sync m16n8k16")
+            doc=f"{fmt[:2]} decode GEMV on tensor cores (T<=32, 16 columns per pass): register dequant into "
+                "mma.sync m16n8k16")
     return out
 
 

@@ -106,7 +106,7 @@ def test_tc_step_emulated(fmt, n_tiles):
 def test_registered_with_launchers_and_domains():
     for name, fmt in ROUTES.items():
         r = registry.get_route(name)
-        assert r.family == "linear" and r.domain.formats == (fmt,) and (r.domain.min_t, r.domain.max_t) == (1, 16)
+        assert r.family == "linear" and r.domain.formats == (fmt,) and (r.domain.min_t, r.domain.max_t) == (1, 32)
         assert set(r.domain.epilogues) == {"none", "swiglu", "residual"}
         assert r.load_launcher() is getattr(TC, name)
 
@@ -124,9 +124,17 @@ def test_fallback_path_matches_reference(name, t, n, k, epi):
 
 
 @pytest.mark.parametrize("name", list(ROUTES))
-def test_t17_and_bad_params_are_refused(name):
-    with pytest.raises(RouteError, match="T=17|domain|17"):
-        _run(name, 17, 40, 192, "none", {}, 1)
+@pytest.mark.parametrize("t,epi", [(17, "residual"), (24, "swiglu"), (32, "none")])
+def test_wide_t_runs_in_16_column_slices(name, t, epi):
+    """T 17..32: one launch per 16 columns over row views of x / out / residual."""
+    out, expected = _run(name, t, 40, 192, epi, {"USE_ASM": False, "SPLIT_K": 2}, 30 + t)
+    assert_close_rel(out, expected, 1e-2, f"{name} T={t} {epi}")
+
+
+@pytest.mark.parametrize("name", list(ROUTES))
+def test_t33_and_bad_params_are_refused(name):
+    with pytest.raises(RouteError, match="T=33|domain|33"):
+        _run(name, 33, 40, 192, "none", {}, 1)
     with pytest.raises(RouteError):
         _run(name, 2, 40, 192, "none", {"num_warps": 3}, 1)
 
@@ -136,7 +144,7 @@ def test_t17_and_bad_params_are_refused(name):
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(ROUTES))
-@pytest.mark.parametrize("t", [1, 2, 3, 5, 8, 9, 16])
+@pytest.mark.parametrize("t", [1, 2, 3, 5, 8, 9, 16, 17, 32])
 @pytest.mark.parametrize("epi", ["none", "swiglu", "residual"])
 def test_asm_path_on_gpu(name, t, epi):
     for params, (n, k) in (({"USE_ASM": True}, (264, 1088)), ({"USE_ASM": True, "num_warps": 2}, (72, 200)),
