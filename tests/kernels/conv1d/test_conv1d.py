@@ -84,6 +84,14 @@ def _as_parts(x, widths, pads):
     return out
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("fn_name,T", [("conv1d_decode", 1), ("conv1d_decode", 8), ("conv1d_prefill", 64)])
+def test_input_parts_27b_views_gpu(fn_name, T):
+    """The 27B GDN conv as the fused plan runs it: q, k views of the [T, 4096] query_key output and
+    the v view of the [T, 12288] value_z output (row strides 4096 / 12288) vs the joined input."""
+    _parts_vs_joined(fn_name, T, (2048, 2048, 6144), (2048, 2048, 6144), seed=11)
+
+
 @pytest.mark.parametrize("fn_name,T,widths", [
     ("conv1d_decode", 1, (32, 32, 48)), ("conv1d_decode", 3, (100, 200)), ("conv1d_decode", 5, (40, 8, 300)),
     ("conv1d_prefill", 1, (32, 32, 48)), ("conv1d_prefill", 17, (256, 256, 40)), ("conv1d_prefill", 33, (24, 72))])
@@ -91,17 +99,24 @@ def test_input_parts_equal_the_joined_input(fn_name, T, widths):
     """Channel ranges read straight from strided views give bit-identical output and state to the
     same input joined into one tensor (the concat the fuse rule conv_input_parts removes); the
     views' neighbours hold NaN, so a read outside a range shows."""
+    _parts_vs_joined(fn_name, T, widths, (6, 10, 2)[:len(widths)], seed=T + sum(widths))
+
+
+def _parts_vs_joined(fn_name, T, widths, pads, seed):
     C = sum(widths)
-    x, w, state = _case(T, C, 6, seed=T + C)
-    if fn_name == "conv1d_decode":
+    x, w, state = _case(T, C, 6 if T <= 5 else max(T, 6), seed=seed)
+    if fn_name == "conv1d_decode" and T <= 5:
         slots = torch.tensor([4, 0, 2, 5, 1][:T], dtype=torch.int32)
         pos = torch.tensor([7, 0, 2, 1, 40][:T], dtype=torch.int32)
+    elif fn_name == "conv1d_decode":  # one column per slot
+        slots = torch.arange(T, dtype=torch.int32).flip(0).contiguous()
+        pos = torch.arange(T, dtype=torch.int32) * 5 + 1
     else:
         slots = torch.full((T,), 1, dtype=torch.int32)
         pos = torch.arange(2, 2 + T, dtype=torch.int32)
     fn = getattr(launch, fn_name)
     outs = []
-    for parts in (None, _as_parts(x, widths, (6, 10, 2)[:len(widths)])):
+    for parts in (None, _as_parts(x, widths, pads)):
         sd = state.clone().to(DEV)
         out = torch.empty(T, C, dtype=torch.bfloat16, device=DEV)
         if parts is None:
