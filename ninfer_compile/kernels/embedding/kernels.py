@@ -45,7 +45,8 @@ def embed_rowsplit_kernel(
 
 
 @triton.jit
-def embed_dense_kernel(ids_ptr, table_ptr, out_ptr, H, stride_tr, stride_ot, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+def embed_dense_kernel(ids_ptr, table_ptr, out_ptr, H, stride_tr, stride_ot, BLOCK: tl.constexpr,
+                       PDL: tl.constexpr = False):
     pdl_enter(PDL)
     t = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)

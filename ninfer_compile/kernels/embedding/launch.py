@@ -42,4 +42,5 @@ def embedding(ids: torch.Tensor, table, out: torch.Tensor) -> None:
     if not isinstance(table, torch.Tensor) or table.dim() != 2 or table.shape[1] != H or table.stride(1) != 1 \
             or table.dtype != torch.bfloat16:
         raise RouteError("embedding: table must be a QuantWeight or a bf16 [V, H] tensor matching out")
-    embed_dense_kernel[grid](ids, table, out, H, table.stride(0), out.stride(0), BLOCK=BLOCK, num_warps=4, **pdl_launch(embed_dense_kernel))
+    embed_dense_kernel[grid](ids, table, out, H, table.stride(0), out.stride(0), BLOCK=BLOCK, num_warps=4,
+                             **pdl_launch(embed_dense_kernel))

@@ -48,7 +48,8 @@ def gdn_gating_kernel(a_ptr, b_ptr, alog_ptr, dtb_ptr, g_ptr, beta_ptr, n, Hv, s
 @triton.jit
 def gdn_gating_proj_kernel(x_ptr, wa_ptr, wb_ptr, alog_ptr, dtb_ptr, g_ptr, beta_ptr, T, Hv, K,
                            stride_xt, stride_wa, stride_wb,
-                           BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False):
+                           BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
+                           PDL: tl.constexpr = False):
     pdl_enter(PDL)
     offs_h = tl.program_id(0) * BLOCK_H + tl.arange(0, BLOCK_H)
     offs_t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)

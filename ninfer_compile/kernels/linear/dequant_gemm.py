@@ -83,7 +83,8 @@ def dequant_weight(weight: QuantWeight, w_out: torch.Tensor, *, block_n: int = 6
         weight.words(), weight.high_words(), weight.scales(), w_out,
         weight.n, weight.k_pad, weight.k_pad // lpw,
         weight.base_row_bytes // 4, weight.high_row_bytes // 4, weight.groups_per_row, w_out.stride(0),
-        FMT=code, BLOCK_N=block_n, BLOCK_K=block_k, INTERP=interpreting(), num_warps=num_warps, **pdl_launch(dequant_weight_kernel))
+        FMT=code, BLOCK_N=block_n, BLOCK_K=block_k, INTERP=interpreting(), num_warps=num_warps,
+        **pdl_launch(dequant_weight_kernel))
 
 
 def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -141,7 +142,8 @@ def launch_dequant_gemm(route_name: str, x, weight, out, *, epilogue: str = "non
         block = 1024
         splitk_reduce_kernel[(triton.cdiv(T * n_out, block),)](
             y, out, out, T, n_out, out.stride(0), out.stride(0),
-            SPLIT_K=1, EPI=EPI_CODES["swiglu"], BLOCK=block, INTERP=interpreting(), num_warps=4, **pdl_launch(splitk_reduce_kernel))
+            SPLIT_K=1, EPI=EPI_CODES["swiglu"], BLOCK=block, INTERP=interpreting(), num_warps=4,
+            **pdl_launch(splitk_reduce_kernel))
     return None
 
 
