@@ -256,9 +256,9 @@ class Executor:
             elif k == "select_rows":
                 outs = [args["x"][args["rows"].long()]]
             else:
-                if k == "conv1d" and "x" not in args:  # input in channel ranges (fuse rule conv_input_parts)
-                    parts = sorted((n for n in args if n[:1] == "x" and n[1:].isdigit()), key=lambda n: int(n[1:]))
-                    args["x"] = torch.cat([args.pop(n) for n in parts], 1)
+                base = op.attrs.get("parts_of")
+                if base:  # an input given as ranges of its last axis (fuse rewriter concat_into): join it
+                    args[base] = torch.cat([args.pop(n) for n in op.parts(base)], -1)
                 res = _call(self._fn(op), {**args, **op.attrs})
                 outs = list(res) if isinstance(res, (tuple, list)) else [res]
             for (operand, name), val in zip(op.outputs.items(), outs):

@@ -115,6 +115,12 @@ class Op(_Frozen):
     def is_family(self) -> bool:
         return self.kind in FAMILIES
 
+    def parts(self, base: str) -> list[str]:
+        """Operand names `<base>0, <base>1, ..` in order: an input given as ranges along its last
+        axis (attr `parts_of` names `base`; fuse rewriter `concat_into`)."""
+        return sorted((n for n in self.inputs if n.startswith(base) and n[len(base):].isdigit()),
+                      key=lambda n: int(n[len(base):]))
+
 
 class Extent(_Frozen):
     """One compiled step shape: T token columns."""

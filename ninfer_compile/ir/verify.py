@@ -185,8 +185,7 @@ def _check_shapes(graph: Graph, op: Op, T: int) -> None:
         if "x" in op.inputs:
             x = S("x")
         else:  # channel ranges x0 | x1 | .. (fuse rule conv_input_parts)
-            parts = [S(n) for n in sorted((n for n in op.inputs if n[:1] == "x" and n[1:].isdigit()),
-                                          key=lambda n: int(n[1:]))]
+            parts = [S(n) for n in op.parts("x")]
             if not parts or any(len(p) != 2 or p[0] != parts[0][0] for p in parts):
                 raise _Fail(f"input parts {[list(p) for p in parts]} must be [T, C_i] with one T")
             x = (parts[0][0], sum(p[1] for p in parts))

@@ -385,8 +385,8 @@ def _concat_into(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
         inputs = {k: v for k, v in c.inputs.items() if k != operand}
         inputs.update(zip(names, parts))
         g.remove_op(op.name)
-        g.replace_op(c.model_copy(update={"inputs": inputs,
-                                          "attrs": {**c.attrs, "merged": [*c.attrs.get("merged", []), op.name]}}))
+        g.replace_op(c.model_copy(update={"inputs": inputs, "attrs": {
+            **c.attrs, "parts_of": operand, "merged": [*c.attrs.get("merged", []), op.name]}}))
         n += 1
     return n
 

@@ -103,6 +103,15 @@ def rewrite_quant_linear(dest: Path, base: Path, rows, skip=("bf16",)) -> Path:
     return dest
 
 
+def quant_plan_with_rows(d: Path, rows, *, concurrency, skip=("bf16",)) -> tuple[Path, Path]:
+    """The tiny HF model packed with the default (quantized) recipe and compiled under the
+    interpreter table whose quantized linear rows are `rows(prefix, mma_params)`: (artifact, plan)."""
+    make_hf_checkpoint(d / "hf")
+    table = rewrite_quant_linear(d / "rows90.yaml", interp_table(d / "interp90.yaml"), rows, skip=skip)
+    art = pack(d / "hf", d / "tiny-q.ninfer", "default")
+    return art, compile_plan(art, d / "tiny-q.sm90.plan", table=table, concurrency=concurrency)
+
+
 def compile_plan(artifact: Path, out: Path, *, table: Path | None = None, chunk: int = 8, max_context: int = 64,
                  concurrency=(1, 2), sm: int = 90) -> Path:
     """Compile `artifact` into `out` and make sure it carries emitted kernels."""

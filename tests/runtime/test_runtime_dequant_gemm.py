@@ -17,20 +17,12 @@ from . import support as S
 N_NEW = 4
 
 
-def _table(dest, base):
-    return S.rewrite_quant_linear(dest, base, lambda prefix, mma: [
-        {"t": [1, 4], "route": f"{prefix}_small_t_mma", "params": mma},
-        {"t": [5, "max"], "route": f"{prefix}_dequant_gemm", "params": {"BLOCK_N": 64, "BLOCK_K": 128}}])
-
-
 @pytest.fixture(scope="module")
 def dq(tmp_path_factory):
-    d = tmp_path_factory.mktemp("rtdq")
-    S.make_hf_checkpoint(d / "hf")
-    table = _table(d / "dq90.yaml", S.interp_table(d / "interp90.yaml"))
-    art = S.pack(d / "hf", d / "tiny-q.ninfer", "default")
-    plan = S.compile_plan(art, d / "tiny-q.sm90.plan", table=table, concurrency=(1,))
-    return art, plan
+    return S.quant_plan_with_rows(tmp_path_factory.mktemp("rtdq"), lambda prefix, mma: [
+        {"t": [1, 4], "route": f"{prefix}_small_t_mma", "params": mma},
+        {"t": [5, "max"], "route": f"{prefix}_dequant_gemm", "params": {"BLOCK_N": 64, "BLOCK_K": 128}}],
+        concurrency=(1,))
 
 
 def test_prefill_through_dequant_gemm_matches_reference(dq):

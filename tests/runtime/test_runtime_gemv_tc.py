@@ -17,21 +17,12 @@ from . import support as S
 N_NEW = 4
 
 
-def _table(dest, base):
-    return S.rewrite_quant_linear(dest, base, lambda prefix, mma: [
-        {"t": [1, 16], "route": f"{prefix}_gemv_tc", "params": {"num_warps": 2}},
-        {"t": [17, 64], "route": f"{prefix}_small_t_mma", "params": mma},
-        {"t": [65, "max"], "route": f"{prefix}_wide_mma"}], skip=("bf16", "w8"))
-
-
 @pytest.fixture(scope="module")
 def tc(tmp_path_factory):
-    d = tmp_path_factory.mktemp("rttc")
-    S.make_hf_checkpoint(d / "hf")
-    table = _table(d / "tc90.yaml", S.interp_table(d / "interp90.yaml"))
-    art = S.pack(d / "hf", d / "tiny-q.ninfer", "default")
-    plan = S.compile_plan(art, d / "tiny-q.sm90.plan", table=table, concurrency=(1, 2))
-    return art, plan
+    return S.quant_plan_with_rows(tmp_path_factory.mktemp("rttc"), lambda prefix, mma: [
+        {"t": [1, 16], "route": f"{prefix}_gemv_tc", "params": {"num_warps": 2}},
+        {"t": [17, 64], "route": f"{prefix}_small_t_mma", "params": mma},
+        {"t": [65, "max"], "route": f"{prefix}_wide_mma"}], concurrency=(1, 2), skip=("bf16", "w8"))
 
 
 def test_decode_through_gemv_tc_matches_reference(tc):
