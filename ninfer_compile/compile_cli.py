@@ -45,6 +45,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="write the IR after lowering and every pass (txt, yaml, dot per extent)")
     parser.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
                         help=f"switch a pass off (repeatable): {', '.join(PASS_NAMES)}")
+    parser.add_argument("--prefill-logits", choices=("last", "all"), default="last",
+                        help="prefill head rows: last (the chunk's last column, for generation) or all (every "
+                             "column: ninfer-run --perplexity needs it)")
     parser.add_argument("--no-binaries", action="store_true",
                         help="emit kernel source only: skip the ahead-of-time cubins (kernels/bin/); the "
                              "runtime then JIT-compiles every kernel at load")
@@ -168,7 +171,7 @@ def run(args) -> int:
     # kernels would be compiled, allocated and captured for nothing
     opts = LowerOptions(prefill_chunk=args.prefill_chunk, concurrency=_concurrency(args.concurrency),
                         draft_tokens=args.draft_tokens, max_context=args.max_context, kv_dtype=args.kv_dtype,
-                        mtp=args.draft_tokens > 0)
+                        mtp=args.draft_tokens > 0, prefill_logits=args.prefill_logits)
     out_dir = args.output or Path(f"{args.artifact}.sm{args.sm}.plan")
     dump_tmp = None
     try:

@@ -1,4 +1,4 @@
-"""`ninfer-run PLAN --artifact A (--prompt TEXT | --tokens 1,2,3) [options]`.
+"""`ninfer-run PLAN --artifact A (--prompt TEXT | --tokens 1,2,3 | --perplexity FILE) [options]`.
 
 Streams the generated text to stdout when the artifact has a tokenizer; the last line printed is
 `tokens: <ids>` (the generated ids of sequence 0; with --concurrency C > 1, C copies of the prompt
@@ -19,6 +19,12 @@ def _parser() -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text (needs the artifact's tokenizer)")
     src.add_argument("--tokens", help="prompt token ids, comma separated")
+    src.add_argument("--perplexity", metavar="FILE", help="score a UTF-8 text file; prints `perplexity P over N "
+                     "scored tokens` (plan compiled with --prefill-logits all; ninfer_runtime/perplexity.py)")
+    p.add_argument("--ppl-context", type=int, default=None, metavar="N",
+                   help="--perplexity window length in tokens (default 1024, at most the plan's max context)")
+    p.add_argument("--ppl-stride", type=int, default=None, metavar="S",
+                   help="--perplexity window step in tokens (default: half the window)")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--greedy", action="store_true", help="argmax decoding (default unless --temperature > 0)")
     p.add_argument("--temperature", type=float, default=0.0)
@@ -62,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args) -> int:
     from .loader import load
 
+    if args.perplexity is not None:
+        from .perplexity import run_cli
+
+        return run_cli(args)
     if args.greedy and args.temperature > 0:
         raise ValueError("--greedy and --temperature > 0 are exclusive")
     if args.concurrency < 1:
