@@ -1,6 +1,6 @@
 """Train the project's tiny Qwen3.5-architecture model (and its MTP layer) on the CPU.
 
-    python examples/train_tiny.py OUT_DIR [--seed 0] [--steps 600] [--mtp-steps 200]
+    python examples/train_tiny.py OUT_DIR [--seed 0] [--steps 450] [--mtp-steps 150]
 
 Corpus: the top-level `*.py` source files of the standard library of the interpreter running this
 script (`sysconfig.get_paths()["stdlib"]`), sorted by name; the files in HELD_OUT are the held-out
@@ -38,7 +38,7 @@ EXCLUDED = ("__phello__.foo.py", "_pydecimal.py", "this.py", "antigravity.py")
 
 VOCAB = 2048
 SEQ = 256
-BATCH = 8
+BATCH = 4
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 MODEL = dict(
@@ -135,7 +135,7 @@ class MTPLayer:
         e = m.pre_fc_norm_embedding(tm.embed_tokens(ids))
         h = m.pre_fc_norm_hidden(hidden)
         x = m.fc(torch.cat([e, h], dim=-1))
-        pos = torch.arange(ids.shape[1]).unsqueeze(0).expand(ids.shape[0], -1)
+        pos = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0).expand(ids.shape[0], -1)
         x = m.layers[0](x, position_embeddings=tm.rotary_emb(x, pos), attention_mask=None, position_ids=pos)
         return self.target.lm_head(m.norm(x))
 
@@ -167,10 +167,12 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--steps", type=int, default=600)
-    ap.add_argument("--mtp-steps", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=450)
+    ap.add_argument("--mtp-steps", type=int, default=150)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--device", default="cpu", help="torch device (default cpu, 2 threads; cuda: deterministic "
+                                                   "algorithms, same batches)")
     args = ap.parse_args(argv)
 
     import torch
@@ -179,6 +181,11 @@ def main(argv: list[str] | None = None) -> None:
     from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5ForCausalLM
 
     torch.set_num_threads(2)
+    dev = torch.device(args.device)
+    if dev.type == "cuda":
+        import os
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
     torch.manual_seed(args.seed)
     t_start = time.perf_counter()
     stdlib = Path(sysconfig.get_paths()["stdlib"])
@@ -204,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
         ids.append(eot)
     stream = torch.tensor(ids, dtype=torch.long)
     held_ids = torch.tensor(tok.encode(heldout_text, add_special_tokens=False).ids, dtype=torch.long)
-    held_win = windows(held_ids, torch)
+    held_win = windows(held_ids, torch).to(dev)
     t_tok = time.perf_counter() - t_start
     print(f"corpus: {len(train_files)} train files ({len(stream)} tokens), {len(held_files)} held-out "
           f"({len(held_ids)} tokens, {len(heldout_text)} chars); tokenizer {tok.get_vocab_size()} ids "
@@ -212,7 +219,7 @@ def main(argv: list[str] | None = None) -> None:
 
     cfg = Qwen3_5TextConfig(**MODEL, eos_token_id=tok.token_to_id("<|im_end|>"), attn_implementation="sdpa")
     torch.manual_seed(args.seed)
-    model = Qwen3_5ForCausalLM(cfg)
+    model = Qwen3_5ForCausalLM(cfg).to(dev)
     model.train()
     decay = [p for n, p in model.named_parameters() if p.ndim == 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim != 2]
@@ -226,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
         lr = lr_at(step, args.steps, args.lr, warmup=min(100, args.steps // 10 + 1))
         for g in opt.param_groups:
             g["lr"] = lr
-        b = batch(stream, gen, torch)
+        b = batch(stream, gen, torch).to(dev)
         logits = model(b[:, :-1], use_cache=False).logits
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), b[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
@@ -246,13 +253,14 @@ def main(argv: list[str] | None = None) -> None:
                   f"({row['elapsed_s']:.0f}s)", file=sys.stderr)
     t_target = time.perf_counter() - t0
     model.eval()
-    final_train = heldout_loss(model, windows(stream[:len(held_ids)], torch), torch)
+    final_train = heldout_loss(model, windows(stream[:32 * SEQ + 1], torch).to(dev), torch)  # first 32 windows
     final_held = heldout_loss(model, held_win, torch)
 
     # MTP: target frozen
     for p in model.parameters():
         p.requires_grad_(False)
     mtp = MTPLayer(model, torch)
+    mtp.module.to(dev)
     mparams = list(mtp.module.parameters())
     mopt = torch.optim.AdamW([{"params": [p for p in mparams if p.ndim == 2], "weight_decay": 0.1},
                               {"params": [p for p in mparams if p.ndim != 2], "weight_decay": 0.0}],
@@ -263,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
         lr = lr_at(step, args.mtp_steps, args.lr, warmup=min(50, args.mtp_steps // 10 + 1))
         for g in mopt.param_groups:
             g["lr"] = lr
-        loss, _ = mtp_loss(mtp, batch(stream, gen, torch), torch)
+        loss, _ = mtp_loss(mtp, batch(stream, gen, torch).to(dev), torch)
         mopt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(mparams, 1.0)
@@ -286,8 +294,8 @@ def main(argv: list[str] | None = None) -> None:
         mtp_top1 = float((mlogits.argmax(-1) == held_win[:, 2:]).float().mean())
 
     # checkpoint: bf16 safetensors, text + mtp.* names
-    tensors = {n: t.detach().to(torch.bfloat16).contiguous() for n, t in model.state_dict().items()}
-    tensors.update({"mtp." + n: t.detach().to(torch.bfloat16).contiguous()
+    tensors = {n: t.detach().cpu().to(torch.bfloat16).contiguous() for n, t in model.state_dict().items()}
+    tensors.update({"mtp." + n: t.detach().cpu().to(torch.bfloat16).contiguous()
                     for n, t in mtp.module.state_dict().items()})
     save_file(dict(sorted(tensors.items())), str(out / "model.safetensors"), metadata={"format": "pt"})
     cfg_dict = cfg.to_dict()
@@ -311,6 +319,7 @@ def main(argv: list[str] | None = None) -> None:
         "python": platform.python_version(), "torch": torch.__version__,
         "transformers": __import__("transformers").__version__, "tokenizers": __import__("tokenizers").__version__,
         "machine": platform.machine(), "threads": torch.get_num_threads(), "seed": args.seed,
+        "device": str(dev) if dev.type == "cpu" else torch.cuda.get_device_name(dev),
         "steps": args.steps, "mtp_steps": args.mtp_steps, "batch": BATCH, "seq": SEQ, "peak_lr": args.lr,
         "train_tokens_corpus": len(stream), "heldout_tokens": len(held_ids),
         "params_target": sum(p.numel() for p in model.parameters()),
