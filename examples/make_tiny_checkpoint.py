@@ -1,6 +1,6 @@
 """Write a tiny random Qwen3.5-architecture Hugging Face checkpoint, with a real tokenizer.
 
-The quickstart's embedded default: a 4-layer hybrid model (3 Gated DeltaNet layers + 1 gated
+For parity tests (the demo uses the trained examples/tiny-trained/ instead): a 4-layer hybrid model (3 Gated DeltaNet layers + 1 gated
 attention layer, hidden 96 — deliberately not a multiple of 128) whose shapes exercise the same
 code paths as qwen3.6-27b. Weights are random (seeded), so generated text is gibberish; the point
 is that every stage runs end to end on a CPU in seconds.
