@@ -185,3 +185,14 @@ def test_mtp_greedy_acceptance_beats_chance(artifacts):
     tpr = [res.tokens_per_round(k) for k in range(1, 6)]
     assert rates[0] >= 0.30 and rates[0] > 100 * chance, rates   # measured: see bench/quality.md
     assert all(b >= a for a, b in zip(tpr, tpr[1:])) and tpr[-1] > tpr[0], tpr
+
+
+@pytest.mark.parametrize("extra,msg", [(["--tokens", "1,2"], "--perplexity excludes --tokens/--out"),
+                                       ([], "cannot read")])
+def test_reference_cli_perplexity_errors_are_one_line(artifacts, tmp_path, capsys, extra, msg):
+    from ninfer_compile.cli import main
+
+    missing = tmp_path / "missing.txt"
+    rc = main(["reference", str(artifacts["bf16"]), "--perplexity", str(missing), *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error: ") and msg in err[0], err
