@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import re
 from contextlib import redirect_stderr, redirect_stdout
 
@@ -25,7 +24,8 @@ REF_TOKENS = 600        # held-out slice for HF vs reference and the recipe delt
 REF_CONTEXT, REF_STRIDE = 256, 128
 RT_TOKENS = 24          # held-out slice for the interpreter-run plan (chunk 16 + a tail of 8)
 PPL_AGREE = 0.005       # the bound: 0.5%
-DEFAULT_DELTA_MAX = 0.05  # default recipe vs bf16 (measured: see bench/quality.md)
+# default recipe vs bf16: measured +0.009% on this slice, +0.085% on the whole corpus (bench/quality.md)
+DEFAULT_DELTA_MAX = 0.005
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +183,9 @@ def test_mtp_greedy_acceptance_beats_chance(artifacts):
     chance = 1.0 / S.config()["vocab_size"]
     rates = [res.acceptance_rate(k) for k in range(1, 6)]
     tpr = [res.tokens_per_round(k) for k in range(1, 6)]
-    assert rates[0] >= 0.30 and rates[0] > 100 * chance, rates   # measured: see bench/quality.md
+    # measured here: 45.8% at K=1 (48 rounds), 1.46 -> 1.81 tokens per round; the whole-corpus rows
+    # (bench/quality.md) reach 51.4%. A uniform random draft is accepted 1/2048 of the time.
+    assert rates[0] >= 0.35 and rates[0] > 100 * chance, rates
     assert all(b >= a for a, b in zip(tpr, tpr[1:])) and tpr[-1] > tpr[0], tpr
 
 
