@@ -198,3 +198,23 @@ def test_reference_cli_perplexity_errors_are_one_line(artifacts, tmp_path, capsy
     rc = main(["reference", str(artifacts["bf16"]), "--perplexity", str(missing), *extra])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith("error: ") and msg in err[0], err
+
+
+def test_compile_flag_prefill_logits_reaches_the_plan(artifacts, tmp_path):
+    """`ninfer-compile A --prefill-logits all` gives every prefill column its logits row (the
+    option --perplexity needs); the default stays `last` (one row per chunk)."""
+    import json as _json
+
+    from ninfer_compile.cli import main
+
+    rows = {}
+    for mode in ("all", None):
+        out = tmp_path / f"{mode}.plan"
+        argv = [str(artifacts["bf16"]), "--sm", "90", "--prefill-chunk", "16", "--max-context", "64",
+                "--no-binaries", "-o", str(out)] + (["--prefill-logits", mode] if mode else [])
+        assert main(argv) == 0
+        plan = _json.loads((out / "plan.json").read_text())
+        prefill = next(e for e in plan["extents"].values() if e["phase"] == "prefill")
+        rows[mode] = (plan["options"]["prefill_logits"], prefill["tensors"][prefill["outputs"]["logits"]]["shape"])
+    assert rows["all"] == ("all", [16, 2048])
+    assert rows[None] == ("last", [1, 2048])
