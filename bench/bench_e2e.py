@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from limits import (decode_extent, floors_by_kernel, route_kernel_names, step_floor_bytes,  # noqa: E402
-                    streaming_read_gbs)
+from limits import (decode_extent, floors_by_kernel, launch_floor_bytes, route_kernel_names,  # noqa: E402
+                    step_floor_bytes, streaming_read_gbs)
 
 
 def read_bandwidth_gbs(torch, n: int = 34816, k: int = 5120, copies: int = 8) -> float:
@@ -100,7 +100,75 @@ def _short(name: str) -> str:
     return name.strip()[:80] or "?"
 
 
-def profile_decode(torch, eng, c: int, context: int, steps: int, prompt, floors=None, stream_gbs=None) -> dict:
+def critical_path(events: list[tuple[str, float, float]]) -> tuple[list[tuple[str, float]], float, float]:
+    """(name, start µs, end µs) device events of one stream -> ([(name, µs on the critical path)],
+    idle µs, busy µs). Under programmatic dependent launch a kernel starts before its predecessor
+    ends and waits inside (its duration overlaps the predecessor's), so durations overstate the
+    cost: each kernel is charged only the time from the later of its start and the previous end to
+    its own end. Charged + idle = the span from the first start to the last end."""
+    out, idle, busy, prev_end = [], 0.0, 0.0, None
+    for name, s0, e0 in sorted(events, key=lambda r: (r[1], r[2])):
+        busy += e0 - s0
+        if prev_end is None:
+            out.append((name, e0 - s0))
+            prev_end = e0
+            continue
+        if s0 > prev_end:
+            idle += s0 - prev_end
+        out.append((name, max(0.0, e0 - max(s0, prev_end))))
+        prev_end = max(prev_end, e0)
+    return out, idle, busy
+
+
+def per_op(charged: list[tuple[str, float]], launches: list[dict], kernels_of_route: dict[str, list[str]],
+           floor_of, steps: int, step_us: float, stream_gbs: float | None) -> list[dict]:
+    """The waterfall by plan op: walk the charged kernels in order beside the extent's launches
+    (a launch = its route's main kernel, then any of its helper kernels); an op's row sums its
+    launches over the layers (`l12.mlp.gate_up` -> `mlp.gate_up`). Kernels that match no launch
+    (runtime copies, host-to-device copies) are rows of their own, by kernel name."""
+    import re
+
+    rows: dict[str, dict] = {}
+
+    def row(key, route):
+        return rows.setdefault(key, {"op": key, "route": route, "launches": 0, "us": 0.0, "floor_bytes": 0})
+
+    mains = [(kernels_of_route.get(L.get("route", ""), [None]) or [None])[0] for L in launches]
+    i, cur = 0, None
+    for name, us in charged:
+        short = _short(name)
+        if cur is not None and short in kernels_of_route.get(launches[cur].get("route", ""), [])[1:]:
+            row(re.sub(r"^l\d+\.", "", launches[cur]["op"]), launches[cur]["route"])["us"] += us
+            continue
+        j = None
+        for d in range(len(launches)):
+            jj = (i + d) % len(launches)
+            if mains[jj] is not None and mains[jj] == short:
+                j = jj
+                break
+        if j is None:
+            row(f"({short})", "-")["us"] += us
+            cur = None
+            continue
+        L = launches[j]
+        r = row(re.sub(r"^l\d+\.", "", L["op"]), L["route"])
+        r["us"] += us
+        r["launches"] += 1
+        r["floor_bytes"] += floor_of(L)
+        cur, i = j, j + 1
+    out = []
+    for r in rows.values():
+        us_step = r["us"] / steps
+        fl = r["floor_bytes"] / steps / (stream_gbs * 1e3) if stream_gbs else None
+        out.append({"op": r["op"], "route": r["route"], "launches_per_step": r["launches"] / steps,
+                    "us_per_step": us_step, "pct_of_step": 100.0 * us_step / step_us,
+                    "floor_us": fl, "pct_of_floor": (100.0 * fl / us_step if fl and us_step > 0 else None)})
+    out.sort(key=lambda r: (-r["us_per_step"], r["op"]))
+    return out
+
+
+def profile_decode(torch, eng, c: int, context: int, steps: int, prompt, floors=None, stream_gbs=None,
+                   launches=None, kernels_of_route=None, floor_of=None) -> dict:
     """Decode-step breakdown at concurrency c (see the module docstring)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -125,8 +193,16 @@ def profile_decode(torch, eng, c: int, context: int, steps: int, prompt, floors=
         for i in range(steps):
             step(4 + steps + i)
         torch.cuda.synchronize()
-    kernels = [(e.name, e.time_range.elapsed_us()) for e in prof.events() if e.device_type == DeviceType.CUDA]
-    return kernel_breakdown(kernels, steps, wall_us, floors=floors, stream_gbs=stream_gbs)
+    events = [(e.name, float(e.time_range.start), float(e.time_range.end)) for e in prof.events()
+              if e.device_type == DeviceType.CUDA]
+    charged, idle, busy = critical_path(events)
+    b = kernel_breakdown(charged, steps, wall_us, floors=floors, stream_gbs=stream_gbs)
+    b["device_idle_us_per_step"] = idle / steps  # gaps between kernels inside the profiled steps
+    b["busy_us_per_step"] = busy / steps  # summed kernel durations (overlapping under PDL)
+    if launches is not None:
+        b["ops"] = per_op(charged, launches, kernels_of_route or {}, floor_of or (lambda L: 0), steps, wall_us,
+                          stream_gbs)
+    return b
 
 
 def render_md(res: dict) -> str:
@@ -159,8 +235,10 @@ def render_md(res: dict) -> str:
                      f"{100 * roof_ms / v['step_ms']:.0f}% |")
     for c, b in (res.get("decode_profile") or {}).items():
         lines += ["", f"Decode step at C={c}, {b['steps']} steps under torch.profiler: wall {b['step_us']:.0f} µs/step "
-                  f"(measured without the profiler), our kernels {b['kernel_us_per_step']:.0f} µs in "
-                  f"{b['launches_per_step']:.0f} launches, GPU idle {b['idle_us_per_step']:.0f} µs", "",
+                  f"(measured without the profiler), kernels on the critical path {b['kernel_us_per_step']:.0f} µs in "
+                  f"{b['launches_per_step']:.0f} launches, GPU idle {b['idle_us_per_step']:.0f} µs (between kernels "
+                  f"under the profiler {_num(b.get('device_idle_us_per_step'), '.0f')} µs; summed kernel durations, "
+                  f"overlapping under PDL, {_num(b.get('busy_us_per_step'), '.0f')} µs)", "",
                   "| kernel | launches/step | µs/step | mean µs | % of step | byte floor µs | % of floor |",
                   "|---|---|---|---|---|---|---|"]
         lines += [f"| {r['kernel']} | {r['launches_per_step']:.0f} | {r['us_per_step']:.1f} | {r['mean_us']:.2f} | "
@@ -168,6 +246,14 @@ def render_md(res: dict) -> str:
                   f"{'%' if r.get('pct_of_floor') is not None else ''} |" for r in b["rows"]]
         if b["other_kernels"]:
             lines.append(f"| ({b['other_kernels']} more kernel names) | | | | | | |")
+        if b.get("ops"):
+            lines += ["", f"Waterfall by op at C={c} (µs on the critical path per step; an op's launches summed over "
+                      f"the layers; byte floor at the streaming rate)", "",
+                      "| op | route | launches/step | µs/step | % of step | byte floor µs | % of floor |",
+                      "|---|---|---|---|---|---|---|"]
+            lines += [f"| {r['op']} | {r['route']} | {r['launches_per_step']:.0f} | {r['us_per_step']:.1f} | "
+                      f"{r['pct_of_step']:.1f}% | {_num(r.get('floor_us'), '.1f')} | {_num(r.get('pct_of_floor'), '.0f')}"
+                      f"{'%' if r.get('pct_of_floor') is not None else ''} |" for r in b["ops"]]
     return "\n".join(lines) + "\n"
 
 
@@ -261,7 +347,9 @@ def main(argv=None) -> int:
             _, ext = decode_extent(plan, c)
             floors = floors_by_kernel(plan, ext, entry_bytes, kernels_of_route, context=args.context)
             b = profile_decode(torch, eng, c, args.context, args.profile_steps, prompt, floors=floors,
-                               stream_gbs=stream["gbs"])
+                               stream_gbs=stream["gbs"], launches=ext["launches"], kernels_of_route=kernels_of_route,
+                               floor_of=lambda L, c=c: launch_floor_bytes(L, plan, entry_bytes, slots=c,
+                                                                          context=args.context))
         except Exception as exc:  # noqa: BLE001
             res.setdefault("decode_profile_errors", {})[c] = f"{type(exc).__name__}: {exc}"[:300]
             print(f"profile C={c} failed: {exc}", flush=True)

@@ -148,31 +148,36 @@ def _stream_read_kernel(x_ptr, out_ptr, n_words, BLOCK: tl.constexpr, ITERS: tl.
     tl.store(out_ptr + pid, tl.xor_sum(acc, 0))
 
 
-def streaming_read_gbs(torch, *, buffer_mib: int = 256, buffers: int = 6, reps: int = 5) -> dict:
+def streaming_read_gbs(torch, *, buffer_mib: int = 256, buffers: int = 6, rounds: int = 3, trials: int = 3) -> dict:
     """The card's streaming read rate (GB/s): a read-only kernel over `buffers` rotated buffers of
-    `buffer_mib` MiB (together > 3x L2, so every read is cold), best launch config, median over
-    reps x buffers launches. Returns {"gbs", "config", "bytes_per_launch", "configs": {...}}."""
+    `buffer_mib` MiB (each alone > 3x L2, so every read is cold), launched back to back over all
+    buffers `rounds` times between two events (per-launch event overhead amortised), median of
+    `trials`, best launch config. Returns {"gbs", "config", "bytes_per_launch", "configs": {...}}."""
+    import triton
+
     n_words = buffer_mib * (1 << 20) // 4
     bufs = [torch.randint(-2**31, 2**31 - 1, (n_words,), dtype=torch.int32, device="cuda") for _ in range(buffers)]
     configs = {}
-    for block, iters, warps in ((1024, 8, 4), (2048, 4, 8), (2048, 8, 8), (4096, 4, 8), (4096, 8, 16)):
+    for block, iters, warps in ((1024, 8, 4), (2048, 4, 4), (2048, 8, 8), (4096, 4, 8), (4096, 8, 8),
+                                (4096, 16, 16), (8192, 4, 16), (8192, 8, 32)):
         grid = (triton.cdiv(n_words, block * iters),)
         out = torch.empty(grid[0], dtype=torch.int32, device="cuda")
         run = lambda b: _stream_read_kernel[grid](b, out, n_words, BLOCK=block, ITERS=iters, num_warps=warps)  # noqa: E731
         for b in bufs:
             run(b)
         torch.cuda.synchronize()
-        times = []
-        for _ in range(reps):
-            for b in bufs:
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                run(b)
-                e1.record()
-                torch.cuda.synchronize()
-                times.append(e0.elapsed_time(e1) / 1e3)
-        times.sort()
-        configs[f"B{block}xI{iters}w{warps}"] = n_words * 4 / times[len(times) // 2] / 1e9
+        rates = []
+        for _ in range(trials):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for _ in range(rounds):
+                for b in bufs:
+                    run(b)
+            e1.record()
+            torch.cuda.synchronize()
+            rates.append(rounds * buffers * n_words * 4 / (e0.elapsed_time(e1) / 1e3) / 1e9)
+        rates.sort()
+        configs[f"B{block}xI{iters}w{warps}"] = rates[len(rates) // 2]
     del bufs
     torch.cuda.empty_cache()
     best = max(configs, key=configs.get)
