@@ -108,11 +108,11 @@ def param_candidates(route: Route, t: int, quick: bool) -> list[dict]:
                      # more rows per thread share each 64-byte activation load (L1 traffic / weight byte)
                      {**pf, "BLOCK_N": 8, "num_warps": 2}, {**pf, "BLOCK_N": 8, "num_warps": 1},
                      {**pf, "BLOCK_N": 16, "num_warps": 4},
-                     # split-K now reduces inside the launch (REDUCE=fused): more programs for the
-                     # small projections without a second launch
-                     {**pf, "BLOCK_N": 4, "num_warps": 2, "SPLIT_K": 4}, {**pf, "BLOCK_N": 8, "num_warps": 2, "SPLIT_K": 4},
-                     {**pf, "BLOCK_N": 16, "num_warps": 4, "SPLIT_K": 4}, {**pf, "BLOCK_N": 8, "num_warps": 4, "SPLIT_K": 8},
-                     {**pf, "BLOCK_N": 4, "num_warps": 2, "SPLIT_K": 2, "REDUCE": "kernel"}]
+                     # more programs for the small projections, with the split-K sum inside the launch
+                     # (REDUCE=fused; the 2026-12-01 H200 run: never the best at T <= 4)
+                     {**pf, "BLOCK_N": 4, "num_warps": 2, "SPLIT_K": 4, "REDUCE": "fused"},
+                     {**pf, "BLOCK_N": 8, "num_warps": 2, "SPLIT_K": 4, "REDUCE": "fused"},
+                     {**pf, "BLOCK_N": 4, "num_warps": 2, "SPLIT_K": 2, "REDUCE": "fused"}]
         elif name.endswith("_gemv_tc"):
             # a warp owns 16 rows for the whole K range: without split-K a 27B projection has only
             # ~8 warps per SM, so parallelism comes from SPLIT_K and the prefetch
@@ -120,7 +120,10 @@ def param_candidates(route: Route, t: int, quick: bool) -> list[dict]:
             cands = [{}, {"SPLIT_K": 4}, {"SPLIT_K": 8}, {"SPLIT_K": 16}, {**pf, "SPLIT_K": 4}, {**pf, "SPLIT_K": 8},
                      {**pf}, {"num_warps": 2, "SPLIT_K": 8}, {**pf, "num_warps": 2, "SPLIT_K": 4},
                      {**pf, "num_warps": 8, "SPLIT_K": 4}, {"num_warps": 1, "SPLIT_K": 8}, {"MAXNREG": 128, "SPLIT_K": 8},
-                     {**pf, "SPLIT_K": 8, "REDUCE": "kernel"}, {**pf, "SPLIT_K": 16}, {**pf, "num_warps": 2, "SPLIT_K": 8}]
+                     {**pf, "SPLIT_K": 16}, {**pf, "num_warps": 2, "SPLIT_K": 8},
+                     # the split-K sum inside the launch (2026-12-01 H200: 20-50% slower than the
+                     # reduce launch with the prefetch; won a few T >= 16 cells without it)
+                     {**pf, "SPLIT_K": 8, "REDUCE": "fused"}, {"SPLIT_K": 8, "REDUCE": "fused"}]
         elif name.endswith("_dequant_gemm"):
             cands = [{}, {"BLOCK_N": 32, "BLOCK_K": 512}, {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8},
                      {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 2}]

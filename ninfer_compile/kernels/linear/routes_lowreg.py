@@ -28,7 +28,7 @@ def _params():
         "BLOCK_K": _p("BLOCK_K", (128, 256, 512, 1024, 2048), 1024,
                       "K lanes per loop step (BLOCK_K / 32 16-byte chunks per row)"),
         "SPLIT_K": _p("SPLIT_K", (1, 2, 4, 8, 16), 1, "K ranges (deterministic reduce, see REDUCE; needs a workspace)"),
-        "REDUCE": _p("REDUCE", ("fused", "kernel"), "fused",
+        "REDUCE": _p("REDUCE", ("kernel", "fused"), "kernel",
                      "split-K second phase: fused = the last split of each output tile sums the partials in "
                      "split order inside the launch (epilogue.splitk_fixup); kernel = a separate "
                      "splitk_reduce_kernel launch (both deterministic, bit-identical)"),

@@ -23,7 +23,7 @@ def _params():
         "num_warps": ParamSpec("num_warps", (1, 2, 4, 8), 4, "warps per program; 16 weight rows per warp"),
         "SPLIT_K": ParamSpec("SPLIT_K", (1, 2, 4, 8, 16), 1,
                              "K ranges (deterministic two-phase reduce; needs a workspace)"),
-        "REDUCE": ParamSpec("REDUCE", ("fused", "kernel"), "fused",
+        "REDUCE": ParamSpec("REDUCE", ("kernel", "fused"), "kernel",
                             "split-K second phase: fused = the last split of each output tile sums the partials "
                             "in split order inside the launch (epilogue.splitk_fixup); kernel = a separate "
                             "splitk_reduce_kernel launch (both deterministic, bit-identical)"),
