@@ -136,7 +136,10 @@ def param_candidates(route: Route, t: int, quick: bool) -> list[dict]:
         cands = [{}, {"num_warps": 4}, {"num_warps": 16}, {"num_warps": 2}]
     elif fam == "gdn_gating_proj":
         cands = [{}, {"BLOCK_K": 4096}, {"BLOCK_K": 1024}, {"num_warps": 4}, {"BLOCK_K": 4096, "num_warps": 4},
-                 {"BLOCK_T": 2}, {"BLOCK_T": 4}, {"BLOCK_H": 2, "BLOCK_T": 4}]
+                 {"BLOCK_T": 2}, {"BLOCK_T": 4}, {"BLOCK_H": 2, "BLOCK_T": 4},
+                 # one K step for the 27B's K = 5120 (the 2026-12-01 waterfall: 6 µs per launch, 48 programs
+                 # each walking K in three dependent steps)
+                 {"BLOCK_K": 8192}, {"BLOCK_K": 8192, "num_warps": 16}, {"BLOCK_K": 8192, "BLOCK_T": 2, "num_warps": 16}]
     elif fam == "attention":
         if "decode" in name:
             cands = [{}, {"split_tokens": 1024}, {"split_tokens": 256}, {"split_tokens": 2048},

@@ -88,7 +88,7 @@ def attention_decode(q, gate, k_cache, v_cache, positions, slots, out, scale=Non
     if not direct:
         attn_decode_reduce_kernel[(T, Hq)](
             gate, positions, out, workspace, Hq, D, gate.stride(0), gate.stride(1), out.stride(0),
-            ns, split_tokens, BD=bd, BS=16, num_warps=4,
+            ns, split_tokens, BD=bd, BS=16, BN=block_n, num_warps=4,
             **pdl_launch(attn_decode_reduce_kernel),
         )
 
