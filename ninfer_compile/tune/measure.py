@@ -143,7 +143,8 @@ def param_candidates(route: Route, t: int, quick: bool) -> list[dict]:
     elif fam == "attention":
         if "decode" in name:
             cands = [{}, {"split_tokens": 1024}, {"split_tokens": 256}, {"split_tokens": 2048},
-                     {"block_n": 32}, {"split_tokens": 1024, "num_warps": 8}]
+                     {"block_n": 32}, {"split_tokens": 1024, "num_warps": 8},
+                     {"balance": "fixed"}, {"balance": "fixed", "split_tokens": 1024}, {"balance": "fixed", "split_tokens": 256}]
         else:
             cands = [{}, {"block_m": 128}, {"block_n": 64}, {"block_m": 128, "block_n": 64},
                      {"block_m": 32, "num_warps": 4}]

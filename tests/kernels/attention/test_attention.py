@@ -61,7 +61,7 @@ def test_decode_balanced_splits_at_every_depth(int8):
     out = torch.empty(T, Hq * D, dtype=torch.bfloat16, device=DEV)
     ws = torch.full((launch.decode_workspace_numel(T, Hq, D, cache, 64),), float("nan"), device=DEV)
     launch.attention_decode(q, gate, kc, vc, pos, slots, out, workspace=ws, k_scale=ks, v_scale=vs,
-                            split_tokens=64, block_n=16)
+                            split_tokens=64, block_n=16, balance="ctx")
     torch.testing.assert_close(out.float().cpu(), _ref(q, gate, kc, vc, ks, vs, pos, slots), atol=2e-2, rtol=2e-2)
 
 
