@@ -242,8 +242,7 @@ def render_md(res: dict) -> str:
                   "| kernel | launches/step | µs/step | mean µs | % of step | byte floor µs | % of floor |",
                   "|---|---|---|---|---|---|---|"]
         lines += [f"| {r['kernel']} | {r['launches_per_step']:.0f} | {r['us_per_step']:.1f} | {r['mean_us']:.2f} | "
-                  f"{r['pct_of_step']:.1f}% | {_num(r.get('floor_us'), '.1f')} | {_num(r.get('pct_of_floor'), '.0f')}"
-                  f"{'%' if r.get('pct_of_floor') is not None else ''} |" for r in b["rows"]]
+                  f"{_floor_cells(r)} |" for r in b["rows"]]
         if b["other_kernels"]:
             lines.append(f"| ({b['other_kernels']} more kernel names) | | | | | | |")
         if b.get("ops"):
@@ -252,13 +251,19 @@ def render_md(res: dict) -> str:
                       "| op | route | launches/step | µs/step | % of step | byte floor µs | % of floor |",
                       "|---|---|---|---|---|---|---|"]
             lines += [f"| {r['op']} | {r['route']} | {r['launches_per_step']:.0f} | {r['us_per_step']:.1f} | "
-                      f"{r['pct_of_step']:.1f}% | {_num(r.get('floor_us'), '.1f')} | {_num(r.get('pct_of_floor'), '.0f')}"
-                      f"{'%' if r.get('pct_of_floor') is not None else ''} |" for r in b["ops"]]
+                      f"{_floor_cells(r)} |" for r in b["ops"]]
     return "\n".join(lines) + "\n"
 
 
 def _num(v, fmt: str) -> str:
     return "—" if v is None else format(v, fmt)
+
+
+def _floor_cells(r: dict) -> str:
+    """`% of step | byte floor µs | % of floor` cells of a breakdown row."""
+    pf = r.get("pct_of_floor")
+    return (f"{r['pct_of_step']:.1f}% | {_num(r.get('floor_us'), '.1f')} | "
+            f"{_num(pf, '.0f')}{'%' if pf is not None else ''}")
 
 
 def provenance(torch) -> dict:
