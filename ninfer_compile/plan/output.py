@@ -88,8 +88,6 @@ def check_destination(dest: Path, *, flag: str, what: str, problem: Callable[[Pa
     or "IR dump"; `problem`: plan_problem or dump_problem. Returns `dest`."""
     dest = Path(dest)
     head = f"{flag} {dest}"
-    if dest.name in ("", ".", ".."):
-        raise CompileError(f"{head}: not a usable {what} directory name")
     real = Path(os.path.realpath(dest))
     protected = {Path("/"): "the root directory", Path(os.path.realpath(Path.cwd())): "the current directory"}
     home = os.path.expanduser("~")
@@ -103,6 +101,8 @@ def check_destination(dest: Path, *, flag: str, what: str, problem: Callable[[Pa
             continue
         if _inside(Path(os.path.realpath(inp)), real):
             raise CompileError(f"{head}: holds the input {inp}; refusing to replace it")
+    if dest.name in ("", ".", ".."):
+        raise CompileError(f"{head}: not a usable {what} directory name")
     parent = dest.parent if str(dest.parent) else Path(".")
     if not parent.is_dir():
         raise CompileError(f"{head}: parent directory {parent} does not exist or is not a directory")
