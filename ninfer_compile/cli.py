@@ -61,7 +61,7 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     parser = OneLineParser(prog="ninfer-compile", usage=USAGE, description=DESCRIPTION, epilog=USAGE_EPILOG,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"ninfer-compile {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", prog="ninfer-compile")
     for name, (mod, help_) in _available().items():
         p = sub.add_parser(name, help=help_, description=help_)
         if name == command:
