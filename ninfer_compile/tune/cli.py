@@ -550,6 +550,9 @@ def run(args) -> int:
         except Exception:  # noqa: BLE001
             print(f"warning: {msg}", file=sys.stderr)
 
+    for flag, path in (("-o", out), ("--report", report), ("--save-measurements", args.save_measurements)):
+        if path is not None and (Path(path).is_dir() or Path(path).is_symlink() and not Path(path).exists()):
+            raise NinferError(f"{flag} {path}: is a directory (or a dangling link); give the file to write")
     if _only(args) and args.replay is None and args.output is None and args.save_measurements is None \
             and not args.dry_run:
         raise NinferError("--routes measures a subset of the routes: give --save-measurements FILE (to merge "

@@ -179,3 +179,11 @@ def test_dot_labels_render_as_lines(art, table, tmp_path):
     lowered = _dot_labels((dump / "decode_c1_k0" / "00-lower.txt").with_suffix(".dot").read_text())
     assert lowered["l0.mlp.down_proj"] == ["l0.mlp.down_proj", "linear"]  # no route before select_routes
     assert os.path.isfile(dump / ".ninfer-ir-dump")
+
+
+def test_tune_refuses_a_directory_as_output_before_any_work(tmp_path, capsys):
+    replay = tmp_path / "never-read.json"  # not created: the refusal comes first
+    assert main(["tune", "--sm", "90", "--replay", str(replay), "-o", str(tmp_path), "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: -o {tmp_path}: is a directory (or a dangling link); give the file to write"
+    assert os.listdir(tmp_path) == []
