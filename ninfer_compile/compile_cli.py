@@ -26,7 +26,7 @@ from .plan.manifest import build_manifest
 from .plan.memory import (MemoryReport, check_budget, check_budget_value, fit_warnings, memory_report,
                           report_text)
 from .plan.output import (DUMP_MARKER, DUMP_MARKER_TEXT, check_destination, dump_problem, make_temp_dir,
-                          plan_problem, swap_into_place)
+                          plan_problem, prepare_destination, swap_into_place)
 from .plan.writer import write_plan
 
 
@@ -208,13 +208,19 @@ def run(args) -> int:
                         mtp=args.draft_tokens > 0)
     out_dir = args.output or Path(f"{args.artifact}.sm{args.sm}.plan")
     inputs = [args.artifact, args.routes, args.contract]
-    check_destination(out_dir, flag="-o" if args.output is not None else "-o (default)", what="plan",
-                      problem=plan_problem, inputs=inputs)
+    out_flag = "-o" if args.output is not None else "-o (default)"
+    check_destination(out_dir, flag=out_flag, what="plan", problem=plan_problem, inputs=inputs)
     if args.dump_ir is not None:
         if _overlap(args.dump_ir, out_dir):
             raise CompileError(f"--dump-ir {args.dump_ir}: overlaps the plan directory {out_dir}; give them "
                                f"separate paths")
         check_destination(args.dump_ir, flag="--dump-ir", what="IR dump", problem=dump_problem, inputs=inputs)
+    # every refusal is above (nothing touched); now clean interrupted swaps' leftovers, probe the parents
+    notes = prepare_destination(out_dir, flag=out_flag, problem=plan_problem)
+    if args.dump_ir is not None:
+        notes += prepare_destination(args.dump_ir, flag="--dump-ir", problem=dump_problem)
+    for n in notes:  # a plan an interrupted swap had left under .NAME.old-PID-... is back at its path
+        print(f"note: {n}", file=sys.stderr)
     dump_tmp = None
     try:
         if args.dump_ir is not None:

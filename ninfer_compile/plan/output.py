@@ -14,7 +14,7 @@ Rules (docs/ARCHITECTURE.md, "Output paths and the plan swap"):
   atomic exchange (`renameat2(RENAME_EXCHANGE)`, Linux) or, where that is unsupported, two renames
   (`NAME -> .NAME.old-PID-XXXX`, tmp -> NAME) with SIGINT/SIGTERM blocked in between. At every
   instant a complete tree is at NAME or (between the two renames) at the `.old-` path.
-- `recover_leftovers` (run by every compile to NAME before it starts) removes `.NAME.tmp-*` and
+- `prepare_destination` → `recover_leftovers` (run by every compile to NAME before it starts) removes `.NAME.tmp-*` and
   `.NAME.old-*` left by processes that are no longer alive and, when NAME is missing, first renames
   the newest complete `.old-` tree back to NAME.
 """
@@ -82,10 +82,9 @@ def _inside(a: Path, b: Path) -> bool:
 
 
 def check_destination(dest: Path, *, flag: str, what: str, problem: Callable[[Path], str | None],
-                      inputs: Iterable[Path | str | None] = ()) -> Path:
-    """Refuse (CompileError, one line naming `flag`) any destination that may not be written;
-    then clean leftovers of interrupted swaps to it and prove the parent writable. `what`: "plan"
-    or "IR dump"; `problem`: plan_problem or dump_problem. Returns `dest`."""
+                      inputs: Iterable[Path | str | None] = ()) -> None:
+    """Refuse (CompileError, one line naming `flag`) any destination that may not be written.
+    Touches nothing. `what`: "plan" or "IR dump"; `problem`: plan_problem or dump_problem."""
     dest = Path(dest)
     head = f"{flag} {dest}"
     real = Path(os.path.realpath(dest))
@@ -106,7 +105,6 @@ def check_destination(dest: Path, *, flag: str, what: str, problem: Callable[[Pa
     parent = dest.parent if str(dest.parent) else Path(".")
     if not parent.is_dir():
         raise CompileError(f"{head}: parent directory {parent} does not exist or is not a directory")
-    recover_leftovers(dest, problem)
     if dest.is_symlink():
         raise CompileError(f"{head}: is a symbolic link; give the directory itself")
     if dest.exists():
@@ -116,12 +114,22 @@ def check_destination(dest: Path, *, flag: str, what: str, problem: Callable[[Pa
         if why is not None:
             raise CompileError(f"{head}: exists and is not a {what} written by ninfer-compile ({why}); "
                                f"refusing to replace it (remove it yourself or choose another path)")
+
+
+def prepare_destination(dest: Path, *, flag: str, problem: Callable[[Path], str | None]) -> list[str]:
+    """After check_destination accepted every output: clean the leftovers of interrupted swaps to
+    `dest` (restoring a plan a kill left under `.old-`) and prove the parent writable by creating a
+    temp directory there (CompileError naming `flag` if it cannot). Returns notes for the user (a
+    restored plan), one line each."""
+    dest = Path(dest)
+    parent = dest.parent if str(dest.parent) else Path(".")
+    notes = [n for n in recover_leftovers(dest, problem) if not n.startswith("removed ")]
     try:
         probe = make_temp_dir(dest)
         os.rmdir(probe)
     except OSError as exc:
-        raise CompileError(f"{head}: cannot write in {parent}: {exc.strerror or exc}") from None
-    return dest
+        raise CompileError(f"{flag} {dest}: cannot write in {parent}: {exc.strerror or exc}") from None
+    return notes
 
 
 # ----------------------------------------------------------------------------- leftovers
@@ -171,7 +179,11 @@ def recover_leftovers(dest: Path, problem: Callable[[Path], str | None]) -> list
         olds = [p for kind, p in found if kind == "old" and problem(p) is None]
         if olds:
             newest = max(olds, key=lambda p: p.stat().st_mtime_ns)
-            os.rename(newest, dest)
+            try:
+                os.rename(newest, dest)
+            except OSError as exc:  # left where it is; the compile's own write reports the directory
+                done.append(f"could not restore {dest} from {newest.name}: {exc.strerror or exc}")
+                return done
             done.append(f"restored {dest} from {newest.name}")
             found = [(k, p) for k, p in found if p != newest]
     for _, p in found:

@@ -219,8 +219,18 @@ def test_compile_cleans_leftovers_of_an_interrupted_swap(art, table, tmp_path, c
     _fake_plan(tmp_path / f".p.plan.old-{dead}-abc")
     (tmp_path / f".p.plan.tmp-{dead}-def").mkdir()
     assert main(_args(art, table, "-o", str(tmp_path / "p.plan"))) == 0
+    assert f"note: restored {tmp_path / 'p.plan'} from .p.plan.old-{dead}-abc" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["p.plan", "routes"]
     assert json.loads((tmp_path / "p.plan" / "plan.json").read_text())["model_id"] == "tiny-qwen3.5-mtp"
+
+
+def test_a_refusal_leaves_even_stale_leftovers_alone(art, table, tmp_path, capsys, no_work):
+    stale = tmp_path / f".p.plan.tmp-{_dead_pid()}-abc"
+    stale.mkdir()
+    (tmp_path / "ir").mkdir()
+    _refused(capsys, _args(art, table, "-o", str(tmp_path / "p.plan"), "--dump-ir", str(tmp_path / "ir")),
+             "--dump-ir", tmp_path)
+    assert stale.is_dir()
 
 
 @pytest.mark.parametrize("exchange", [True, False], ids=["rename-exchange", "two-renames"])
