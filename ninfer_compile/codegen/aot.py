@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["AotResult", "disabled", "precompile", "prefill_columns", "attach_binaries"]
+__all__ = ["AotResult", "disabled", "precompile", "prefill_columns", "attach_binaries", "remove_stale_scratch"]
 
 PLAN_PREFIX = "<plan>"  # canonical file names of the emitted modules: <plan>/kernels/...
 ROOT_PLACEHOLDER = "{plan}"  # the kernel package's name in recorded specialisations
@@ -581,6 +581,28 @@ def _entry_kernel_ref(jf, root: str) -> str:
     return f"{mod}:{jf.fn.__qualname__}"
 
 
+def remove_stale_scratch(tmp: str | None = None) -> list[str]:
+    """Remove the `ninfer-aot-PID-*` scratch directories of processes that are gone (a compile
+    killed with SIGKILL cannot clean up after itself). Returns the names removed."""
+    from ..plan.output import pid_alive
+
+    tmp = tmp or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return removed
+    for n in names:
+        parts = n.split("-")
+        if len(parts) < 4 or parts[:2] != ["ninfer", "aot"] or not parts[2].isdigit():
+            continue
+        p = os.path.join(tmp, n)
+        if os.path.isdir(p) and not os.path.islink(p) and not pid_alive(int(parts[2])):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(n)
+    return removed
+
+
 def precompile(plan: Mapping[str, Any], kernel_files: Mapping[str, str], objects: Mapping[str, Any],
                sm: int, progress=None) -> AotResult:
     """Compile every (kernel, specialisation) the runtime will launch for `plan` (plan.json as a
@@ -596,7 +618,8 @@ def precompile(plan: Mapping[str, Any], kernel_files: Mapping[str, str], objects
     kernel_manifest = json.loads(km_text)
     persistent = os.environ.get("NINFER_AOT_CACHE")
     # one private temp directory: the scratch cache (unless NINFER_AOT_CACHE) and the workers' TMPDIR
-    work = tempfile.mkdtemp(prefix="ninfer-aot-")
+    remove_stale_scratch()
+    work = tempfile.mkdtemp(prefix=f"ninfer-aot-{os.getpid()}-")
     if persistent:
         os.makedirs(persistent, exist_ok=True)
         scratch = persistent

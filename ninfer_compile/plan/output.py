@@ -139,7 +139,8 @@ def _leftover_re(name: str) -> re.Pattern:
     return re.compile(r"\." + re.escape(name) + r"\.(tmp|old)-(\d+)-[A-Za-z0-9_]+")
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` is running (a zombie counts as dead; another user's as alive)."""
     if pid == os.getpid():
         return True
     try:
@@ -172,7 +173,7 @@ def recover_leftovers(dest: Path, problem: Callable[[Path], str | None]) -> list
     for n in sorted(names):
         m = pattern.fullmatch(n)
         p = parent / n
-        if m and not _alive(int(m.group(2))) and p.is_dir() and not p.is_symlink():
+        if m and not pid_alive(int(m.group(2))) and p.is_dir() and not p.is_symlink():
             found.append((m.group(1), p))
     done = []
     if not dest.exists() and not dest.is_symlink():

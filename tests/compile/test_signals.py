@@ -284,3 +284,20 @@ def test_stop_executor_does_not_wait_for_running_tasks():
     stopper.join(WAIT_S)  # a hang guard, not a timing: waiting for the tasks would take an hour
     assert not stopper.is_alive()
     assert not any(p.is_alive() for p in procs)
+
+
+def test_scratch_of_a_killed_compile_is_removed_by_the_next(tmp_path):
+    """SIGKILL leaves `ninfer-aot-PID-*` behind (nothing can run then); the next compile's AOT
+    phase removes those of dead processes only."""
+    from ninfer_compile.codegen.aot import remove_stale_scratch
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait(timeout=60)
+    dead = tmp_path / f"ninfer-aot-{p.pid}-abc"
+    (dead / "cache").mkdir(parents=True)
+    live = tmp_path / f"ninfer-aot-{os.getppid()}-def"
+    live.mkdir()
+    legacy = tmp_path / "ninfer-aot-xyz"  # not named by a pid: not ours to judge
+    legacy.mkdir()
+    assert remove_stale_scratch(str(tmp_path)) == [dead.name]
+    assert not dead.exists() and live.is_dir() and legacy.is_dir()
