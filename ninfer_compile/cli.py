@@ -16,7 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
-from . import __version__
+from . import __version__, interrupts
 from .errors import NinferError
 
 # name -> (module, one-line help). Imported lazily so `inspect` never pays for torch/triton.
@@ -71,35 +71,16 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     return parser
 
 
-class Interrupted(KeyboardInterrupt):
-    """Raised by the CLI's signal handlers: SIGINT or SIGTERM unwinds like Ctrl-C (every `finally`
-    runs: worker pools killed, temp directories removed)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
 def _install_signal_handlers():
-    """The first SIGINT/SIGTERM raises Interrupted in the main thread; later ones are ignored so the
-    unwinding (bounded: killing workers, removing temp dirs) is not cut short. Returns the previous
-    handlers (None when not on the main thread, where handlers cannot be set)."""
+    """SIGINT/SIGTERM -> interrupts.handler (the first raises Interrupted in the main thread; later
+    ones are ignored so the bounded unwinding is not cut short). Returns the previous handlers
+    (None when not on the main thread, where handlers cannot be set)."""
     if threading.current_thread() is not threading.main_thread():
         return None
-    state = {"hit": False}
-
-    def handler(signum, frame):
-        if state["hit"]:
-            return
-        state["hit"] = True
-        raise Interrupted(signum)
-
-    previous = {s: signal.getsignal(s) for s in _SIGNALS}
-    for s in _SIGNALS:
-        signal.signal(s, handler)
+    interrupts.reset()
+    previous = {s: signal.getsignal(s) for s in interrupts.SIGNALS}
+    for s in interrupts.SIGNALS:
+        signal.signal(s, interrupts.handler)
     return previous
 
 

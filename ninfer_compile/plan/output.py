@@ -27,13 +27,12 @@ import json
 import os
 import re
 import shutil
-import signal
 import tempfile
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import CompileError
+from ..interrupts import deferred
 
 PLAN_FORMAT = "ninfer-plan-v1"  # = plan.manifest.PLAN_FORMAT (not imported: this module stays light)
 PLAN_COMPILER = "ninfer-compile"
@@ -203,21 +202,6 @@ def make_temp_dir(dest: Path, kind: str = "tmp") -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{dest.name}.{kind}-{os.getpid()}-", dir=parent))
 
 
-@contextmanager
-def signals_blocked():
-    """SIGINT and SIGTERM held back (delivered on exit) — for the few system calls of a swap."""
-    sigs = {signal.SIGINT, signal.SIGTERM}
-    try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-    except (AttributeError, OSError, ValueError):
-        old = None
-    try:
-        yield
-    finally:
-        if old is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
@@ -245,25 +229,30 @@ USE_EXCHANGE = True
 
 def swap_into_place(tmp: Path, dest: Path) -> None:
     """Put the complete tree `tmp` at `dest`, replacing what is there (the caller checked that it
-    may). Afterwards the previous tree is removed; if that removal is interrupted, the next compile
-    to `dest` removes the leftover."""
+    may). Afterwards the previous tree is removed — also when a signal that arrived during the swap
+    is raised at its end; if that removal is cut short (SIGKILL), the next compile to `dest`
+    removes the leftover."""
     tmp, dest = Path(tmp), Path(dest)
     os.chmod(tmp, 0o755)
     old = None
-    with signals_blocked():
-        if os.path.lexists(dest):
-            if USE_EXCHANGE and _exchange(tmp, dest):
-                old = tmp  # now holds the previous tree, under a tmp- name of this (live) process
+    swapped = False
+    try:
+        with deferred():  # SIGINT/SIGTERM wait until both renames are done
+            if os.path.lexists(dest):
+                if USE_EXCHANGE and _exchange(tmp, dest):
+                    old = tmp  # now holds the previous tree, under a tmp- name of this (live) process
+                else:
+                    old = make_temp_dir(dest, "old")
+                    os.rmdir(old)
+                    os.rename(dest, old)
+                    try:
+                        os.rename(tmp, dest)
+                    except BaseException:
+                        os.rename(old, dest)
+                        raise
             else:
-                old = make_temp_dir(dest, "old")
-                os.rmdir(old)
-                os.rename(dest, old)
-                try:
-                    os.rename(tmp, dest)
-                except BaseException:
-                    os.rename(old, dest)
-                    raise
-        else:
-            os.rename(tmp, dest)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+                os.rename(tmp, dest)
+            swapped = True
+    finally:
+        if swapped and old is not None:
+            shutil.rmtree(old, ignore_errors=True)

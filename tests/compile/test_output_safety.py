@@ -366,3 +366,34 @@ def test_pack_interrupted_leaves_no_temp_file(tmp_path, capsys, monkeypatch):
     assert main(["pack", "--synthetic", "tiny-qwen3.5", "-o", str(out), "--quiet"]) == 130
     assert capsys.readouterr().err.strip() == "error: interrupted (SIGINT)"
     assert n[0] == 3 and os.listdir(tmp_path) == []
+
+
+def test_a_signal_during_the_swap_waits_for_both_renames(tmp_path, monkeypatch):
+    """SIGTERM between the two renames (filesystems without RENAME_EXCHANGE): it is raised only
+    once the new plan is in place, and the previous plan is still removed."""
+    import signal
+
+    from ninfer_compile import cli, interrupts
+
+    dest = tmp_path / "x.plan"
+    write_plan(dest, {**OWNER, "gen": 1}, "one\n")
+    monkeypatch.setattr(output, "USE_EXCHANGE", False)
+    real_rename = os.rename
+    calls = []
+
+    def rename_then_signal(a, b):
+        real_rename(a, b)
+        calls.append(b)
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # lands between the two renames
+
+    monkeypatch.setattr(output.os, "rename", rename_then_signal)
+    previous = cli._install_signal_handlers()
+    try:
+        with pytest.raises(interrupts.Interrupted) as exc:
+            write_plan(dest, {**OWNER, "gen": 2}, "two\n")
+    finally:
+        cli._restore_signal_handlers(previous)
+    assert exc.value.signum == signal.SIGTERM and len(calls) == 2
+    assert json.loads((dest / "plan.json").read_text())["gen"] == 2
+    assert sorted(os.listdir(tmp_path)) == ["x.plan"]
