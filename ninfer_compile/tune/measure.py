@@ -716,7 +716,9 @@ def precompile_job(job: tuple) -> list[str]:
 
 
 def _worker_init() -> None:
+    import signal
     import warnings
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the pool
     warnings.filterwarnings("ignore")
     torch.cuda.init()
