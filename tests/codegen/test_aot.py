@@ -221,7 +221,13 @@ def test_runtime_falls_back_to_source_and_says_why(aot, tmp_path, monkeypatch):
     data = bytearray(cubin.read_bytes())
     data[len(data) // 2] ^= 0xFF
     cubin.write_bytes(bytes(data))
-    assert "is missing or damaged" in decide()
+    from ninfer_runtime.errors import PlanMismatch
+
+    with pytest.raises(PlanMismatch, match=r"\.cubin: kernel binary is damaged") as exc:
+        tc.binaries_for(plan_dir, plan, km)
+    assert "\n" not in str(exc.value) and tc._DIRS == dirs
+    with pytest.raises(PlanMismatch, match=r"\.cubin: sha256 does not match plan.json integrity"):
+        read_plan(plan_dir)
 
 
 def test_cache_manager_reads_the_plan_and_writes_elsewhere(aot, tmp_path, monkeypatch):

@@ -1,0 +1,184 @@
+"""The compiler's side of plan integrity (issue 10 §4); the format and the checks are defined once,
+in the runtime's `ninfer_runtime/integrity.py`.
+
+- `seal_plan_files(manifest, files)`: called by `write_plan` once every file of the plan is known;
+  returns the files with `plan.json` rendered from the manifest plus its `integrity` member (sha256
+  of the canonical body and of every other file: memory.txt, kernels/** incl. kernels/bin cubins).
+- Payload digests: `weight_digests(artifact, manifest)` hashes the payload of every object the
+  plan binds (reading those bytes: seconds per GB, so never by default; a sparse header-only
+  artifact is said to be one), `add_weight_digests(manifest, digests)` records them as
+  `manifest["artifact"]["payload_sha256"]`; `ninfer-run --verify-weights` checks them.
+- `python -m ninfer_compile.plan.integrity PLAN --artifact A`: records payload digests into an
+  existing plan (its integrity and directory hash checked first; plan.json replaced atomically,
+  the same bytes a compile with digests writes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import CompileError, NinferError
+
+try:
+    from ninfer_runtime.integrity import INTEGRITY_KEY, PAYLOAD_KEY, integrity_record
+except ImportError as exc:  # pragma: no cover - the runtime ships in the same distribution
+    raise ImportError(f"ninfer_compile.plan.integrity needs ninfer_runtime (runtime/): {exc}") from None
+
+
+def _as_bytes(data: str | bytes | bytearray | memoryview) -> bytes:
+    return data.encode("utf-8") if isinstance(data, str) else bytes(data)
+
+
+def seal_plan_files(manifest: dict[str, Any], files: dict[str, Any]) -> dict[str, Any]:
+    """`files` (relative path -> text or bytes, incl. "plan.json") with plan.json re-rendered from
+    `manifest` + its integrity record. The caller's manifest is not changed."""
+    body = {k: v for k, v in manifest.items() if k != INTEGRITY_KEY}
+    others = {rel: _as_bytes(data) for rel, data in files.items() if rel != "plan.json"}
+    sealed = dict(files)
+    sealed["plan.json"] = _render_sealed(body, integrity_record(_as_parsed(body), others))
+    return sealed
+
+
+def _as_parsed(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` as the runtime will parse it from plan.json (tuples -> lists, int keys -> strings in
+    the runtime's order): the object the body hash is defined over."""
+    import json
+
+    from .writer import render_json
+
+    return json.loads(render_json(body))
+
+
+def _render_sealed(body: dict[str, Any], record: dict[str, Any]) -> str:
+    from .writer import render_json
+
+    return render_json({**body, INTEGRITY_KEY: record})
+
+
+# ----------------------------------------------------------------------------- payload digests
+def bound_objects(manifest: dict[str, Any]) -> list[str]:
+    """The artifact objects the plan's launches reference (sorted)."""
+    names = set()
+    for x in manifest.get("extents", {}).values():
+        for L in x.get("launches", []):
+            for ref in list((L.get("args") or {}).values()) + list((L.get("outs") or {}).values()):
+                if isinstance(ref, dict) and "weight" in ref:
+                    names.add(ref["weight"])
+    return sorted(names)
+
+
+def is_sparse(path: Path) -> bool:
+    """True when most of the file is holes (a header-only test artifact)."""
+    st = os.stat(path)
+    blocks = getattr(st, "st_blocks", None)
+    return blocks is not None and st.st_size > 2**20 and blocks * 512 < st.st_size // 2
+
+
+def weight_digests(artifact_path: Path, manifest: dict[str, Any], *, progress: bool = True,
+                   out=None) -> dict[str, str]:
+    """sha256 of the payload of every object the plan binds (tqdm progress on stderr)."""
+    from ..artifact.reader import Artifact
+
+    out = out or sys.stderr
+    names = bound_objects(manifest)
+    with Artifact.open(artifact_path) as art:
+        if art.directory_sha256() != (manifest.get("artifact") or {}).get("directory_sha256"):
+            raise CompileError(f"{artifact_path}: not the artifact this plan was compiled for (directory sha256)")
+        if is_sparse(Path(artifact_path)):
+            print(f"warning: {artifact_path} is a sparse (header-only) artifact: its payload digests hash holes "
+                  f"(zeros), not weights", file=out)
+        total = sum(art.by_name[n].bytes for n in names)
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, unit="B", unit_scale=True, desc="weight digests", file=out, leave=False)
+        digests = {}
+        try:
+            for n in names:
+                if n not in art.by_name:
+                    raise CompileError(f"{artifact_path}: the plan binds object {n!r}, absent from the artifact")
+                digests[n] = hashlib.sha256(art.span(n)).hexdigest()
+                if bar is not None:
+                    bar.update(art.by_name[n].bytes)
+        finally:
+            if bar is not None:
+                bar.close()
+    return digests
+
+
+def add_weight_digests(manifest: dict[str, Any], digests: dict[str, str]) -> dict[str, Any]:
+    """A copy of `manifest` with `artifact.payload_sha256` = digests (sorted by name)."""
+    out = copy.deepcopy({k: v for k, v in manifest.items() if k != INTEGRITY_KEY})
+    out.setdefault("artifact", {})[PAYLOAD_KEY] = dict(sorted(digests.items()))
+    return out
+
+
+def record_weight_digests(plan_dir: Path, artifact_path: Path, *, progress: bool = True) -> int:
+    """Add payload digests to an existing plan (checked first); returns the number of objects."""
+    import json
+
+    from ninfer_runtime.errors import NinferRuntimeError
+    from ninfer_runtime.integrity import body_sha256, check_plan_integrity
+
+    plan_dir = Path(plan_dir)
+    pj = plan_dir / "plan.json"
+    try:
+        plan = json.loads(pj.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CompileError(f"{pj}: cannot read: {exc}") from None
+    if not isinstance(plan, dict):
+        raise CompileError(f"{pj}: not a plan manifest")
+    try:
+        check_plan_integrity(plan_dir, plan)
+    except NinferRuntimeError as exc:
+        raise CompileError(str(exc)) from None
+    digests = weight_digests(artifact_path, plan, progress=progress)
+    body = add_weight_digests(plan, digests)
+    rec = dict(plan[INTEGRITY_KEY])
+    rec["body_sha256"] = body_sha256(_as_parsed(body))
+    text = _render_sealed(body, rec)
+    fd, tmp = tempfile.mkstemp(prefix=".plan.json.tmp-", dir=plan_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+        os.replace(tmp, pj)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return len(digests)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ninfer_compile.plan.integrity",
+                                description="Record the sha256 of every payload a plan binds into its plan.json "
+                                            "(checked by ninfer-run --verify-weights). Reads those payloads in full.")
+    p.add_argument("plan", type=Path, help="plan directory written by ninfer-compile")
+    p.add_argument("--artifact", type=Path, required=True, help="the .ninfer artifact the plan was compiled for")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = p.parse_args(argv)
+    try:
+        n = record_weight_digests(args.plan, args.artifact, progress=not args.quiet)
+    except NinferError as exc:
+        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: {exc.filename or args.plan}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    print(f"{args.plan}: recorded payload sha256 of {n} objects")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
