@@ -135,9 +135,8 @@ def verify_weights(plan: dict, artifact, names: list[str], progress: bool = True
     mismatching object (in sorted order)."""
     digests = payload_digests(plan)
     if digests is None:
-        raise PlanError("--verify-weights: this plan records no payload digests (compile it with "
-                        "--weight-digests, or add them with `python -m ninfer_compile.plan.integrity PLAN "
-                        "--artifact A`)")
+        raise PlanError("--verify-weights: this plan records no payload digests (record them with "
+                        "`python -m ninfer_compile.plan.integrity PLAN --artifact A`)")
     missing = [n for n in names if n not in digests]
     if missing:
         raise PlanMismatch(f"--verify-weights: the plan's payload digests do not cover object {missing[0]!r}")
