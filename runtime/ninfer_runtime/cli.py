@@ -149,6 +149,7 @@ def check_args(args) -> None:
         raise ValueError("--chat needs --prompt")
     if args.prompt is not None:
         _check_prompt_text(args.prompt)
+    args.token_ids = _tokens(args.tokens) if args.tokens is not None else None
 
 
 def _on_sigterm(signum, frame):
@@ -167,6 +168,8 @@ def _main(argv: list[str] | None) -> int:
     try:
         args = _parser().parse_args(argv)
         from .errors import NinferRuntimeError
+    except SystemExit as exc:  # --help / --version (0) or a usage error already printed in one line (2)
+        return exc.code if isinstance(exc.code, int) else 2
     except KeyboardInterrupt:
         print("error: interrupted (SIGINT)", file=sys.stderr)
         return 130
@@ -204,11 +207,6 @@ def _run(args) -> int:
     engine = load(args.plan, args.artifact, device=args.device, progress=not args.quiet,
                   verify_weights=args.verify_weights)
     try:
-        if not args.quiet:
-            lt = engine.load_times
-            print(f"loaded {args.plan}: {engine.device_note}; {engine.weight_bytes / 2**20:.1f} MiB weights; load "
-                  f"{lt['total']:.2f}s (upload {lt['upload']:.2f}s, kernels {lt['kernels']:.2f}s, capture "
-                  f"{lt['capture']:.2f}s)" + ("; weights verified" if args.verify_weights else ""), file=sys.stderr)
         for c in args.concurrency_values:
             if c > engine.max_concurrency:
                 raise ValueError(f"--concurrency {c} exceeds the plan's largest decode extent (C="
@@ -218,7 +216,12 @@ def _run(args) -> int:
                 raise ValueError("the artifact has no tokenizer: use --tokens")
             prompt = args.prompt
         else:
-            prompt = _tokens(args.tokens)
+            prompt = args.token_ids
+        if not args.quiet:
+            lt = engine.load_times
+            print(f"loaded {args.plan}: {engine.device_note}; {engine.weight_bytes / 2**20:.1f} MiB weights; load "
+                  f"{lt['total']:.2f}s (upload {lt['upload']:.2f}s, kernels {lt['kernels']:.2f}s, capture "
+                  f"{lt['capture']:.2f}s)" + ("; weights verified" if args.verify_weights else ""), file=sys.stderr)
         for c in args.concurrency_values:
             _generate(engine, args, prompt, c, several=len(args.concurrency_values) > 1)
         sys.stdout.flush()
