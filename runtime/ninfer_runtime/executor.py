@@ -360,7 +360,9 @@ class ExtentRunner:
         for b in self.bound(n):
             try:
                 b()
-            except (KeyError, IndexError, TypeError, ValueError, AttributeError, AssertionError) as exc:
+            except PlanError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - e.g. the emitted launcher's RouteError on bad shapes
                 # a launcher refusing its arguments (the kernels check shapes / params): name the launch
                 raise PlanError(f"extent {self.name}: launch {b.op} (route {b.route}) failed: "
                                 f"{type(exc).__name__}: {_first_line(exc)}") from None

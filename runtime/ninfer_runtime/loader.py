@@ -379,10 +379,12 @@ class Engine:
                 raise PlanError(f"weight {name} was not uploaded")
             if rows is None:
                 w = base
-            elif hasattr(base, "rows"):
-                w = base.rows(int(rows[0]), int(rows[1]))
             else:
-                w = base[int(rows[0]):int(rows[0]) + int(rows[1])]
+                n = int(base.n) if hasattr(base, "n") else int(base.shape[0])
+                begin, count = int(rows[0]), int(rows[1])
+                if begin < 0 or count < 1 or begin + count > n:
+                    raise PlanError(f"weight {name}: row view [{begin}, +{count}) is outside its {n} rows")
+                w = base.rows(begin, count) if hasattr(base, "rows") else base[begin:begin + count]
             self._weights[key] = w
         return w
 
