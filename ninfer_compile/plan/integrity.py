@@ -1,5 +1,8 @@
-"""The compiler's side of plan integrity (issue 10 §4); the format and the checks are defined once,
-in the runtime's `ninfer_runtime/integrity.py`.
+"""The compiler's side of plan integrity (issue 10 §4). The format and the checks are documented in
+the runtime's `ninfer_runtime/integrity.py`; the few lines that compute the record are repeated here
+rather than imported, because importing any `ninfer_runtime` module runs its package `__init__`,
+which switches Triton to interpreter mode on a machine without a GPU and would stop the compile's
+ahead-of-time binaries (tests/plan/test_integrity.py checks that both sides agree).
 
 - `seal_plan_files(manifest, files)`: called by `write_plan` once every file of the plan is known;
   returns the files with `plan.json` rendered from the manifest plus its `integrity` member (sha256
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import copy
 import hashlib
+import json
 import os
 import sys
 import tempfile
@@ -26,10 +30,24 @@ from typing import Any
 
 from ..errors import CompileError, NinferError
 
-try:
-    from ninfer_runtime.integrity import INTEGRITY_KEY, PAYLOAD_KEY, integrity_record
-except ImportError as exc:  # pragma: no cover - the runtime ships in the same distribution
-    raise ImportError(f"ninfer_compile.plan.integrity needs ninfer_runtime (runtime/): {exc}") from None
+INTEGRITY_FORMAT = "ninfer-integrity-v1"  # = ninfer_runtime.integrity.INTEGRITY_FORMAT
+INTEGRITY_KEY = "integrity"
+PAYLOAD_KEY = "payload_sha256"  # in manifest["artifact"]
+
+
+def canonical_json(obj: Any) -> bytes:
+    """= ninfer_runtime.integrity.canonical_json."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("utf-8")
+
+
+def body_sha256(plan: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of a parsed plan without its integrity member."""
+    return hashlib.sha256(canonical_json({k: v for k, v in plan.items() if k != INTEGRITY_KEY})).hexdigest()
+
+
+def integrity_record(parsed_body: dict[str, Any], files: dict[str, bytes]) -> dict[str, Any]:
+    return {"format": INTEGRITY_FORMAT, "body_sha256": body_sha256(parsed_body),
+            "files": {rel: hashlib.sha256(data).hexdigest() for rel, data in sorted(files.items())}}
 
 
 def _as_bytes(data: str | bytes | bytearray | memoryview) -> bytes:
@@ -49,8 +67,6 @@ def seal_plan_files(manifest: dict[str, Any], files: dict[str, Any]) -> dict[str
 def _as_parsed(body: dict[str, Any]) -> dict[str, Any]:
     """`body` as the runtime will parse it from plan.json (tuples -> lists, int keys -> strings in
     the runtime's order): the object the body hash is defined over."""
-    import json
-
     from .writer import render_json
 
     return json.loads(render_json(body))
@@ -123,10 +139,8 @@ def add_weight_digests(manifest: dict[str, Any], digests: dict[str, str]) -> dic
 
 def record_weight_digests(plan_dir: Path, artifact_path: Path, *, progress: bool = True) -> int:
     """Add payload digests to an existing plan (checked first); returns the number of objects."""
-    import json
-
     from ninfer_runtime.errors import NinferRuntimeError
-    from ninfer_runtime.integrity import body_sha256, check_plan_integrity
+    from ninfer_runtime.integrity import check_plan_integrity
 
     plan_dir = Path(plan_dir)
     pj = plan_dir / "plan.json"

@@ -116,6 +116,26 @@ def test_missing_or_malformed_record(plan):
 
 
 def test_integrity_record_helper_matches_writer(plan):
+    from ninfer_compile.plan import integrity as ci
+
     pj = _read(plan)
     files = {rel: (plan / rel).read_bytes() for rel in pj["integrity"]["files"]}
-    assert integrity_record(pj, files) == pj["integrity"]
+    assert integrity_record(pj, files) == pj["integrity"] == ci.integrity_record(pj, files)
+    assert ci.INTEGRITY_FORMAT == INTEGRITY_FORMAT
+    odd = {"b": [1.5, 1e300, -0.0, None, True], "a": "\u00e9\ud7ff", "c": {"9": 1, "10": 2}}
+    assert ci.canonical_json(odd) == canonical_json(odd) and ci.body_sha256(odd) == body_sha256(odd)
+
+
+def test_writing_a_plan_does_not_import_the_runtime(tmp_path):
+    """Importing ninfer_runtime switches Triton to interpreter mode on a CPU machine: the compiler's
+    plan writer must not do it (it would stop the ahead-of-time binaries)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    code = ("import sys; from ninfer_compile.plan.writer import write_plan; "
+            f"write_plan({str(tmp_path / 'p.plan')!r}, {{'a': 1}}, 'm\\n'); "
+            "assert not [m for m in sys.modules if m.startswith('ninfer_runtime')], 'runtime imported'")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=120)
+    assert p.returncode == 0, p.stderr
