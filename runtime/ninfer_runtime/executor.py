@@ -181,6 +181,10 @@ class ExtentRunner:
         family = info.get("family")
         if family is not None and family != L["kind"]:
             raise PlanError(f"{where}: the route is of family {family}, the launch is a {L['kind']}")
+        phases = (info.get("domain") or {}).get("phase")
+        if isinstance(phases, list) and self.phase not in phases:
+            raise PlanError(f"{where}: the route serves {'/'.join(map(str, phases))} extents, this is a "
+                            f"{self.phase} extent")
         sets = info.get("params")
         params = L.get("params") or {}
         if isinstance(sets, list) and not any(isinstance(s, dict) and all(k in s and s[k] == v and

@@ -159,3 +159,47 @@ def test_signals_end_the_run_with_one_line(tiny_plan, sig, code, word):
     assert rc == code, "".join(lines + rest)
     tail = [x for x in rest if x.strip()]
     assert tail == [f"error: {word}\n"], tail
+
+
+def _edited_plan(tiny_plan, tmp_path, edit):
+    import json
+    import shutil
+
+    art, plan = tiny_plan
+    p = tmp_path / "edited.plan"
+    shutil.copytree(plan, p)
+    pj = json.loads((p / "plan.json").read_text())
+    edit(pj)
+    (p / "plan.json").write_text(json.dumps(pj))  # integrity record left as it was
+    return art, p, pj
+
+
+def _first(pj, extent, route):
+    return next(L for L in pj["extents"][extent]["launches"] if L.get("route") == route)
+
+
+@pytest.mark.parametrize("what", ["param", "swapped_route", "launch_t"])
+def test_edited_launch_is_one_line_naming_extent_launch_route(tiny_plan, tmp_path, what):
+    def edit(pj):
+        prefill = next(n for n, x in pj["extents"].items() if x["phase"] == "prefill")
+        if what == "param":
+            _first(pj, prefill, "bf16_tiled")["params"]["BLOCK_N"] = 7
+        elif what == "swapped_route":
+            _first(pj, prefill, "conv1d_prefill")["route"] = "conv1d_decode"
+        else:
+            _first(pj, prefill, "bf16_tiled")["t"] = 10**6
+
+    art, plan, pj = _edited_plan(tiny_plan, tmp_path, edit)
+    # as edited: the integrity record refuses it
+    p = _cli(str(plan), "--artifact", str(art), "--tokens", "5", "--max-new-tokens", "1")
+    assert p.returncode == 2 and "plan.json: body sha256" in _one_line_error(p.stderr.decode())
+    # the hash fixed too: the loader's own checks name the extent, the launch and the route
+    S.seal_plan_dir(plan, pj)
+    p = _cli(str(plan), "--artifact", str(art), "--tokens", "5", "--max-new-tokens", "1")
+    assert p.returncode == 2
+    line = _one_line_error(p.stderr.decode())
+    if what == "launch_t":
+        assert "extents.prefill_t8.launches[" in line and ".t: must be an integer in [1, 8]" in line, line
+    else:
+        assert "extent prefill_t8: launch " in line and "(route " in line, line
+        assert ("BLOCK_N" in line) if what == "param" else ("serves decode extents" in line), line
