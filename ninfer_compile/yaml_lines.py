@@ -4,11 +4,14 @@ Route tables (`routes/`), model contracts (`contracts/`) and the fusion rules (`
 through `parse_yaml_with_lines` (or `safe_load` where no lines are needed). Hostile or careless input
 is refused before it can cost time or memory:
 
-- size: at most `MAX_YAML_BYTES` (4 MiB) of text; a file is refused from its size, unread;
+- size: at most `MAX_YAML_BYTES` (1 MiB, 15x the largest shipped table) of text; a file is refused
+  from its size, unread. PyYAML's pure-Python scanner reads some 50-100 KB/s on a loaded 2-core
+  box, so the limit also bounds the time a hostile file can cost (seconds, not minutes);
 - aliases (`*name`) are refused where they appear (anchors alone are harmless). An alias makes a
   shared subtree, and walking shared subtrees as a tree is exponential: the 331-byte "billion laughs"
   document of issue 10 grew past 5 GB. No shipped file uses aliases;
-- at most `MAX_YAML_NODES` nodes and `MAX_YAML_DEPTH` levels of nesting.
+- at most `MAX_YAML_NODES` nodes (100 000; routes/sm90.yaml has 8 000) and `MAX_YAML_DEPTH` levels
+  of nesting (64).
 
 The composer runs over libyaml's C parser when PyYAML has it (the pure-Python one otherwise) with
 our own node hook, so an alias is refused as a parser event, before any node is shared. Duplicate
@@ -34,8 +37,8 @@ from yaml.resolver import Resolver
 
 from .errors import NinferError
 
-MAX_YAML_BYTES = 4 * 2**20
-MAX_YAML_NODES = 500_000
+MAX_YAML_BYTES = 1 * 2**20
+MAX_YAML_NODES = 100_000
 MAX_YAML_DEPTH = 64
 
 Path_ = tuple  # a field path: mapping keys and sequence indices
@@ -119,16 +122,22 @@ class LinedYaml:
         return self.lines[p]
 
 
-def check_size(source: str, nbytes: int, max_bytes: int = MAX_YAML_BYTES) -> None:
+def check_size(source: str, nbytes: int, max_bytes: int | None = None) -> None:
+    max_bytes = MAX_YAML_BYTES if max_bytes is None else max_bytes
     if nbytes > max_bytes:
-        raise YamlInputError(source, 1, f"{nbytes} bytes of YAML, more than the {max_bytes // 2**20} MiB "
+        raise YamlInputError(source, 1, f"{nbytes} bytes of YAML, more than the {_size(max_bytes)} "
                                         f"limit for a YAML input")
 
 
-def read_yaml_bytes(path: Path | str, max_bytes: int = MAX_YAML_BYTES) -> bytes:
+def _size(n: int) -> str:
+    return f"{n // 2**20} MiB" if n % 2**20 == 0 else f"{n} bytes"
+
+
+def read_yaml_bytes(path: Path | str, max_bytes: int | None = None) -> bytes:
     """The bytes of a YAML file, refused from its size before it is read (OSError passes through:
     callers name the file in their own words)."""
     path = Path(path)
+    max_bytes = MAX_YAML_BYTES if max_bytes is None else max_bytes
     with open(path, "rb") as fh:
         check_size(str(path), os.fstat(fh.fileno()).st_size, max_bytes)
         raw = fh.read(max_bytes + 1)
@@ -136,17 +145,18 @@ def read_yaml_bytes(path: Path | str, max_bytes: int = MAX_YAML_BYTES) -> bytes:
     return raw
 
 
-def read_yaml_text(path: Path | str, max_bytes: int = MAX_YAML_BYTES) -> str:
+def read_yaml_text(path: Path | str, max_bytes: int | None = None) -> str:
     """`read_yaml_bytes` decoded as UTF-8 (UnicodeDecodeError passes through)."""
     return read_yaml_bytes(path, max_bytes).decode("utf-8")
 
 
-def parse_yaml_with_lines(text: str, source: str, *, max_bytes: int = MAX_YAML_BYTES,
-                          max_nodes: int = MAX_YAML_NODES, max_depth: int = MAX_YAML_DEPTH) -> LinedYaml:
-    """Parse one YAML document (see the module doc for what is refused). An empty document gives
-    `data` None. Non-scalar mapping keys are refused."""
+def parse_yaml_with_lines(text: str, source: str, *, max_bytes: int | None = None,
+                          max_nodes: int | None = None, max_depth: int | None = None) -> LinedYaml:
+    """Parse one YAML document (see the module doc for what is refused; the bounds default to the
+    module's constants). An empty document gives `data` None. Non-scalar mapping keys are refused."""
     check_size(source, len(text.encode("utf-8", "surrogatepass")), max_bytes)
-    loader = _BoundedLoader(text, max_nodes, max_depth)
+    loader = _BoundedLoader(text, MAX_YAML_NODES if max_nodes is None else max_nodes,
+                            MAX_YAML_DEPTH if max_depth is None else max_depth)
     try:
         try:
             root = loader.get_single_node()

@@ -62,14 +62,14 @@ def test_anchor_without_alias_is_fine():
     assert doc.data == {"a": 1, "b": [2, 3]} and doc.line_of(("b", 1)) == 2
 
 
-def test_size_limit_refuses_before_reading(tmp_path, monkeypatch):
-    monkeypatch.setattr(yaml_lines, "MAX_YAML_BYTES", 4 * 2**20)
+def test_size_limit_refuses_before_reading(tmp_path):
+    assert yaml_lines.MAX_YAML_BYTES == 2**20
     p = tmp_path / "big.yaml"
     with open(p, "wb") as fh:  # a sparse 5 MiB file: refused from its size, never read
         fh.truncate(5 * 2**20)
     with pytest.raises(YamlInputError) as exc:
         yaml_lines.read_yaml_bytes(p)
-    assert "5242880 bytes" in exc.value.problem and "4 MiB" in exc.value.problem
+    assert "5242880 bytes" in exc.value.problem and "the 1 MiB limit" in exc.value.problem
     from ninfer_compile.routes.table import load_table
 
     with pytest.raises(RouteError) as rexc:
@@ -82,10 +82,24 @@ def test_size_limit_refuses_before_reading(tmp_path, monkeypatch):
     assert str(cexc.value).startswith(f"{p}: contract refused: 5242880 bytes")
 
 
-def test_text_size_limit():
+def test_text_size_limit(monkeypatch):
     with pytest.raises(YamlInputError) as exc:
         parse_yaml_with_lines("a: " + "x" * 2000 + "\n", "t.yaml", max_bytes=1000)
-    assert "more than the" in exc.value.problem
+    assert "more than the 1000 bytes limit" in exc.value.problem
+    monkeypatch.setattr(yaml_lines, "MAX_YAML_BYTES", 100)  # the module's bound is read at each call
+    with pytest.raises(YamlInputError):
+        parse_yaml_with_lines("a: " + "x" * 200 + "\n", "t.yaml")
+
+
+def test_node_bound_refuses_a_long_flat_list_early(monkeypatch):
+    # the real bound (100 000) is 2 bytes a node below the size limit: a flat list of 1-byte items
+    # under 1 MiB is refused by it; scaled down here so the test stays fast
+    assert 2 * yaml_lines.MAX_YAML_NODES < yaml_lines.MAX_YAML_BYTES
+    monkeypatch.setattr(yaml_lines, "MAX_YAML_NODES", 1000)
+    text = "x: [" + ",".join(["1"] * 1010) + "]\n"
+    with pytest.raises(YamlInputError) as exc:
+        parse_yaml_with_lines(text, "flat.yaml")
+    assert f"more than {yaml_lines.MAX_YAML_NODES} YAML nodes" in exc.value.problem
 
 
 def test_node_count_and_depth_bounds():
