@@ -189,6 +189,14 @@ def _main(argv: list[str] | None) -> int:
     except _Terminated:
         print("error: terminated (SIGTERM)", file=sys.stderr)
         return 143
+    except Exception as exc:  # noqa: BLE001 - never a traceback; NINFER_TRACEBACK=1 shows it
+        import os
+
+        if os.environ.get("NINFER_TRACEBACK"):
+            raise
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else "(no message)"
+        print(f"error: internal error ({type(exc).__name__}: {msg}); NINFER_TRACEBACK=1 shows where", file=sys.stderr)
+        return 2
 
 
 def _stop_line(results) -> str:
@@ -217,6 +225,11 @@ def _run(args) -> int:
             prompt = args.prompt
         else:
             prompt = args.token_ids
+            bad = [t for t in prompt if not 0 <= t < engine.vocab_rows]
+            if bad:
+                raise ValueError(f"--tokens: id {bad[0]} is outside the plan's vocabulary [0, {engine.vocab_rows})")
+            if len(prompt) > engine.max_context:
+                raise ValueError(f"--tokens: {len(prompt)} ids exceed the plan's max context {engine.max_context}")
         if not args.quiet:
             lt = engine.load_times
             print(f"loaded {args.plan}: {engine.device_note}; {engine.weight_bytes / 2**20:.1f} MiB weights; load "

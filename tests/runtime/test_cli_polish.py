@@ -93,6 +93,27 @@ def test_run_prints_stop_reason_and_takes_list_concurrency(tiny_plan):
     assert _one_line_error(p.stderr.decode()).startswith("error: --concurrency 2 exceeds the plan's largest")
 
 
+def test_prompt_ids_checked_against_the_plan(tiny_plan):
+    art, plan = tiny_plan
+    p = _cli(str(plan), "--artifact", str(art), "--tokens", "5,999999", "--quiet")
+    assert p.returncode == 2
+    assert _one_line_error(p.stderr.decode()).startswith("error: --tokens: id 999999 is outside the plan's vocabulary")
+    p = _cli(str(plan), "--artifact", str(art), "--tokens", ",".join(["5"] * 65), "--quiet")
+    assert p.returncode == 2
+    assert _one_line_error(p.stderr.decode()) == "error: --tokens: 65 ids exceed the plan's max context 64"
+
+
+def test_unexpected_errors_are_one_line(monkeypatch, capsys, tmp_path):
+    def boom(args):
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(cli, "_run", boom)
+    monkeypatch.delenv("NINFER_TRACEBACK", raising=False)
+    assert cli.main([str(tmp_path), "--artifact", "x", "--tokens", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: internal error (ZeroDivisionError: boom); NINFER_TRACEBACK=1 shows where\n"
+
+
 def test_stop_line_words():
     from ninfer_runtime.generate import GenerationResult
 
