@@ -55,27 +55,46 @@ def _as_bytes(data: str | bytes | bytearray | memoryview) -> bytes:
 
 
 def seal_plan_files(manifest: dict[str, Any], files: dict[str, Any]) -> dict[str, Any]:
-    """`files` (relative path -> text or bytes, incl. "plan.json") with plan.json re-rendered from
-    `manifest` + its integrity record. The caller's manifest is not changed."""
+    """`files` (relative path -> text or bytes, incl. "plan.json" = render_json(manifest), as
+    `write_plan` renders it) with plan.json replaced by the rendering of `manifest` + its integrity
+    record. The caller's manifest is not changed."""
+    from .writer import render_json
+
     body = {k: v for k, v in manifest.items() if k != INTEGRITY_KEY}
+    text = files.get("plan.json")
+    if not isinstance(text, str) or INTEGRITY_KEY in manifest:
+        text = render_json(body)
     others = {rel: _as_bytes(data) for rel, data in files.items() if rel != "plan.json"}
+    # the body hash is over the object the runtime will parse (tuples -> lists, int keys ->
+    # strings): parse the body's own rendering (C json: cheap) instead of normalising by hand
+    record = integrity_record(json.loads(text), others)
     sealed = dict(files)
-    sealed["plan.json"] = _render_sealed(body, integrity_record(_as_parsed(body), others))
+    sealed["plan.json"] = _render_sealed(body, record, text)
     return sealed
 
 
-def _as_parsed(body: dict[str, Any]) -> dict[str, Any]:
-    """`body` as the runtime will parse it from plan.json (tuples -> lists, int keys -> strings in
-    the runtime's order): the object the body hash is defined over."""
-    from .writer import render_json
+def _render_sealed(body: dict[str, Any], record: dict[str, Any], body_text: str | None = None) -> str:
+    """render_json({**body, "integrity": record}). With `body_text` (= render_json(body)) the record's
+    member is spliced into it at its sorted place, which is what render_json produces for an object
+    rendered one member per line, without rendering the (megabytes of) body again."""
+    from .writer import _render, render_json
 
-    return json.loads(render_json(body))
+    if body_text is None or not body_text.startswith("{\n") or not body_text.endswith("\n}\n"):
+        return render_json({**body, INTEGRITY_KEY: record})
+    member = f" {json.dumps(INTEGRITY_KEY)}: {_render(record, 1, _WIDTH)[1]}"
+    decoder = json.JSONDecoder()
+    pos = 2  # after "{\n": each top-level member starts on a line with one space then its key
+    while True:
+        key, key_end = decoder.raw_decode(body_text, pos + 1)
+        if key > INTEGRITY_KEY:
+            return body_text[:pos] + member + ",\n" + body_text[pos:]
+        nxt = body_text.find(',\n "', key_end)  # deeper members are indented by two or more spaces
+        if nxt == -1:
+            return body_text[:-3] + ",\n" + member + "\n}\n"
+        pos = nxt + 2
 
 
-def _render_sealed(body: dict[str, Any], record: dict[str, Any]) -> str:
-    from .writer import render_json
-
-    return render_json({**body, INTEGRITY_KEY: record})
+_WIDTH = 160  # render_json's default width (write_plan renders with it)
 
 
 # ----------------------------------------------------------------------------- payload digests
@@ -157,8 +176,11 @@ def record_weight_digests(plan_dir: Path, artifact_path: Path, *, progress: bool
     digests = weight_digests(artifact_path, plan, progress=progress)
     body = add_weight_digests(plan, digests)
     rec = dict(plan[INTEGRITY_KEY])
-    rec["body_sha256"] = body_sha256(_as_parsed(body))
-    text = _render_sealed(body, rec)
+    from .writer import render_json
+
+    body_text = render_json(body)
+    rec["body_sha256"] = body_sha256(json.loads(body_text))
+    text = _render_sealed(body, rec, body_text)
     fd, tmp = tempfile.mkstemp(prefix=".plan.json.tmp-", dir=plan_dir)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:

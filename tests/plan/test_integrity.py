@@ -139,3 +139,18 @@ def test_writing_a_plan_does_not_import_the_runtime(tmp_path):
             "assert not [m for m in sys.modules if m.startswith('ninfer_runtime')], 'runtime imported'")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=120)
     assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.parametrize("keys", [("a", "b"), ("zeta", "omega"), ("a", "zz"), ("j",)])
+def test_spliced_rendering_equals_a_full_render(tmp_path, keys):
+    """write_plan splices the integrity member into the body's rendering: the bytes must be those
+    render_json gives for the whole object, wherever the member sorts."""
+    from ninfer_compile.plan.writer import render_json
+
+    manifest = {k: {"long": "x" * 200, "n": [1, 2, 3], "nested": {"deep": ["y" * 170]}} for k in keys}
+    out = write_plan(tmp_path / "s.plan", manifest, "memory\n", extra_files=EXTRA)
+    text = (out / "plan.json").read_text()
+    assert text == render_json({**manifest, "integrity": json.loads(text)["integrity"]})
+    check_plan_integrity(out, json.loads(text))
+    small = write_plan(tmp_path / "small.plan", {"a": 1}, "m\n")  # one-line body: a full render
+    assert json.loads((small / "plan.json").read_text())["a"] == 1
