@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CompileError
+from .integrity import seal_plan_files
 from .output import make_temp_dir, plan_problem, swap_into_place
 
 
@@ -99,6 +100,7 @@ def write_plan(out_dir: Path, manifest: dict[str, Any], memory_txt: str,
         if rel in files:
             raise CompileError(f"{out_dir}: two writers for {rel}")
         files[rel] = text
+    files = seal_plan_files(manifest, files)  # plan.json gains "integrity": sha256 of its body + every file
     parent = out_dir.parent if str(out_dir.parent) else Path(".")
     if not parent.is_dir():
         raise CompileError(f"{out_dir}: parent directory {parent} does not exist")
