@@ -78,7 +78,7 @@ def test_write_plan_atomic_and_replaces(tmp_path):
     with pytest.raises(ValueError):
         write_plan(out, {"a": float("nan")}, "mem\n")  # rendering fails before anything is written
     got = json.loads((out / "plan.json").read_text())
-    assert got.pop("integrity")["algorithm"] and got == {"a": 2, **owner}
+    assert got.pop("integrity")["format"] == "ninfer-integrity-v1" and got == {"a": 2, **owner}
     assert sorted(os.listdir(tmp_path)) == ["x.plan"]
     with pytest.raises(CompileError, match="parent directory"):
         write_plan(tmp_path / "missing" / "y.plan", {}, "")
