@@ -31,7 +31,8 @@ def check_plan_shape(pj: Path, plan: dict) -> None:
     opts = plan["options"]
     need(isinstance(opts, dict), "options", "must be a mapping")
     for key in ("max_context", "prefill_chunk"):
-        need(_is_int(opts.get(key)) and 1 <= opts[key] <= 2**31 - 1, f"options.{key}", "must be an integer in [1, 2^31)")
+        need(_is_int(opts.get(key)) and 1 <= opts[key] <= 2**31 - 1, f"options.{key}",
+             "must be an integer in [1, 2^31)")
     if opts.get("slots") is not None:
         need(_is_int(opts["slots"]) and 1 <= opts["slots"] <= 4096, "options.slots", "must be an integer in [1, 4096]")
     conc = opts.get("concurrency")

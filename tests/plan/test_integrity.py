@@ -154,3 +154,15 @@ def test_spliced_rendering_equals_a_full_render(tmp_path, keys):
     check_plan_integrity(out, json.loads(text))
     small = write_plan(tmp_path / "small.plan", {"a": 1}, "m\n")  # one-line body: a full render
     assert json.loads((small / "plan.json").read_text())["a"] == 1
+
+
+def test_sparse_artifacts_are_recognised(tmp_path):
+    from ninfer_compile.plan.integrity import is_sparse
+
+    hole = tmp_path / "hole.ninfer"
+    with open(hole, "wb") as fh:
+        fh.write(b"x" * 4096)
+        fh.truncate(64 * 2**20)
+    dense = tmp_path / "dense.ninfer"
+    dense.write_bytes(b"\1" * (2 * 2**20))
+    assert is_sparse(hole) and not is_sparse(dense)
