@@ -58,6 +58,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-binaries", action="store_true",
                         help="emit kernel source only: skip the ahead-of-time cubins (kernels/bin/); the "
                              "runtime then JIT-compiles every kernel at load")
+    parser.add_argument("--weight-digests", action="store_true",
+                        help="hash every weight payload the plan binds into plan.json (reads all bound "
+                             "payload bytes: ~15 GB on the 27B) so that `ninfer-run --verify-weights` can "
+                             "check the weights themselves, not only the artifact's directory")
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no progress lines on stderr (warnings, errors and the summary line stay)")
 
@@ -229,6 +233,12 @@ def run(args) -> int:
         compiled = compile_artifact(args.artifact, args.sm, routes=args.routes, contract=args.contract, opts=opts,
                                     budget_gib=args.memory_budget, disabled=args.disable_pass, dump_dir=dump_tmp,
                                     binaries=not args.no_binaries, progress=progress)
+        if args.weight_digests:
+            from .plan.integrity import add_weight_digests, weight_digests
+
+            progress("weight digests: hashing the bound payloads")
+            compiled.manifest = add_weight_digests(
+                compiled.manifest, weight_digests(args.artifact, compiled.manifest, progress=not args.quiet))
         progress(f"writing {out_dir}")
         write_plan(out_dir, compiled.manifest, compiled.memory_txt, extra_files=compiled.kernel_files)
         if dump_tmp is not None:

@@ -101,3 +101,24 @@ def test_cli_verify_weights(digested):
                        env=env, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "weights verified" in p.stderr
+
+
+def test_compile_flag_records_digests_that_verify(tiny_plan, tmp_path):
+    """`ninfer-compile --weight-digests` records the digests of every bound payload in the plan it
+    writes (sealed): the plan loads with verify_weights and names an object whose weights changed."""
+    from ninfer_compile.cli import main as cli
+
+    art, _ = tiny_plan
+    out = tmp_path / "d.plan"
+    table = S.interp_table(tmp_path / "interp90.yaml")
+    assert cli([str(art), "--sm", "90", "--routes", str(table), "--concurrency", "1", "--max-context", "64",
+                "--prefill-chunk", "8", "--no-binaries", "--quiet", "--weight-digests", "-o", str(out)]) == 0
+    pj = json.loads((out / "plan.json").read_text())
+    digests = pj["artifact"]["payload_sha256"]
+    assert sorted(digests) == ci.bound_objects(pj) and digests == ci.weight_digests(art, pj, progress=False)
+    check_plan_integrity(out, pj)
+    with nr.load(out, art, progress=False, verify_weights=True) as eng:
+        assert eng.verify_weights
+    name = sorted(digests)[1]
+    with pytest.raises(nr.PlanMismatch, match=f"object {name!r}"):
+        nr.load(out, _other_weights(art, tmp_path / "other.ninfer", name), progress=False, verify_weights=True)
