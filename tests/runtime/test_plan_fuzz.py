@@ -10,12 +10,14 @@ swaps, out-of-range integers, deleted keys, renamed routes, edited weight views)
   weight), other tokens are possible; they are counted, and for the kinds the runtime validates
   (type swaps, out-of-range integers, renamed routes) tokens must be identical or the plan refused.
 Never a traceback (any other exception fails the test). Bounded: MUTATIONS mutations, at most
-GENERATES short generations (interpreter runs are slow)."""
+GENERATES short generations (interpreter runs are slow). NINFER_FUZZ_SEED / NINFER_FUZZ_GENERATES
+explore other mutations by hand; CI runs the fixed seed."""
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import random
 import shutil
 
@@ -27,8 +29,8 @@ from ninfer_runtime.errors import NinferRuntimeError
 from . import support as S
 
 MUTATIONS = 40
-GENERATES = 3
-SEED = 20261201
+GENERATES = int(os.environ.get("NINFER_FUZZ_GENERATES", "3"))
+SEED = int(os.environ.get("NINFER_FUZZ_SEED", "20261201"))  # another seed explores other mutations
 PROMPT = [5, 77]
 KINDS = ("type_swap", "out_of_range", "delete_key", "rename_route", "edit_weight_view")
 VALIDATED = ("type_swap", "out_of_range", "rename_route")  # refused or identical tokens, even re-hashed
