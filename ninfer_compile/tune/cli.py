@@ -29,7 +29,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from ..errors import NinferError, RouteError
 from . import crossover as X
@@ -624,10 +623,14 @@ def run(args) -> int:
     if not args.no_base:
         base = args.base or (out if out.is_file() else ROUTES_DIR / f"sm{args.sm}.yaml")
         if base.is_file():
+            from ..yaml_lines import YamlInputError, read_yaml_text, safe_load
+
             try:
-                data = yaml.safe_load(base.read_text(encoding="utf-8"))
-            except (OSError, yaml.YAMLError) as exc:
-                raise NinferError(f"--base {base}: cannot read: {exc}") from None
+                data = safe_load(read_yaml_text(base), str(base))
+            except YamlInputError as exc:
+                raise NinferError(f"--base {base}: {str(exc).splitlines()[0]}") from None
+            except OSError as exc:
+                raise NinferError(f"--base {base}: cannot read: {exc.strerror or exc}") from None
             if isinstance(data, dict):
                 if data.get("sm") not in (None, args.sm):
                     raise NinferError(f"--base {base}: table is for sm {data.get('sm')}, not {args.sm}")
