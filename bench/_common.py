@@ -36,6 +36,14 @@ def copy_bandwidth() -> float:
     return 2 * a.numel() * 4 / (ms * 1e-3)
 
 
+def streaming_read() -> float:
+    """The streaming read rate in bytes/s (`limits.streaming_read_gbs`: a read-only kernel over
+    rotated cold buffers), the limit a read-bound kernel is compared with."""
+    from limits import streaming_read_gbs
+
+    return streaming_read_gbs(torch)["gbs"] * 1e9
+
+
 def eager(fn) -> dict:
     return {"eager_us": do_bench(fn, warmup=10, rep=40) * 1e3}
 

@@ -29,29 +29,16 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from limits import (decode_extent, floors_by_kernel, launch_floor_bytes, route_kernel_names,  # noqa: E402
+                    step_floor_bytes, streaming_read_gbs)
+
 
 def read_bandwidth_gbs(torch, n: int = 34816, k: int = 5120, copies: int = 8) -> float:
-    """Practical HBM read bandwidth: bf16 cuBLAS GEMV over `copies` rotated weight matrices (cold:
-    together they are far larger than L2), bytes of W read / median time (GB/s). This is the
-    read roofline the decode step is compared with (a copy's read+write rate overstates it)."""
-    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
-    x = torch.randn(k, device="cuda", dtype=torch.bfloat16)
-    for w in ws:
-        torch.mv(w, x)
-    torch.cuda.synchronize()
-    times = []
-    for rep in range(5):
-        for w in ws:
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            torch.mv(w, x)
-            e1.record()
-            torch.cuda.synchronize()
-            times.append(e0.elapsed_time(e1) / 1e3)
-    times.sort()
-    del ws
-    torch.cuda.empty_cache()
-    return n * k * 2 / times[len(times) // 2] / 1e9
+    """The cuBLAS GEMV read figure (`limits.cublas_gemv_gbs`), GB/s: kept under this name for bench_peers."""
+    from limits import cublas_gemv_gbs
+
+    return cublas_gemv_gbs(torch, n, k, copies)
 
 
 def decode_weight_bytes(plan: dict, artifact: Path) -> int:
@@ -66,9 +53,21 @@ def decode_weight_bytes(plan: dict, artifact: Path) -> int:
         return sum(art.entry(n).bytes for n in names)
 
 
-def kernel_breakdown(kernels: list[tuple[str, float]], steps: int, step_us: float, top: int = 30) -> dict:
+def _entry_bytes(artifact: Path):
+    """name -> stored bytes of that artifact object (from its directory; no payload read)."""
+    from ninfer_runtime.artifact_view import ArtifactView
+
+    with ArtifactView.open(artifact) as art:
+        sizes = {name: e.bytes for name, e in art.objects.items()}
+    return sizes.__getitem__
+
+
+def kernel_breakdown(kernels: list[tuple[str, float]], steps: int, step_us: float, top: int = 30,
+                     floors: dict[str, int] | None = None, stream_gbs: float | None = None) -> dict:
     """Aggregate (kernel name, device µs) over `steps` decode steps: per name, launches and µs per
-    step and % of the step's wall time `step_us`; the rest (wall - kernel time) is idle GPU time."""
+    step and % of the step's wall time `step_us`; the rest (wall - kernel time) is idle GPU time.
+    With `floors` (kernel name -> byte floor per step, `limits.floors_by_kernel`) and the streaming
+    read rate, each row also gets its floor µs (bytes / streaming rate) and the % of it reached."""
     agg: dict[str, list] = {}
     for name, us in kernels:
         a = agg.setdefault(_short(name), [0, 0.0])
@@ -77,6 +76,16 @@ def kernel_breakdown(kernels: list[tuple[str, float]], steps: int, step_us: floa
     per_step = sum(a[1] for a in agg.values()) / steps
     rows = [{"kernel": k, "launches_per_step": n / steps, "us_per_step": t / steps, "mean_us": t / n,
              "pct_of_step": 100.0 * t / steps / step_us} for k, (n, t) in agg.items()]
+    if floors is not None and stream_gbs:
+        short_floors: dict[str, int] = {}
+        for k, v in floors.items():
+            short_floors[_short(k)] = short_floors.get(_short(k), 0) + v
+        for r in rows:
+            fb = short_floors.get(r["kernel"])
+            r["floor_bytes"] = fb
+            r["floor_us"] = None if fb is None else fb / (stream_gbs * 1e3)
+            r["pct_of_floor"] = (100.0 * r["floor_us"] / r["us_per_step"]
+                                 if fb and r["us_per_step"] > 0 else None)
     rows.sort(key=lambda r: (-r["us_per_step"], r["kernel"]))
     return {"steps": steps, "step_us": step_us, "kernel_us_per_step": per_step,
             "launches_per_step": sum(a[0] for a in agg.values()) / steps,
@@ -91,7 +100,75 @@ def _short(name: str) -> str:
     return name.strip()[:80] or "?"
 
 
-def profile_decode(torch, eng, c: int, context: int, steps: int, prompt) -> dict:
+def critical_path(events: list[tuple[str, float, float]]) -> tuple[list[tuple[str, float]], float, float]:
+    """(name, start µs, end µs) device events of one stream -> ([(name, µs on the critical path)],
+    idle µs, busy µs). Under programmatic dependent launch a kernel starts before its predecessor
+    ends and waits inside (its duration overlaps the predecessor's), so durations overstate the
+    cost: each kernel is charged only the time from the later of its start and the previous end to
+    its own end. Charged + idle = the span from the first start to the last end."""
+    out, idle, busy, prev_end = [], 0.0, 0.0, None
+    for name, s0, e0 in sorted(events, key=lambda r: (r[1], r[2])):
+        busy += e0 - s0
+        if prev_end is None:
+            out.append((name, e0 - s0))
+            prev_end = e0
+            continue
+        if s0 > prev_end:
+            idle += s0 - prev_end
+        out.append((name, max(0.0, e0 - max(s0, prev_end))))
+        prev_end = max(prev_end, e0)
+    return out, idle, busy
+
+
+def per_op(charged: list[tuple[str, float]], launches: list[dict], kernels_of_route: dict[str, list[str]],
+           floor_of, steps: int, step_us: float, stream_gbs: float | None) -> list[dict]:
+    """The waterfall by plan op: walk the charged kernels in order beside the extent's launches
+    (a launch = its route's main kernel, then any of its helper kernels); an op's row sums its
+    launches over the layers (`l12.mlp.gate_up` -> `mlp.gate_up`). Kernels that match no launch
+    (runtime copies, host-to-device copies) are rows of their own, by kernel name."""
+    import re
+
+    rows: dict[str, dict] = {}
+
+    def row(key, route):
+        return rows.setdefault(key, {"op": key, "route": route, "launches": 0, "us": 0.0, "floor_bytes": 0})
+
+    mains = [(kernels_of_route.get(L.get("route", ""), [None]) or [None])[0] for L in launches]
+    i, cur = 0, None
+    for name, us in charged:
+        short = _short(name)
+        if cur is not None and short in kernels_of_route.get(launches[cur].get("route", ""), [])[1:]:
+            row(re.sub(r"^l\d+\.", "", launches[cur]["op"]), launches[cur]["route"])["us"] += us
+            continue
+        j = None
+        for d in range(len(launches)):
+            jj = (i + d) % len(launches)
+            if mains[jj] is not None and mains[jj] == short:
+                j = jj
+                break
+        if j is None:
+            row(f"({short})", "-")["us"] += us
+            cur = None
+            continue
+        L = launches[j]
+        r = row(re.sub(r"^l\d+\.", "", L["op"]), L["route"])
+        r["us"] += us
+        r["launches"] += 1
+        r["floor_bytes"] += floor_of(L)
+        cur, i = j, j + 1
+    out = []
+    for r in rows.values():
+        us_step = r["us"] / steps
+        fl = r["floor_bytes"] / steps / (stream_gbs * 1e3) if stream_gbs else None
+        out.append({"op": r["op"], "route": r["route"], "launches_per_step": r["launches"] / steps,
+                    "us_per_step": us_step, "pct_of_step": 100.0 * us_step / step_us,
+                    "floor_us": fl, "pct_of_floor": (100.0 * fl / us_step if fl and us_step > 0 else None)})
+    out.sort(key=lambda r: (-r["us_per_step"], r["op"]))
+    return out
+
+
+def profile_decode(torch, eng, c: int, context: int, steps: int, prompt, floors=None, stream_gbs=None,
+                   launches=None, kernels_of_route=None, floor_of=None) -> dict:
     """Decode-step breakdown at concurrency c (see the module docstring)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -116,36 +193,77 @@ def profile_decode(torch, eng, c: int, context: int, steps: int, prompt) -> dict
         for i in range(steps):
             step(4 + steps + i)
         torch.cuda.synchronize()
-    kernels = [(e.name, e.time_range.elapsed_us()) for e in prof.events() if e.device_type == DeviceType.CUDA]
-    return kernel_breakdown(kernels, steps, wall_us)
+    events = [(e.name, float(e.time_range.start), float(e.time_range.end)) for e in prof.events()
+              if e.device_type == DeviceType.CUDA]
+    charged, idle, busy = critical_path(events)
+    b = kernel_breakdown(charged, steps, wall_us, floors=floors, stream_gbs=stream_gbs)
+    b["device_idle_us_per_step"] = idle / steps  # gaps between kernels inside the profiled steps
+    b["busy_us_per_step"] = busy / steps  # summed kernel durations (overlapping under PDL)
+    if launches is not None:
+        b["ops"] = per_op(charged, launches, kernels_of_route or {}, floor_of or (lambda L: 0), steps, wall_us,
+                          stream_gbs)
+    return b
 
 
 def render_md(res: dict) -> str:
     prov, wbytes, read_gbs = res["provenance"], res["weights_bytes_per_step"], res["read_bandwidth_gbs"]
+    stream = res.get("streaming_read") or {}
+    sg = stream.get("gbs")
     lines = [f"# End to end, {res['label']}: {prov['gpu']}, {prov['date']}", "",
-             f"driver {prov['driver']}, torch {prov['torch']}, triton {prov['triton']}; read bandwidth "
-             f"{read_gbs:.0f} GB/s (bf16 cuBLAS GEMV, cold, same run); weights read per decode step "
-             f"{wbytes / 1e9:.2f} GB -> roofline {wbytes / (read_gbs * 1e9) * 1e3:.2f} ms/step "
-             f"({read_gbs * 1e9 / wbytes:.0f} tok/s at C=1)", "",
+             f"driver {prov['driver']}, torch {prov['torch']}, triton {prov['triton']}; limits measured in this "
+             f"run: streaming read {_num(sg, '.0f')} GB/s (read-only kernel over rotated cold buffers, "
+             f"{stream.get('config', '?')}), bf16 cuBLAS GEMV {read_gbs:.0f} GB/s (cold); weights read per "
+             f"decode step {wbytes / 1e9:.2f} GB -> {wbytes / (read_gbs * 1e9) * 1e3:.2f} ms at the cuBLAS rate"
+             + (f", {wbytes / (sg * 1e9) * 1e3:.2f} ms at the streaming rate" if sg else ""), "",
              f"options: {json.dumps(res.get('options'))}", "",
              f"load: {json.dumps({k: round(v, 2) for k, v in res['load_times_s'].items()})}; "
              f"load-to-first-token {res['load_to_first_token_s']:.1f} s; kernels: {res.get('kernels')}", "",
              "| prefill T | tok/s |", "|---|---|"]
     lines += [f"| {n} | {v['tok_s']:.0f} |" for n, v in res["prefill"].items()]
-    lines += ["", "| C | decode tok/s | step ms | roofline step ms | % of roofline |", "|---|---|---|---|---|"]
+    ctx = res.get("context", "?")
+    lines += ["", f"Byte floor of a step = weights once + GDN state read and written per slot + KV read at "
+              f"context {ctx} per slot, at the streaming rate.", "",
+              "| C | decode tok/s | step ms | byte floor ms (weights / state / KV GB) | % of floor | "
+              "weights at cuBLAS rate ms | % of it |", "|---|---|---|---|---|---|---|"]
     roof_ms = wbytes / (read_gbs * 1e9) * 1e3
-    lines += [f"| {c} | {v['tok_s']:.1f} | {v['step_ms']:.2f} | {roof_ms:.2f} | {100 * roof_ms / v['step_ms']:.0f}% |"
-              for c, v in res["decode"].items()]
+    for c, v in res["decode"].items():
+        fb = v.get("floor_bytes") or {}
+        split = (f" ({fb['weights'] / 1e9:.2f} / {fb['state'] / 1e9:.2f} / {fb['kv'] / 1e9:.2f})" if fb else "")
+        fl = v.get("floor_step_ms")
+        lines.append(f"| {c} | {v['tok_s']:.1f} | {v['step_ms']:.2f} | {_num(fl, '.2f')}{split} | "
+                     f"{_num(None if fl is None else 100 * fl / v['step_ms'], '.0f')}% | {roof_ms:.2f} | "
+                     f"{100 * roof_ms / v['step_ms']:.0f}% |")
     for c, b in (res.get("decode_profile") or {}).items():
         lines += ["", f"Decode step at C={c}, {b['steps']} steps under torch.profiler: wall {b['step_us']:.0f} µs/step "
-                  f"(measured without the profiler), our kernels {b['kernel_us_per_step']:.0f} µs in "
-                  f"{b['launches_per_step']:.0f} launches, GPU idle {b['idle_us_per_step']:.0f} µs", "",
-                  "| kernel | launches/step | µs/step | mean µs | % of step |", "|---|---|---|---|---|"]
+                  f"(measured without the profiler), kernels on the critical path {b['kernel_us_per_step']:.0f} µs in "
+                  f"{b['launches_per_step']:.0f} launches, GPU idle {b['idle_us_per_step']:.0f} µs (between kernels "
+                  f"under the profiler {_num(b.get('device_idle_us_per_step'), '.0f')} µs; summed kernel durations, "
+                  f"overlapping under PDL, {_num(b.get('busy_us_per_step'), '.0f')} µs)", "",
+                  "| kernel | launches/step | µs/step | mean µs | % of step | byte floor µs | % of floor |",
+                  "|---|---|---|---|---|---|---|"]
         lines += [f"| {r['kernel']} | {r['launches_per_step']:.0f} | {r['us_per_step']:.1f} | {r['mean_us']:.2f} | "
-                  f"{r['pct_of_step']:.1f}% |" for r in b["rows"]]
+                  f"{_floor_cells(r)} |" for r in b["rows"]]
         if b["other_kernels"]:
-            lines.append(f"| ({b['other_kernels']} more kernel names) | | | | |")
+            lines.append(f"| ({b['other_kernels']} more kernel names) | | | | | | |")
+        if b.get("ops"):
+            lines += ["", f"Waterfall by op at C={c} (µs on the critical path per step; an op's launches summed over "
+                      f"the layers; byte floor at the streaming rate)", "",
+                      "| op | route | launches/step | µs/step | % of step | byte floor µs | % of floor |",
+                      "|---|---|---|---|---|---|---|"]
+            lines += [f"| {r['op']} | {r['route']} | {r['launches_per_step']:.0f} | {r['us_per_step']:.1f} | "
+                      f"{_floor_cells(r)} |" for r in b["ops"]]
     return "\n".join(lines) + "\n"
+
+
+def _num(v, fmt: str) -> str:
+    return "—" if v is None else format(v, fmt)
+
+
+def _floor_cells(r: dict) -> str:
+    """`% of step | byte floor µs | % of floor` cells of a breakdown row."""
+    pf = r.get("pct_of_floor")
+    return (f"{r['pct_of_step']:.1f}% | {_num(r.get('floor_us'), '.1f')} | "
+            f"{_num(pf, '.0f')}{'%' if pf is not None else ''}")
 
 
 def provenance(torch) -> dict:
@@ -182,7 +300,10 @@ def main(argv=None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     prov = provenance(torch)
+    stream = streaming_read_gbs(torch)
     read_gbs = read_bandwidth_gbs(torch)
+    print(f"streaming read {stream['gbs']:.0f} GB/s ({stream['config']}), cuBLAS bf16 GEMV {read_gbs:.0f} GB/s",
+          flush=True)
     t0 = time.perf_counter()
     eng = ninfer_runtime.load(args.plan, args.artifact, progress=False)
     plan = json.loads((args.plan / "plan.json").read_text())
@@ -190,11 +311,12 @@ def main(argv=None) -> int:
     first = eng.generate([1, 2, 3, 4], max_new_tokens=1, greedy=True, ignore_eos=True)
     torch.cuda.synchronize()
     load_to_first = time.perf_counter() - t0
+    entry_bytes = _entry_bytes(args.artifact)
     res = {"provenance": prov, "label": args.label, "read_bandwidth_gbs": read_gbs,
-           "load_times_s": eng.load_times, "load_to_first_token_s": load_to_first,
+           "streaming_read": stream, "load_times_s": eng.load_times, "load_to_first_token_s": load_to_first,
            "kernels": getattr(eng, "device_note", None),
            "weights_bytes_per_step": decode_weight_bytes(plan, args.artifact), "options": plan.get("options"),
-           "prefill": {}, "decode": {}}
+           "context": args.context, "prefill": {}, "decode": {}}
     g = torch.Generator().manual_seed(0)
 
     def prompt(n):
@@ -214,14 +336,25 @@ def main(argv=None) -> int:
         st = eng.last_stats
         tok_s = st["decode_tokens"] / st["decode_s"]
         step_s = st["decode_s"] / max(1, st["decode_steps"])
-        roof = wbytes / (read_gbs * 1e9)  # s per step, weights only
+        roof = wbytes / (read_gbs * 1e9)  # s per step, weights only, at the cuBLAS GEMV rate
+        _, ext = decode_extent(plan, c)
+        floor = step_floor_bytes(plan, ext, entry_bytes, context=args.context + args.decode_tokens // 2)
+        floor_s = floor["total"] / (stream["gbs"] * 1e9)
         res["decode"][c] = {"tok_s": tok_s, "step_ms": step_s * 1e3, "roofline_step_ms": roof * 1e3,
-                            "fraction_of_roofline": roof / step_s}
-        print(f"decode C={c}: {tok_s:.1f} tok/s, step {step_s*1e3:.2f} ms "
-              f"(roofline {roof*1e3:.2f} ms, {100*roof/step_s:.0f}%)", flush=True)
+                            "fraction_of_roofline": roof / step_s, "floor_bytes": floor,
+                            "floor_step_ms": floor_s * 1e3, "fraction_of_floor": floor_s / step_s}
+        print(f"decode C={c}: {tok_s:.1f} tok/s, step {step_s*1e3:.2f} ms (byte floor {floor_s*1e3:.2f} ms at the "
+              f"streaming rate: {100*floor_s/step_s:.0f}%; weights at the cuBLAS rate {roof*1e3:.2f} ms, "
+              f"{100*roof/step_s:.0f}%)", flush=True)
+    kernels_of_route = route_kernel_names(args.plan)
     for c in [int(x) for x in args.profile.split(",") if x]:
         try:  # after the timed runs: a profiler failure must not lose them
-            b = profile_decode(torch, eng, c, args.context, args.profile_steps, prompt)
+            _, ext = decode_extent(plan, c)
+            floors = floors_by_kernel(plan, ext, entry_bytes, kernels_of_route, context=args.context)
+            b = profile_decode(torch, eng, c, args.context, args.profile_steps, prompt, floors=floors,
+                               stream_gbs=stream["gbs"], launches=ext["launches"], kernels_of_route=kernels_of_route,
+                               floor_of=lambda L, c=c: launch_floor_bytes(L, plan, entry_bytes, slots=c,
+                                                                          context=args.context))
         except Exception as exc:  # noqa: BLE001
             res.setdefault("decode_profile_errors", {})[c] = f"{type(exc).__name__}: {exc}"[:300]
             print(f"profile C={c} failed: {exc}", flush=True)

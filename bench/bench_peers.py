@@ -90,6 +90,15 @@ def sync(torch, device) -> None:
         torch.cuda.synchronize(device)
 
 
+def measure_streaming_read(torch, device) -> float | None:
+    """The streaming read rate (bench/limits.py: read-only kernel, rotated cold buffers), GB/s; None on CPU."""
+    if device.type != "cuda":
+        return None
+    from limits import streaming_read_gbs
+
+    return streaming_read_gbs(torch)["gbs"]
+
+
 def measure_read_bandwidth(torch, device) -> float | None:
     """bench_e2e's read roofline (bf16 cuBLAS GEMV over rotated cold weights), GB/s; None on CPU."""
     if device.type != "cuda":
@@ -312,6 +321,7 @@ def run_hf(args, device, res: dict) -> dict:
     res.update({"peer": "hf", "provenance": provenance(torch, device), "dtype": args.hf_dtype,
                 "attention": "eager", "fla": fla_status()})
     res["read_bandwidth_gbs"] = measure_read_bandwidth(torch, device)
+    res["streaming_read_gbs"] = measure_streaming_read(torch, device)
     spec = load_spec(args.contract)
     from ninfer_compile.contracts.dims import HybridDims
 
@@ -590,6 +600,7 @@ def run_reference(args, device, res: dict) -> dict:
                 "concurrency_note": "single sequence (ReferenceModel has one state)",
                 "allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32)})
     res["read_bandwidth_gbs"] = measure_read_bandwidth(torch, device)
+    res["streaming_read_gbs"] = measure_streaming_read(torch, device)
     tmp = None
     artifact = args.artifact
     if artifact is None:
@@ -684,6 +695,11 @@ def render_md(res: dict) -> str:
                          f"{d['step_ms']:.1f} | {gb:.2f} | {_fmt(p.get('read_bandwidth_gbs'), '.0f')} | "
                          f"{_fmt(d.get('roofline_step_ms'), '.2f')} | {_fmt(None if frac is None else 100 * frac, '.0f')} | "
                          f"{setup} |")
+        sg = p.get("streaming_read_gbs")
+        if sg:
+            per_c = ", ".join(f"C={cc} {100 * gb / sg / d['step_ms']:.0f}%" for cc, d in p["decode"].items())
+            notes.append(f"- {name}: streaming read {sg:.0f} GB/s in its process; its weights at that rate "
+                         f"{gb / sg * 1e3:.2f} ms/step ({per_c} of a step)")
         if name == "hf":
             notes.append(f"- hf GDN path: {json.dumps(p.get('gdn_path'))}; fla {json.dumps(p.get('fla'))}")
             k = (p.get("profiled_decode_step") or {}).get("gdn_kernels")

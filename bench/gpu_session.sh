@@ -10,7 +10,7 @@
 #                                            #   (E2E_KV=bf16: ~3 min; PEERS=0 skips the peers)
 #   bash bench/aot_check.sh                  # ~2.5 min: plan binaries loaded by the runtime without a JIT
 #
-# Stages: tests | tune | gemv | bench | e2e | peers. Results go to $OUT (the device tool's folder) or
+# Stages: tests | tune | gemv | cliff | bench | e2e | peers. Results go to $OUT (the device tool's folder) or
 # out/gpu; copy what should be committed into bench/results/ and routes/ afterwards.
 # e2e: our engine for each KV dtype in $E2E_KV (default "bf16 int8"), then the peers (HF
 # transformers eager bf16 and the fp32 reference under torch.compile, bench/bench_peers.py) in
@@ -75,6 +75,17 @@ for stage in "$@"; do
       R=bench/results
       python3 -m ninfer_compile.cli tune --sm 90 --replay $R/tune_sm90_linear_2026-11-29.meas.json \
         $R/tune_sm90_gemv_2026-11-29.meas.json $R/tune_sm90_gemv2_2026-11-29.meas.json "$OUT/gemv.meas.json" --base routes/sm90.yaml -o "$OUT/sm90.yaml" --report "$OUT/sm90.md" 2>&1 | tail -n 2 ;;
+    cliff)
+      # the T = 17..32 decode cliff: the tensor-core GEMV (16-column slices, domain T <= 32) against the
+      # tiled schedules at T 17 / 24 / 32, merged with every committed linear measurement (later wins)
+      timeout ${CLIFF_TIMEOUT_S:-300} python3 -m ninfer_compile.cli tune --sm 90 --families linear --t-points 17,24,32 \
+        --routes "_gemv_tc,small_t_mma,dequant_gemm" --save-measurements "$OUT/cliff.meas.json" 2>&1 | tr '\r' '\n' \
+        | grep -v "^ *$" | grep -v "it/s\|run/s\|job/s" | tail -n 8 | tee "$OUT/cliff_tune.log"
+      R=bench/results
+      python3 -m ninfer_compile.cli tune --sm 90 --replay $R/tune_sm90_linear_2026-11-29.meas.json \
+        $R/tune_sm90_gemv_2026-11-29.meas.json $R/tune_sm90_gemv2_2026-11-29.meas.json \
+        $R/tune_sm90_gemv_tc_2026-11-29.meas.json "$OUT/cliff.meas.json" --base routes/sm90.yaml -o "$OUT/sm90.yaml" \
+        --report "$OUT/sm90.md" 2>&1 | tail -n 2 ;;
     tune)
       timeout 420 python3 -m ninfer_compile.cli tune --sm 90 -o "$OUT/sm90.yaml" --report "$OUT/sm90.md" \
         --save-measurements "$OUT/sm90.meas.json" 2>&1 | tail -n 20 | tee "$OUT/tune.log" ;;
@@ -102,6 +113,6 @@ for stage in "$@"; do
       T0=$SECONDS
       ensure_artifact
       run_peers $(( ${PEERS_BUDGET_S:-540} - (SECONDS - T0) )) ;;
-    *) echo "error: unknown stage $stage (tests | tune | gemv | bench | e2e | peers)"; exit 2 ;;
+    *) echo "error: unknown stage $stage (tests | tune | gemv | cliff | bench | e2e | peers)"; exit 2 ;;
   esac
 done

@@ -10,39 +10,49 @@ pass pipeline (passes/pipeline.py) with the route table for the sm, plans memory
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .errors import CompileError, ContractError
 from .ir.graph import Graph
-from .ir.lower import KV_DTYPES, LowerOptions, lower_all
+from .ir.lower import KV_DTYPES, LowerOptions, lower_all, plan_extents
 from .passes.context import PassContext
 from .passes.pipeline import PASS_NAMES, check_disabled, run_pipeline
 from .plan.manifest import build_manifest
-from .plan.memory import MemoryReport, check_budget, memory_report, report_text
+from .plan.memory import (MemoryReport, check_budget, check_budget_value, fit_warnings, memory_report,
+                          report_text)
+from .plan.output import (DUMP_MARKER, DUMP_MARKER_TEXT, check_destination, dump_problem, make_temp_dir,
+                          plan_problem, prepare_destination, swap_into_place)
 from .plan.writer import write_plan
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("artifact", type=Path, help="the .ninfer artifact")
     parser.add_argument("--sm", type=int, required=True, help="target compute capability, e.g. 86, 89, 90, 120")
-    parser.add_argument("-o", "--output", type=Path, default=None, help="plan directory (default ARTIFACT.smN.plan)")
+    parser.add_argument("-o", "--output", type=Path, default=None,
+                        help="plan directory (default ARTIFACT.smN.plan); an existing one is replaced only if "
+                             "it is a plan ninfer-compile wrote, anything else is refused")
     parser.add_argument("--routes", type=Path, default=None, help="route table (default routes/smN.yaml)")
     parser.add_argument("--contract", type=Path, default=None, help="model contract YAML")
     parser.add_argument("--concurrency", default="1", help="decode concurrencies C, comma separated (default 1)")
     parser.add_argument("--draft-tokens", type=int, default=0, help="draft window K; decode T = C x (K+1)")
-    parser.add_argument("--prefill-chunk", type=int, default=1024, help="prefill extent T (default 1024)")
+    parser.add_argument("--prefill-chunk", type=int, default=1024,
+                        help="prefill extent T (default 1024; clamped to --max-context, with a note)")
     parser.add_argument("--max-context", type=int, default=4096, help="KV cache positions per slot (default 4096)")
     parser.add_argument("--kv-dtype", default="bf16", help=f"KV cache dtype: {'|'.join(KV_DTYPES)}")
     parser.add_argument("--memory-budget", type=float, default=None, metavar="GiB",
-                        help="fail unless weights + KV + state + workspace fit")
+                        help="fail unless weights + KV + state + workspace fit in GiB (a finite number > 0). "
+                             "Without it the plan's size is still checked: a warning (exit 0) when it exceeds "
+                             "this machine's GPU memory (if that GPU has the target sm) or the largest "
+                             "single GPU of that sm")
     parser.add_argument("--explain", action="store_true", help="print every op's route and table row")
     parser.add_argument("--dump-ir", type=Path, default=None, metavar="DIR",
-                        help="write the IR after lowering and every pass (txt, yaml, dot per extent)")
+                        help="write the IR after lowering and every pass (txt, yaml, dot per extent); an "
+                             "existing DIR is replaced only if it is an earlier dump")
     parser.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
                         help=f"switch a pass off (repeatable): {', '.join(PASS_NAMES)}")
     parser.add_argument("--prefill-logits", choices=("last", "all"), default="last",
@@ -51,6 +61,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-binaries", action="store_true",
                         help="emit kernel source only: skip the ahead-of-time cubins (kernels/bin/); the "
                              "runtime then JIT-compiles every kernel at load")
+    parser.add_argument("--weight-digests", action="store_true",
+                        help="hash every weight payload the plan binds into plan.json (reads all bound "
+                             "payload bytes: ~15 GB on the 27B) so that `ninfer-run --verify-weights` can "
+                             "check the weights themselves, not only the artifact's directory")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress lines on stderr (warnings, errors and the summary line stay)")
 
 
 def _concurrency(text: str) -> tuple[int, ...]:
@@ -80,16 +96,18 @@ EMIT_KERNELS = True
 
 def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None, contract: Path | None = None,
                      opts: LowerOptions, budget_gib: float | None = None, disabled: list[str] = (),
-                     dump_dir: Path | None = None, binaries: bool = True) -> Compiled:
+                     dump_dir: Path | None = None, binaries: bool = True,
+                     progress: Callable[[str], None] | None = None) -> Compiled:
     """Compile an artifact for `sm`. `binaries`: also compile every launched kernel ahead of time
-    into kernels/bin/ (codegen/aot.py; problems are recorded in the kernel manifest, never fatal)."""
+    into kernels/bin/ (codegen/aot.py; problems are recorded in the kernel manifest, never fatal).
+    `progress(line)` is told each phase and count ("lowering 5 extents", "passes: extent 3/5", ...)."""
+    say = progress or (lambda line: None)
     from .artifact import Artifact
     from .contracts import check_artifact, find_contract
     from .routes import table_for_sm
 
     disabled_set = check_disabled(disabled)
-    if budget_gib is not None and not budget_gib > 0:
-        raise CompileError(f"--memory-budget must be a positive number of GiB, got {budget_gib}")
+    check_budget_value(budget_gib)
     table = table_for_sm(sm, routes)
     with Artifact.open(artifact_path) as art:
         con = find_contract(art.path, art.model_id, contract)
@@ -104,7 +122,13 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
     from .routes import table as table_mod
 
     ctx = PassContext(spec=spec, objects=objects, table=table, registry=table_mod.default_registry)
-    graphs = [run_pipeline(g, ctx, disabled_set, dump_dir) for g in lower_all(spec, opts)]
+    extents = plan_extents(spec, opts)
+    say(f"lowering {len(extents)} extents")
+    lowered = lower_all(spec, opts)
+    graphs = []
+    for i, g in enumerate(lowered, start=1):
+        say(f"passes: extent {i}/{len(lowered)} ({g.extent.name})")
+        graphs.append(run_pipeline(g, ctx, disabled_set, dump_dir))
     mem = memory_report(graphs, objects, spec, slots=opts.slots, max_context=opts.max_context,
                         kv_dtype=opts.kv_dtype)
     check_budget(mem, budget_gib)
@@ -128,9 +152,11 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
         from .codegen import aot
         from .codegen.emit import kernel_files, launches_from_manifest
 
+        say("emitting kernels")
         files, _ = kernel_files(launches_from_manifest(manifest, registry=ctx.registry))
         # ahead-of-time binaries for the plan's sm (needs the kernel source just rendered)
-        result = aot.precompile(manifest, files, objects, sm) if binaries else aot.disabled("--no-binaries")
+        result = (aot.precompile(manifest, files, objects, sm, progress=progress) if binaries
+                  else aot.disabled("--no-binaries"))
         files = aot.attach_binaries(files, result)
         bins = result.summary
     return Compiled(graphs, manifest, mem, report_text(mem, budget_gib), files, bins)
@@ -166,29 +192,63 @@ def explain(compiled: Compiled, out=None) -> None:
                 print(f"{e.name}\t{op.name}\t{op.kind}\t{shape}\tT={e.t}\t(builtin)\t-\t-", file=out)
 
 
+def _overlap(a: Path, b: Path) -> bool:
+    ra, rb = Path(os.path.realpath(a)), Path(os.path.realpath(b))
+    return ra == rb or ra in rb.parents or rb in ra.parents
+
+
 def run(args) -> int:
+    def progress(line: str) -> None:
+        if not args.quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    # everything that can be refused without reading the artifact is refused here, before any work
+    check_budget_value(args.memory_budget)
+    chunk = args.prefill_chunk
+    if 1 <= args.max_context < chunk:
+        print(f"note: --prefill-chunk {chunk} clamped to --max-context {args.max_context}", file=sys.stderr)
+        chunk = args.max_context
     # the MTP head only serves drafting: without a draft window (K = 0) its graphs, KV cache and
     # kernels would be compiled, allocated and captured for nothing
-    opts = LowerOptions(prefill_chunk=args.prefill_chunk, concurrency=_concurrency(args.concurrency),
+    opts = LowerOptions(prefill_chunk=chunk, concurrency=_concurrency(args.concurrency),
                         draft_tokens=args.draft_tokens, max_context=args.max_context, kv_dtype=args.kv_dtype,
                         mtp=args.draft_tokens > 0, prefill_logits=args.prefill_logits)
     out_dir = args.output or Path(f"{args.artifact}.sm{args.sm}.plan")
+    inputs = [args.artifact, args.routes, args.contract]
+    out_flag = "-o" if args.output is not None else "-o (default)"
+    check_destination(out_dir, flag=out_flag, what="plan", problem=plan_problem, inputs=inputs)
+    if args.dump_ir is not None:
+        if _overlap(args.dump_ir, out_dir):
+            raise CompileError(f"--dump-ir {args.dump_ir}: overlaps the plan directory {out_dir}; give them "
+                               f"separate paths")
+        check_destination(args.dump_ir, flag="--dump-ir", what="IR dump", problem=dump_problem, inputs=inputs)
+    # every refusal is above (nothing touched); now clean interrupted swaps' leftovers, probe the parents
+    notes = prepare_destination(out_dir, flag=out_flag, problem=plan_problem)
+    if args.dump_ir is not None:
+        notes += prepare_destination(args.dump_ir, flag="--dump-ir", problem=dump_problem)
+    for n in notes:  # a plan an interrupted swap had left under .NAME.old-PID-... is back at its path
+        print(f"note: {n}", file=sys.stderr)
     dump_tmp = None
     try:
         if args.dump_ir is not None:
-            parent = args.dump_ir.parent if str(args.dump_ir.parent) else Path(".")
-            if not parent.is_dir():
-                raise CompileError(f"--dump-ir {args.dump_ir}: parent directory does not exist")
-            dump_tmp = Path(tempfile.mkdtemp(prefix=f".{args.dump_ir.name}.tmp-", dir=parent))
+            dump_tmp = make_temp_dir(args.dump_ir)
+            (dump_tmp / DUMP_MARKER).write_text(DUMP_MARKER_TEXT)
         compiled = compile_artifact(args.artifact, args.sm, routes=args.routes, contract=args.contract, opts=opts,
                                     budget_gib=args.memory_budget, disabled=args.disable_pass, dump_dir=dump_tmp,
-                                    binaries=not args.no_binaries)
+                                    binaries=not args.no_binaries, progress=progress)
+        if args.weight_digests:
+            from .plan.integrity import add_weight_digests, weight_digests
+
+            progress("weight digests: hashing the bound payloads")
+            compiled.manifest = add_weight_digests(
+                compiled.manifest, weight_digests(args.artifact, compiled.manifest, progress=not args.quiet))
+        progress(f"writing {out_dir}")
         write_plan(out_dir, compiled.manifest, compiled.memory_txt, extra_files=compiled.kernel_files)
         if dump_tmp is not None:
-            if args.dump_ir.exists():
-                shutil.rmtree(args.dump_ir)
-            dump_tmp.rename(args.dump_ir)
+            swap_into_place(dump_tmp, args.dump_ir)
             dump_tmp = None
+    except OSError as exc:  # the dump directory (the plan's own errors are CompileErrors)
+        raise CompileError(f"--dump-ir {args.dump_ir}: cannot write: {exc.strerror or exc}") from None
     finally:
         if dump_tmp is not None:
             shutil.rmtree(dump_tmp, ignore_errors=True)
@@ -200,6 +260,8 @@ def run(args) -> int:
           f"needs {m.total} bytes (weights {m.weights}, KV {m.kv}, state {m.state}, workspace {m.workspace}"
           f"{f', route workspaces {m.route_workspace}' if m.route_workspace else ''})",
           file=sys.stderr)
+    for w in fit_warnings(m, args.sm):
+        print(f"warning: {w}", file=sys.stderr)
     b = compiled.binaries
     if b is not None:
         if b.get("status") in ("ok", "partial"):

@@ -290,6 +290,9 @@ class ArtifactWriter:
         except OSError as exc:
             self._abort()
             raise ArtifactError(f"{self.path}: cannot finish writing: {exc.strerror or exc}") from None
+        except BaseException:  # an interrupt: no temp file left behind
+            self._abort()
+            raise
 
     def _abort(self) -> None:
         if self._fh is not None:
@@ -323,6 +326,9 @@ class ArtifactWriter:
         except OSError as exc:
             self._abort()
             raise ArtifactError(f"{self.path}: cannot write: {exc.strerror or exc}") from None
+        except BaseException:  # an interrupt: no temp file left behind
+            self._abort()
+            raise
 
 
 def spec_and_payload(name: str, value: object) -> tuple[ObjectSpec, bytes]:

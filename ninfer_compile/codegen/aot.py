@@ -46,13 +46,14 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["AotResult", "disabled", "precompile", "prefill_columns", "attach_binaries"]
+__all__ = ["AotResult", "disabled", "precompile", "prefill_columns", "attach_binaries", "remove_stale_scratch"]
 
 PLAN_PREFIX = "<plan>"  # canonical file names of the emitted modules: <plan>/kernels/...
 ROOT_PLACEHOLDER = "{plan}"  # the kernel package's name in recorded specialisations
@@ -105,37 +106,42 @@ def _workers(n: int) -> int:
     return max(1, min(jobs, n, 32))
 
 
-_FORK_WORK: tuple | None = None  # (jit functions, specs, root) for forked compile workers
+class _Counter:
+    """`binaries i/N` progress lines: the first, the last and at most one a second between."""
+
+    def __init__(self, progress, what: str = "binaries"):
+        self.progress, self.what, self.last = progress, what, 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.progress is None:
+            return
+        now = time.monotonic()
+        if done in (1, total) or now - self.last >= 1.0:
+            self.last = now
+            self.progress(f"{self.what} {done}/{total}")
 
 
-def _fork_build(i: int) -> None:
-    jfs, specs, root = _FORK_WORK
-    try:
-        jfs[i].preload(specs[i].replace(ROOT_PLACEHOLDER + ".", root + "."))
-    except Exception:  # noqa: BLE001 - the parent's pass records the failure
-        pass
-
-
-def _warm_scratch_in_parallel(recs, specs, root) -> None:
+def _warm_scratch_in_parallel(recs, specs, root, tmpdir: str, progress=None) -> bool:
     """Compile the specialisations in forked worker processes (they inherit the imported kernels,
     the stub driver and the knobs) so the parent's sequential pass only reads the scratch cache.
-    Best effort: without fork, or on any pool failure, the parent compiles everything itself."""
-    global _FORK_WORK
-    import multiprocessing
+    Workers are interrupt-safe (ninfer_compile/workers.py: killed and reaped whatever ends the
+    wait). Best effort: without fork, or on a pool failure, the parent compiles everything itself.
+    Returns whether the workers ran."""
+    from ..workers import run_forked
 
     workers = _workers(len(recs))
-    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        return
-    from concurrent.futures import ProcessPoolExecutor
+    if workers < 2 or not hasattr(os, "fork"):
+        return False
+    jfs = [r.jf for r in recs]
 
-    _FORK_WORK = ([r.jf for r in recs], list(specs), root)
+    def build(i: int) -> None:
+        jfs[i].preload(specs[i].replace(ROOT_PLACEHOLDER + ".", root + "."))
+
     try:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as ex:
-            list(ex.map(_fork_build, range(len(recs))))
-    except Exception:  # noqa: BLE001 - e.g. BrokenProcessPool: fall back to the sequential pass
-        pass
-    finally:
-        _FORK_WORK = None
+        run_forked(build, len(recs), workers, on_done=_Counter(progress), tmpdir=tmpdir)
+    except Exception:  # noqa: BLE001 - e.g. a broken pipe: the sequential pass compiles what is missing
+        return False
+    return True
 
 
 # ----------------------------------------------------------------------------- prerequisites
@@ -575,11 +581,34 @@ def _entry_kernel_ref(jf, root: str) -> str:
     return f"{mod}:{jf.fn.__qualname__}"
 
 
+def remove_stale_scratch(tmp: str | None = None) -> list[str]:
+    """Remove the `ninfer-aot-PID-*` scratch directories of processes that are gone (a compile
+    killed with SIGKILL cannot clean up after itself). Returns the names removed."""
+    from ..plan.output import pid_alive
+
+    tmp = tmp or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return removed
+    for n in names:
+        parts = n.split("-")
+        if len(parts) < 4 or parts[:2] != ["ninfer", "aot"] or not parts[2].isdigit():
+            continue
+        p = os.path.join(tmp, n)
+        if os.path.isdir(p) and not os.path.islink(p) and not pid_alive(int(parts[2])):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(n)
+    return removed
+
+
 def precompile(plan: Mapping[str, Any], kernel_files: Mapping[str, str], objects: Mapping[str, Any],
-               sm: int) -> AotResult:
+               sm: int, progress=None) -> AotResult:
     """Compile every (kernel, specialisation) the runtime will launch for `plan` (plan.json as a
     dict) into binary files for the plan dir. Never raises for toolchain / kernel problems: the
-    summary says what was skipped and why."""
+    summary says what was skipped and why (an interrupt — KeyboardInterrupt — is raised after the
+    workers are killed and the scratch directory removed). `progress(line)`: phase and count."""
     problem = toolchain_problem(sm)
     if problem:
         return _skipped(problem)
@@ -588,16 +617,23 @@ def precompile(plan: Mapping[str, Any], kernel_files: Mapping[str, str], objects
         return _skipped("the plan has no emitted kernels")
     kernel_manifest = json.loads(km_text)
     persistent = os.environ.get("NINFER_AOT_CACHE")
+    # one private temp directory: the scratch cache (unless NINFER_AOT_CACHE) and the workers' TMPDIR
+    remove_stale_scratch()
+    work = tempfile.mkdtemp(prefix=f"ninfer-aot-{os.getpid()}-")
     if persistent:
         os.makedirs(persistent, exist_ok=True)
         scratch = persistent
     else:
-        scratch = tempfile.mkdtemp(prefix="ninfer-aot-")
+        scratch = os.path.join(work, "cache")
+        os.mkdir(scratch)
+    worker_tmp = os.path.join(work, "tmp")
+    os.mkdir(worker_tmp)
     root = _root_name(kernel_files)
     importer = _MemoryImporter(root, kernel_files)
     session = _Session(root)
     try:
-        return _precompile(plan, kernel_manifest, importer, session, objects, int(sm), scratch)
+        return _precompile(plan, kernel_manifest, importer, session, objects, int(sm), scratch,
+                           worker_tmp, progress)
     except Exception as exc:  # noqa: BLE001 - the plan is written with source only
         return _skipped(f"ahead-of-time compilation failed: {_one_line(exc)}")
     finally:
@@ -614,11 +650,11 @@ def precompile(plan: Mapping[str, Any], kernel_files: Mapping[str, str], objects
                     del reg[k]
         except Exception:  # noqa: BLE001
             pass
-        if not persistent:
-            shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
 
 
-def _precompile(plan, kernel_manifest, importer, session, objects, sm, scratch) -> AotResult:
+def _precompile(plan, kernel_manifest, importer, session, objects, sm, scratch, worker_tmp,
+                progress=None) -> AotResult:
     from ninfer_runtime.triton_cache import (BIN_DIR, BIN_FORMAT, backend_digest, cache_env, hash_in_canonical_order,
                                              kernel_modules, triton_build_digest)
 
@@ -637,6 +673,8 @@ def _precompile(plan, kernel_manifest, importer, session, objects, sm, scratch) 
             importlib.import_module(root)
             # the runtime hashes in the same order before preloading (Triton < 3.7 keys depend on it)
             hash_in_canonical_order(root, kernel_modules(kernel_manifest))
+            if progress is not None:
+                progress("binaries: reproducing the launches")
             with AllocMode():
                 engine = _aot_engine(plan, kernel_manifest, root, objects)
                 seen: dict = {}  # launch signature -> capture keys it produced (or its failure)
@@ -685,8 +723,12 @@ def _precompile(plan, kernel_manifest, importer, session, objects, sm, scratch) 
             session.compiling = True
             recs = list(session.captures.values())
             specs = [_normalize_spec(rec.spec, root) for rec in recs]
-            _warm_scratch_in_parallel(recs, specs, root)  # forked workers fill the scratch cache
-            for rec, spec in zip(recs, specs):  # authoritative pass (cache hits after the warm-up)
+            # forked workers fill the scratch cache
+            warmed = _warm_scratch_in_parallel(recs, specs, root, worker_tmp, progress)
+            count = _Counter(None if warmed else progress)
+            # the authoritative pass (cache hits after the warm-up)
+            for i, (rec, spec) in enumerate(zip(recs, specs), start=1):
+                count(i, len(recs))
                 try:
                     kernel = rec.jf.preload(spec.replace(ROOT_PLACEHOLDER + ".", root + "."))
                     if kernel is None:

@@ -352,7 +352,10 @@ def kernel_files(launches: Iterable[tuple[Any, Mapping[str, Any] | None]], *,
             "family": route.family,
             "launcher": f"{_emitted_name(launcher_mod, vendor_set)}:{fn}",
             "kernels": [f"{_emitted_name(_ref_module(k), vendor_set)}:{k.partition(':')[2]}" for k in route.kernels],
-            "domain": {"min_t": dom.min_t, "max_t": dom.max_t},
+            "domain": {"min_t": dom.min_t, "max_t": dom.max_t,
+                       # the phases the route serves, when it restricts them (the runtime refuses a
+                       # launch of another phase: a route swapped by a plan edit)
+                       **({"phase": list(dom.extra["phase"])} if "phase" in (dom.extra or {}) else {})},
             "params": [params_by_route[name][k] for k in sorted(params_by_route[name])],
             "modules": {_emitted_path(m, modules[m][1], vendor_set): shas[m] for m in mods},
             "sha256": _sha("".join(f"{m}:{shas[m]}\n" for m in mods)),

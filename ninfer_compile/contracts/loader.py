@@ -1,6 +1,7 @@
 """Loading, finding, generating and writing model contracts.
 
-YAML is composed into a node tree first so every field path has a line number; pydantic errors
+YAML is read by the shared bounded reader (`ninfer_compile/yaml_lines.py`) so every field path has a
+line number; pydantic errors
 (whose `loc` is a field path) and the contract's own checks both report `file:line: field: why`.
 """
 
@@ -14,6 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from ..errors import ContractError
+from ..yaml_lines import YamlInputError, parse_yaml_with_lines, read_yaml_text
 from .schema import PART_NAMES, Contract, Path_, format_field_path
 
 # graphs/ sits at the repository root, beside the package.
@@ -26,54 +28,20 @@ CONTRACT_SUFFIX = ".contract.yaml"
 # --------------------------------------------------------------------------------------------
 
 
-# libyaml's loader is ~10x faster and keeps the same node marks; fall back to pure Python.
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _line_map(node: yaml.Node, source: str) -> dict[Path_, int]:
-    """Field path -> 1-based line of the key (mappings) or item (sequences). Also rejects
-    duplicate keys, which PyYAML would otherwise silently resolve to the last one."""
-    lines: dict[Path_, int] = {(): node.start_mark.line + 1}
-
-    def walk(n: yaml.Node, path: Path_) -> None:
-        if isinstance(n, yaml.MappingNode):
-            seen: dict[Any, int] = {}
-            for key_node, value_node in n.value:
-                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
-                line = key_node.start_mark.line + 1
-                if key in seen:
-                    raise ContractError(f"{source}:{line}: {format_field_path(path + (key,))}: "
-                                        f"duplicate key (first at line {seen[key]})")
-                seen[key] = line
-                lines[path + (key,)] = line
-                walk(value_node, path + (key,))
-        elif isinstance(n, yaml.SequenceNode):
-            for i, item in enumerate(n.value):
-                lines[path + (i,)] = item.start_mark.line + 1
-                walk(item, path + (i,))
-
-    walk(node, ())
-    return lines
-
-
 def _parse_yaml(text: str, source: str) -> tuple[Any, dict[Path_, int]]:
+    """Data + line map through the shared bounded reader (`ninfer_compile/yaml_lines.py`: aliases,
+    oversized files and too many nodes refused). Duplicate keys are an error (first one reported)."""
     try:
-        loader = _Loader(text)
-        try:
-            node = loader.get_single_node()
-            if node is None:
-                raise ContractError(f"{source}:1: the contract is empty")
-            lines = _line_map(node, source)
-            data = loader.construct_document(node)
-        finally:
-            loader.dispose()
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else 1
-        raise ContractError(f"{source}:{line}: YAML syntax: {exc.problem or exc.context}") from None
-    except yaml.YAMLError as exc:
-        raise ContractError(f"{source}: YAML: {exc}") from None
-    return data, lines
+        doc = parse_yaml_with_lines(text, source)
+    except YamlInputError as exc:
+        kind = "YAML syntax" if exc.syntax else "YAML"
+        raise ContractError(f"{source}:{exc.line}: {kind}: {exc.problem}") from None
+    if doc.data is None:
+        raise ContractError(f"{source}:1: the contract is empty")
+    if doc.duplicates:
+        line, path, first = doc.duplicates[0]
+        raise ContractError(f"{source}:{line}: {format_field_path(path)}: duplicate key (first at line {first})")
+    return doc.data, doc.lines
 
 
 def _validation_message(exc: ValidationError, lines: dict[Path_, int], source: str) -> str:
@@ -153,7 +121,9 @@ def load_contract(source: Union[str, Path]) -> Contract:
 
 def _load_file(path: Path) -> Contract:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_yaml_text(path)
+    except YamlInputError as exc:
+        raise ContractError(f"{path}: contract refused: {exc.problem}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ContractError(f"{path}: cannot read contract: {exc}") from None
     return parse_contract(text, str(path))

@@ -12,14 +12,20 @@ artifact as `<out>.contract.yaml`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
+from pathlib import Path
 
+from ..artifact.formats import MAGIC
 from ..errors import ConvertError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("hf_dir", nargs="?", metavar="HF_DIR", help="Hugging Face checkpoint directory")
-    parser.add_argument("-o", "--output", required=True, metavar="OUT", help="output .ninfer path")
+    parser.add_argument("-o", "--output", required=True, metavar="OUT",
+                        help="output .ninfer path (written to OUT.tmp, then renamed); an existing file is "
+                             "replaced only if it is a .ninfer artifact, a directory is refused")
     parser.add_argument("--recipe", choices=("default", "bf16"), default=None,
                         help="numeric formats: default = the qwen3.6-27b table (Q4/Q5/Q6/W8), "
                              "bf16 = every matrix BF16 (default: default)")
@@ -36,11 +42,43 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="synthetic: random seed (default 0)")
     parser.add_argument("--sparse", action="store_true",
                         help="synthetic: header only, payloads as a file hole (for compile tests)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("-q", "--quiet", "--no-progress", dest="quiet", action="store_true",
+                        help="no progress bar (--no-progress is the old name)")
+
+
+def check_output(out: str) -> None:
+    """Refuse, before any work, an -o that pack must not overwrite: a directory, a symbolic link to
+    one, an existing file that is not a .ninfer artifact, a missing or unwritable parent."""
+    from ..contracts import CONTRACT_SUFFIX
+
+    path = Path(out)
+    if path.is_dir():
+        raise ConvertError(f"-o {out}: is a directory; give the .ninfer file to write")
+    if path.exists():
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(len(MAGIC))
+        except OSError as exc:
+            raise ConvertError(f"-o {out}: cannot read the existing file: {exc.strerror or exc}") from None
+        if head != MAGIC:
+            raise ConvertError(f"-o {out}: exists and is not a .ninfer artifact; refusing to overwrite it")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise ConvertError(f"-o {out}: parent directory {parent} does not exist or is not a directory")
+    for side in (Path(str(path) + ".tmp"), Path(str(path) + CONTRACT_SUFFIX)):
+        if side.is_dir():
+            raise ConvertError(f"-o {out}: {side} is a directory; pack writes a file there")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.probe-", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConvertError(f"-o {out}: cannot write in {parent}: {exc.strerror or exc}") from None
 
 
 def run(args) -> int:
-    progress = not args.no_progress
+    progress = not args.quiet
+    check_output(args.output)
     if args.synthetic is not None:
         if args.hf_dir is not None:
             raise ConvertError("pack: give either HF_DIR or --synthetic MODEL_ID, not both")

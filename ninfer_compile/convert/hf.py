@@ -912,8 +912,12 @@ def pack_hf(hf_dir, out, *, recipe: str | None = None, model_id: str | None = No
         if contract_text is not None:
             contract_path = Path(str(out) + CONTRACT_SUFFIX)
             tmp = contract_path.with_name(contract_path.name + ".tmp")
-            tmp.write_text(contract_text, encoding="utf-8")
-            tmp.replace(contract_path)
+            try:
+                tmp.write_text(contract_text, encoding="utf-8")
+                tmp.replace(contract_path)
+            except BaseException:  # an interrupt included: no temp file left behind
+                tmp.unlink(missing_ok=True)
+                raise
     except ArtifactError as exc:
         raise ConvertError(str(exc)) from None
     except OSError as exc:

@@ -323,8 +323,12 @@ def pack_synthetic(model_id: str, out, *, seed: int = 0, contract_file=None, spa
             contract_path = Path(str(out) + CONTRACT_SUFFIX)
             if Path(contract.source).resolve() != contract_path.resolve():
                 tmp = contract_path.with_name(contract_path.name + ".tmp")
-                tmp.write_bytes(Path(contract.source).read_bytes())
-                tmp.replace(contract_path)
+                try:
+                    tmp.write_bytes(Path(contract.source).read_bytes())
+                    tmp.replace(contract_path)
+                except BaseException:  # an interrupt included: no temp file left behind
+                    tmp.unlink(missing_ok=True)
+                    raise
     except ArtifactError as exc:
         raise ConvertError(str(exc)) from None
     except OSError as exc:

@@ -54,11 +54,17 @@ def _q(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _label(*lines: str) -> str:
+    """A DOT label of several lines: each line quoted on its own, joined by DOT's `\\n` escape
+    (escaping the joined text would turn the separator into a literal backslash-n)."""
+    return '"' + "\\n".join(_q(x)[1:-1] for x in lines) + '"'
+
+
 def to_dot(graph: Graph) -> str:
     lines = [f"digraph {_q(graph.extent.name)} {{", "  rankdir=TB;", "  node [shape=box, fontsize=10];"]
     for op in graph.ops():
-        label = op.kind if op.route is None else f"{op.kind}\\n{op.route.route}"
-        lines.append(f"  {_q(op.name)} [label={_q(op.name + chr(92) + 'n' + label)}];")
+        parts = [op.name, op.kind] + ([op.route.route] if op.route is not None else [])
+        lines.append(f"  {_q(op.name)} [label={_label(*parts)}];")
     for u, v, data in sorted(graph.g.edges(data=True)):
         lines.append(f"  {_q(u)} -> {_q(v)} [label={_q(','.join(data['tensors']))}, fontsize=8];")
     lines.append("}")

@@ -23,11 +23,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from ..errors import CompileError
 from ..ir.graph import Graph
 from ..ir.types import Op, RowView
+from ..yaml_lines import YamlInputError, read_yaml_text, safe_load
 from .context import PassContext
 
 NAME = "fuse"
@@ -38,8 +38,10 @@ _KINDS = ("concat_into", "merge_views", "epilogue_through_split", "epilogue", "s
 
 def load_rules(path: Path = RULES_PATH) -> tuple[dict, ...]:
     try:
-        rules = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        rules = safe_load(read_yaml_text(path), path.name)
+    except YamlInputError as exc:
+        raise CompileError(f"{exc}: fusion rules refused") from None
+    except (OSError, UnicodeDecodeError) as exc:
         raise CompileError(f"{path.name}: cannot read fusion rules: {exc}") from None
     if not isinstance(rules, list):
         raise CompileError(f"{path.name}: fusion rules must be a list")

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,11 +156,18 @@ def memory_report(graphs: list[Graph], objects: Mapping[str, Any] | None, spec, 
                         route_workspace=sum(rws.values()), route_workspace_by_extent=rws)
 
 
+def check_budget_value(budget_gib: float | None) -> None:
+    """--memory-budget must be a finite number > 0 (inf, nan, 0 and negatives are refused)."""
+    if budget_gib is None:
+        return
+    if not (isinstance(budget_gib, (int, float)) and math.isfinite(budget_gib) and budget_gib > 0):
+        raise CompileError(f"--memory-budget must be a finite positive number of GiB, got {budget_gib}")
+
+
 def check_budget(report: MemoryReport, budget_gib: float | None) -> None:
     if budget_gib is None:
         return
-    if not budget_gib > 0:
-        raise CompileError(f"--memory-budget must be a positive number of GiB, got {budget_gib}")
+    check_budget_value(budget_gib)
     budget = int(budget_gib * GIB)
     if report.total > budget:
         raise CompileError(
@@ -200,3 +208,47 @@ def report_text(r: MemoryReport, budget_gib: float | None = None) -> str:
     for name, b in r.state_buffers.items():
         lines.append(f"  {name:<32} {b['dtype']:<4} {str(b['shape']):<28} {b['bytes']:>16,d} B")
     return "\n".join(lines) + "\n"
+
+
+# The most memory one GPU of each architecture has (GiB, rounded up to what the largest card of the
+# sm offers: A100 80 GB, RTX A6000 / L40 48 GB, GH200 144 GB, B200 192 GB, B300 288 GB, RTX PRO 6000
+# 96 GB, ...). A plan above it cannot load on any single GPU of that sm; other sms: 1 TiB.
+LARGEST_GPU_GIB = {70: 32, 75: 48, 80: 80, 86: 48, 87: 64, 89: 48, 90: 144, 100: 192, 103: 288, 110: 128,
+                   120: 96, 121: 128}
+ABSURD_GIB = 1024
+
+
+def _local_gpu_bytes(sm: int) -> tuple[int, str] | None:
+    """(total memory, name) of this machine's GPU 0 when it has the target sm, else None."""
+    import sys
+
+    torch = sys.modules.get("torch")  # the compile has imported it (kernels); never imported here for this
+    try:
+        if torch is None or not torch.cuda.is_available():
+            return None
+        major, minor = torch.cuda.get_device_capability(0)
+        if major * 10 + minor != sm:
+            return None
+        props = torch.cuda.get_device_properties(0)
+        return int(props.total_memory), str(props.name)
+    except Exception:  # noqa: BLE001 - no usable GPU: nothing to compare with
+        return None
+
+
+def fit_warnings(report: MemoryReport, sm: int, local: tuple[int, str] | None | bool = True) -> list[str]:
+    """One line per size check the plan fails: it needs more than this machine's GPU (when that GPU
+    has the target sm; `local` = (bytes, name) to give it, None for none, True to detect), or more
+    than the largest single GPU of the sm (LARGEST_GPU_GIB, else ABSURD_GIB). The compile still
+    succeeds (a given --memory-budget is a hard limit instead)."""
+    total = report.total
+    need = f"the plan needs {total / GIB:.1f} GiB ({report.slots} slot(s) x {report.max_context} context)"
+    hint = "; lower --max-context or --concurrency, or use --kv-dtype int8"
+    out = []
+    gpu = _local_gpu_bytes(sm) if local is True else local
+    if gpu is not None and total > gpu[0]:
+        out.append(f"{need}, more than this machine's {gpu[1]} has ({gpu[0] / GIB:.1f} GiB){hint}")
+    limit = LARGEST_GPU_GIB.get(sm, ABSURD_GIB)
+    if total > limit * GIB:
+        which = f"the largest single sm{sm} GPU" if sm in LARGEST_GPU_GIB else "any single GPU"
+        out.append(f"{need}, more than {which} has ({limit} GiB): it cannot load{hint}")
+    return out

@@ -1,21 +1,22 @@
 """Write a plan directory atomically and deterministically.
 
 The files are rendered in memory first (sorted keys, no timestamps, no absolute temp paths), then
-written into a fresh temp directory beside the destination, which is renamed into place (an
-existing plan is swapped out and removed only after the rename). On any error the temp directory is
-removed and the destination is untouched: nothing half-written is ever left behind.
+written into a fresh temp directory beside the destination, which is swapped into place
+(plan/output.py: an atomic exchange, or two renames with a restorable `.old-` tree between them;
+the previous plan is removed afterwards). On any error the temp directory is removed and the
+destination is untouched: nothing half-written is ever left behind.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..errors import CompileError
+from .integrity import seal_plan_files
+from .output import make_temp_dir, plan_problem, swap_into_place
 
 
 def _render(obj: Any, indent: int, width: int) -> tuple[str, str]:
@@ -71,10 +72,24 @@ def kernels_manifest(manifest: dict[str, Any]) -> str:
     return render_json({"routes": manifest.get("used_routes", []), "emitted": []})
 
 
+def write_plan_files(directory: Path, files: dict[str, str | bytes]) -> None:
+    """Write every file (relative path -> text, or bytes for binaries) into the fresh temp
+    directory `directory`, in sorted order. The one place plan files reach the disk."""
+    for rel, text in sorted(files.items()):
+        p = directory / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(text, (bytes, bytearray, memoryview)):
+            p.write_bytes(bytes(text))
+            continue
+        with open(p, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+
+
 def write_plan(out_dir: Path, manifest: dict[str, Any], memory_txt: str,
                extra_files: dict[str, str | bytes] | None = None) -> Path:
-    """Write the plan directory atomically (temp dir + rename). `extra_files` (relative path ->
-    text, or bytes for binaries, e.g. the emitted kernels) are written inside the same atomic step."""
+    """Write the plan directory atomically (temp dir + swap, plan/output.py). `extra_files`
+    (relative path -> text, or bytes for binaries, e.g. the emitted kernels) are written inside the
+    same atomic step. An existing `out_dir` is replaced only if it is a plan (plan_problem)."""
     out_dir = Path(out_dir)
     files = {
         "plan.json": render_json(manifest),
@@ -85,36 +100,28 @@ def write_plan(out_dir: Path, manifest: dict[str, Any], memory_txt: str,
         if rel in files:
             raise CompileError(f"{out_dir}: two writers for {rel}")
         files[rel] = text
+    files = seal_plan_files(manifest, files)  # plan.json gains "integrity": sha256 of its body + every file
     parent = out_dir.parent if str(out_dir.parent) else Path(".")
     if not parent.is_dir():
         raise CompileError(f"{out_dir}: parent directory {parent} does not exist")
-    if out_dir.exists() and not out_dir.is_dir():
+    if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
         raise CompileError(f"{out_dir}: exists and is not a directory")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=parent))
-    old = None
+    if out_dir.exists():
+        why = plan_problem(out_dir)
+        if why is not None:
+            raise CompileError(f"{out_dir}: exists and is not a plan written by ninfer-compile ({why}); "
+                               f"refusing to replace it")
     try:
-        for rel, text in sorted(files.items()):
-            p = tmp / rel
-            p.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(text, (bytes, bytearray, memoryview)):
-                p.write_bytes(bytes(text))
-                continue
-            with open(p, "w", encoding="utf-8", newline="\n") as fh:
-                fh.write(text)
-        os.chmod(tmp, 0o755)
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=parent))
-            os.rmdir(old)
-            os.rename(out_dir, old)
-        os.rename(tmp, out_dir)
+        tmp = make_temp_dir(out_dir)
+    except OSError as exc:
+        raise CompileError(f"{out_dir}: cannot write plan: {exc.strerror or exc}") from None
+    try:
+        write_plan_files(tmp, files)
+        swap_into_place(tmp, out_dir)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and old.exists() and not out_dir.exists():
-            os.rename(old, out_dir)
         raise CompileError(f"{out_dir}: cannot write plan: {exc.strerror or exc}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
     return out_dir

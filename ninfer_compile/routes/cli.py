@@ -5,9 +5,12 @@
 - `routes show --sm N [--routes FILE]`: the provenance header and, per family and match, the T
   ranges with their route and parameters (`*` marks a parameter left at the route's default).
 - `routes diff A.yaml B.yaml [--artifact X [--contract FILE]]`: where the two tables choose
-  differently. With an artifact: for the ops its model presents (linear per format/shape/epilogue,
-  embedding per format/shape, the other families per table match, limited to the model's layer
-  kinds). Without: row-wise, for every match either table has.
+  differently. With an artifact: for the op shapes its model presents (linear per
+  format/shape/epilogue, embedding per format/shape, the other families per table match, limited to
+  the model's layer kinds). Without: row-wise, for every match group either table has. The last
+  line counts what was compared ("match groups" row-wise, "op shapes" with an artifact); exit 0
+  when every compared choice (route + parameters, per T) is equal, 1 when any differs, 2 on an error.
+  Only choices are compared: provenance, evidence and comments are not.
 """
 
 from __future__ import annotations
@@ -25,16 +28,27 @@ from .table import RouteTable, UnsupportedRange, effective_match, fmt_match, loa
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="routes_command", metavar="ACTION")
     sub.required = True
-    p = sub.add_parser("validate", help="validate route tables against the route registry")
-    p.add_argument("files", nargs="+", type=Path, metavar="FILE")
-    p = sub.add_parser("show", help="print the route grid of a table")
-    p.add_argument("--sm", type=int, required=True, help="GPU architecture, e.g. 90")
-    p.add_argument("--routes", type=Path, default=None, help="table file instead of routes/smN.yaml")
-    p = sub.add_parser("diff", help="which ops change route between two tables")
-    p.add_argument("a", type=Path, metavar="A.yaml")
-    p.add_argument("b", type=Path, metavar="B.yaml")
-    p.add_argument("--artifact", type=Path, default=None, help="limit to the ops of this model")
-    p.add_argument("--contract", type=Path, default=None, help="model contract (with --artifact)")
+    p = sub.add_parser("validate", help="validate route tables against the route registry (exit 2 on any error)",
+                       description="Load each table against the live route registry; print ok and a summary, or "
+                                   "every error as file:line: field: message (exit 2).")
+    p.add_argument("files", nargs="+", type=Path, metavar="FILE", help="route table(s) to check, e.g. routes/sm90.yaml")
+    p = sub.add_parser("show", help="print the route grid of a table",
+                       description="The provenance header and, per family and match, the T ranges with their "
+                                   "route and parameters (* marks a parameter left at the route's default).")
+    p.add_argument("--sm", type=int, required=True, help="GPU architecture, e.g. 90 (reads routes/smN.yaml)")
+    p.add_argument("--routes", type=Path, default=None, metavar="FILE",
+                   help="table file instead of routes/smN.yaml (its sm: must equal --sm)")
+    p = sub.add_parser("diff", help="which choices change between two tables (exit 1 when any does)",
+                       description="Where tables A and B choose a different route or parameters, per T range. "
+                                   "Row-wise (every match group either table has) unless --artifact limits it to "
+                                   "the op shapes that model presents. Exit 0: same choices everywhere compared; "
+                                   "1: some differ; 2: error. Provenance, evidence and comments are not compared.")
+    p.add_argument("a", type=Path, metavar="A.yaml", help="the first (old) table")
+    p.add_argument("b", type=Path, metavar="B.yaml", help="the second (new) table")
+    p.add_argument("--artifact", type=Path, default=None,
+                   help="compare only the op shapes of this model (.ninfer; header read only)")
+    p.add_argument("--contract", type=Path, default=None, metavar="FILE",
+                   help="model contract for --artifact (default: graphs/<model_id>.yaml or <artifact>.contract.yaml)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
         if args.contract is not None and args.artifact is None:
             raise RouteError("routes diff: --contract needs --artifact")
         a, b = load_table(args.a), load_table(args.b)
-        print(render_diff(a, b, args.artifact, args.contract))
-        return 0
+        text, changed = diff_tables(a, b, args.artifact, args.contract)
+        print(text)
+        return 1 if changed else 0
     raise RouteError(f"routes: unknown action {cmd!r}")  # pragma: no cover
 
 
@@ -256,14 +271,23 @@ def _objects_note(names: list[str]) -> str:
 
 def render_diff(a: RouteTable, b: RouteTable, artifact: Path | None = None,
                 contract: Path | None = None) -> str:
+    return diff_tables(a, b, artifact, contract)[0]
+
+
+def diff_tables(a: RouteTable, b: RouteTable, artifact: Path | None = None,
+                contract: Path | None = None) -> tuple[str, int]:
+    """(report, how many compared units choose differently). A unit is a match group (row-wise)
+    or an op shape of the artifact's model (with `artifact`)."""
     if artifact is not None:
         ops = model_ops(a, b, artifact, contract)
+        unit = "op shape(s) of the model"
         head = f"routes diff {a.path} -> {b.path} for {artifact}"
     else:
         ops = []
         for fam in list(dict.fromkeys([*a.groups, *b.groups])):
             for m in _table_matches(a, b, fam):
                 ops.append((fam, m, ""))
+        unit = "match group(s)"
         head = f"routes diff {a.path} -> {b.path} (row-wise)"
     out = [head, f"  A: {a.name} sm {a.sm} ({a.provenance.get('source')})",
            f"  B: {b.name} sm {b.sm} ({b.provenance.get('source')})"]
@@ -279,6 +303,6 @@ def render_diff(a: RouteTable, b: RouteTable, artifact: Path | None = None,
             out.append(f"  {_fmt_range(lo, hi):<14} A: {ca}")
             out.append(f"  {'':<14} B: {cb}")
     out.append("")
-    out.append(f"{changed} of {len(ops)} op(s) change route" if changed else
-               f"no differences ({len(ops)} op(s) compared)")
-    return "\n".join(out)
+    out.append(f"{changed} of {len(ops)} {unit} choose differently" if changed else
+               f"no differences ({len(ops)} {unit} compared)")
+    return "\n".join(out), changed

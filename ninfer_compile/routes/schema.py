@@ -1,7 +1,7 @@
 """Route table schema: YAML with line marks, pydantic models, error formatting.
 
-`parse_table_file(path)` reads a `routes/smNN.yaml`, composes the YAML node tree (keeping every
-node's line), refuses duplicate keys, builds plain data, and validates the structure with pydantic
+`parse_table_file(path)` reads a `routes/smNN.yaml` through `ninfer_compile/yaml_lines.py` (every
+node's line kept; aliases, oversized files and too many nodes refused), refuses duplicate keys, builds plain data, and validates the structure with pydantic
 (`extra="forbid"` everywhere). Every error is `FILE:LINE: FIELD: MESSAGE`, LINE being the line of
 the offending key / row. Semantic checks against the route registry live in `table.py`.
 
@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from pydantic import TypeAdapter, ValidationError, field_validator, model_validator
 
 from ..errors import RouteError
+from ..yaml_lines import YamlInputError, parse_yaml_with_lines, read_yaml_bytes
 
 # Families named in ARCHITECTURE.md. A table may also hold a section for any family that has
 # registered routes (e.g. a fused family); anything else is an unknown key.
@@ -80,59 +80,23 @@ class TableErrors(RouteError):
 
 # --------------------------------------------------------------------------- YAML with lines
 class _NodeData:
-    """Plain data built from a composed YAML node tree, with the line of every path."""
+    """Plain data of a table file with the line of every path (`yaml_lines`: aliases refused, size
+    and node count bounded); duplicate keys become errors (the first occurrence is kept)."""
 
     def __init__(self, name: str, text: str):
         self.name = name
-        self.errors: list[str] = []
-        self.lines: dict[tuple, int] = {(): 1}
         try:
-            root = yaml.compose(text, Loader=yaml.SafeLoader)
-        except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
-            line = mark.line + 1 if mark is not None else 1
-            raise TableErrors([f"{name}:{line}: yaml: {exc.problem or exc}"]) from None
-        except yaml.YAMLError as exc:
-            raise TableErrors([f"{name}:1: yaml: {exc}"]) from None
-        self._ctor = yaml.SafeLoader("")
-        if root is None:
-            self.data: Any = None
-        else:
-            self.lines[()] = root.start_mark.line + 1
-            self.data = self._build(root, ())
-
-    def _build(self, node: yaml.Node, path: tuple) -> Any:
-        if isinstance(node, yaml.MappingNode):
-            out: dict = {}
-            for key_node, value_node in node.value:
-                if not isinstance(key_node, yaml.ScalarNode):
-                    self.errors.append(f"{self.name}:{key_node.start_mark.line + 1}: "
-                                       f"{fmt_path(path)}: mapping keys must be scalars")
-                    continue
-                key = self._ctor.construct_object(key_node)
-                kpath = path + (key,)
-                kline = key_node.start_mark.line + 1
-                if key in out:
-                    self.errors.append(f"{self.name}:{kline}: {fmt_path(kpath)}: duplicate key "
-                                       f"(first at line {self.lines[kpath]})")
-                    continue
-                self.lines[kpath] = kline
-                out[key] = self._build(value_node, kpath)
-            return out
-        if isinstance(node, yaml.SequenceNode):
-            items = []
-            for i, item in enumerate(node.value):
-                ipath = path + (i,)
-                self.lines[ipath] = item.start_mark.line + 1
-                items.append(self._build(item, ipath))
-            return items
-        return self._ctor.construct_object(node)
+            doc = parse_yaml_with_lines(text, name)
+        except YamlInputError as exc:
+            raise TableErrors([f"{name}:{exc.line}: yaml: {exc.problem}"]) from None
+        self.data: Any = doc.data
+        self.lines: dict[tuple, int] = doc.lines
+        self.errors: list[str] = [f"{name}:{line}: {fmt_path(path)}: duplicate key (first at line {first})"
+                                  for line, path, first in doc.duplicates]
+        self._doc = doc
 
     def line_of(self, path: tuple) -> int:
-        p = tuple(path)
-        while p not in self.lines:
-            p = p[:-1]
-        return self.lines[p]
+        return self._doc.line_of(path)
 
 
 def fmt_path(path: tuple | list) -> str:
@@ -368,7 +332,9 @@ def parse_table_text(name: str, text: str, family_ok) -> tuple[ParsedTable | Non
 
 def read_table_file(path: Path) -> tuple[str, bytes, str]:
     try:
-        raw = Path(path).read_bytes()
+        raw = read_yaml_bytes(path)
+    except YamlInputError as exc:
+        raise RouteError(f"{path}: route table refused: {exc.problem}") from None
     except OSError as exc:
         raise RouteError(f"{path}: cannot read route table: {exc.strerror or exc}") from None
     try:

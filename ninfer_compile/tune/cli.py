@@ -29,7 +29,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from ..errors import NinferError, RouteError
 from . import crossover as X
@@ -80,6 +79,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "timing of the same (op, T, context, route, params) replaces an earlier one")
     parser.add_argument("--no-graph", action="store_true", help="time eager launches between events (no CUDA graph)")
     parser.add_argument("--dry-run", action="store_true", help="print the match set and measurement count, measure nothing")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars on stderr (warnings and errors stay)")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -220,10 +220,12 @@ def build_plan(cases: list[MatchCase], t_points, args) -> list[tuple[int, Any, i
 
 
 # --------------------------------------------------------------------------- measuring
-def _precompile(cases, plan, jobs: int, progress) -> list[str]:
+def _precompile(cases, plan, jobs: int, progress, quiet: bool = False) -> list[str]:
     import concurrent.futures as cf
     import dataclasses
     import multiprocessing as mp
+
+    from ..workers import stop_executor
 
     from .measure import _worker_init, precompile_job
 
@@ -243,20 +245,26 @@ def _precompile(cases, plan, jobs: int, progress) -> list[str]:
             seen.add(key)
             uniq.append(w)
     errs: list[str] = []
+    pool = None
     try:
-        with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
-                                    initializer=_worker_init) as pool:
-            futs = [pool.submit(precompile_job, w) for w in uniq]
-            with progress(total=len(futs), desc="compile", unit="job",
-                          mininterval=0.5 if sys.stderr.isatty() else 20) as bar:
-                for f in cf.as_completed(futs):
-                    try:
-                        errs += f.result()
-                    except Exception as exc:  # noqa: BLE001
-                        errs.append(f"precompile worker: {type(exc).__name__}: {exc}")
-                    bar.update(1)
+        pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"),
+                                      initializer=_worker_init)
+        futs = [pool.submit(precompile_job, w) for w in uniq]
+        with progress(total=len(futs), desc="compile", unit="job", disable=quiet,
+                      mininterval=0.5 if sys.stderr.isatty() else 20) as bar:
+            for f in cf.as_completed(futs):
+                try:
+                    errs += f.result()
+                except Exception as exc:  # noqa: BLE001
+                    errs.append(f"precompile worker: {type(exc).__name__}: {exc}")
+                bar.update(1)
+        pool.shutdown(wait=True)
+        pool = None
     except Exception as exc:  # noqa: BLE001 - the timed pass compiles what is missing
         errs.append(f"precompile pool failed ({type(exc).__name__}: {exc}); compiling in the timed pass")
+    finally:
+        if pool is not None:  # interrupted (SIGINT/SIGTERM) or failed: never wait for the workers
+            stop_executor(pool)
     return errs
 
 
@@ -271,7 +279,7 @@ def measure_all(cases, plan, args, warn) -> list[dict]:
     records: list[dict] = []
     dropped: dict[tuple, str] = {}  # (case, route, params key) -> reason
     checked: set = set()
-    with tqdm(total=total, desc="measure", unit="run", dynamic_ncols=True,
+    with tqdm(total=total, desc="measure", unit="run", dynamic_ncols=True, disable=getattr(args, "quiet", False),
               mininterval=0.5 if sys.stderr.isatty() else 20) as bar:
         for ci, ctx, t, cands in plan:
             case = cases[ci]
@@ -541,6 +549,9 @@ def run(args) -> int:
         except Exception:  # noqa: BLE001
             print(f"warning: {msg}", file=sys.stderr)
 
+    for flag, path in (("-o", out), ("--report", report), ("--save-measurements", args.save_measurements)):
+        if path is not None and (Path(path).is_dir() or Path(path).is_symlink() and not Path(path).exists()):
+            raise NinferError(f"{flag} {path}: is a directory (or a dangling link); give the file to write")
     if _only(args) and args.replay is None and args.output is None and args.save_measurements is None \
             and not args.dry_run:
         raise NinferError("--routes measures a subset of the routes: give --save-measurements FILE (to merge "
@@ -583,7 +594,7 @@ def run(args) -> int:
             from tqdm import tqdm
 
             tc = time.time()
-            errs = _precompile(cases, plan, jobs, tqdm)
+            errs = _precompile(cases, plan, jobs, tqdm, quiet=getattr(args, "quiet", False))
             print(f"precompiled in {time.time() - tc:.0f} s with {jobs} processes", flush=True)
             if errs:
                 print(f"precompile: {len(errs)} launch errors (the timed pass reports them per candidate)",
@@ -612,10 +623,14 @@ def run(args) -> int:
     if not args.no_base:
         base = args.base or (out if out.is_file() else ROUTES_DIR / f"sm{args.sm}.yaml")
         if base.is_file():
+            from ..yaml_lines import YamlInputError, read_yaml_text, safe_load
+
             try:
-                data = yaml.safe_load(base.read_text(encoding="utf-8"))
-            except (OSError, yaml.YAMLError) as exc:
-                raise NinferError(f"--base {base}: cannot read: {exc}") from None
+                data = safe_load(read_yaml_text(base), str(base))
+            except YamlInputError as exc:
+                raise NinferError(f"--base {base}: {str(exc).splitlines()[0]}") from None
+            except OSError as exc:
+                raise NinferError(f"--base {base}: cannot read: {exc.strerror or exc}") from None
             if isinstance(data, dict):
                 if data.get("sm") not in (None, args.sm):
                     raise NinferError(f"--base {base}: table is for sm {data.get('sm')}, not {args.sm}")

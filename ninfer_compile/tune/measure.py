@@ -107,14 +107,23 @@ def param_candidates(route: Route, t: int, quick: bool) -> list[dict]:
                      {**pf, "BLOCK_N": 4, "num_warps": 2, "L2_HINT": True}, {**pf, "BLOCK_N": 4, "L2_HINT": True},
                      # more rows per thread share each 64-byte activation load (L1 traffic / weight byte)
                      {**pf, "BLOCK_N": 8, "num_warps": 2}, {**pf, "BLOCK_N": 8, "num_warps": 1},
-                     {**pf, "BLOCK_N": 16, "num_warps": 4}]
+                     {**pf, "BLOCK_N": 16, "num_warps": 4},
+                     # more programs for the small projections, with the split-K sum inside the launch
+                     # (REDUCE=fused; the 2026-12-01 H200 run: never the best at T <= 4)
+                     {**pf, "BLOCK_N": 4, "num_warps": 2, "SPLIT_K": 4, "REDUCE": "fused"},
+                     {**pf, "BLOCK_N": 8, "num_warps": 2, "SPLIT_K": 4, "REDUCE": "fused"},
+                     {**pf, "BLOCK_N": 4, "num_warps": 2, "SPLIT_K": 2, "REDUCE": "fused"}]
         elif name.endswith("_gemv_tc"):
             # a warp owns 16 rows for the whole K range: without split-K a 27B projection has only
             # ~8 warps per SM, so parallelism comes from SPLIT_K and the prefetch
             pf = {"PREFETCH": True, "MAXNREG": 128}
             cands = [{}, {"SPLIT_K": 4}, {"SPLIT_K": 8}, {"SPLIT_K": 16}, {**pf, "SPLIT_K": 4}, {**pf, "SPLIT_K": 8},
                      {**pf}, {"num_warps": 2, "SPLIT_K": 8}, {**pf, "num_warps": 2, "SPLIT_K": 4},
-                     {**pf, "num_warps": 8, "SPLIT_K": 4}, {"num_warps": 1, "SPLIT_K": 8}, {"MAXNREG": 128, "SPLIT_K": 8}]
+                     {**pf, "num_warps": 8, "SPLIT_K": 4}, {"num_warps": 1, "SPLIT_K": 8}, {"MAXNREG": 128, "SPLIT_K": 8},
+                     {**pf, "SPLIT_K": 16}, {**pf, "num_warps": 2, "SPLIT_K": 8},
+                     # the split-K sum inside the launch (2026-12-01 H200: 20-50% slower than the
+                     # reduce launch with the prefetch; won a few T >= 16 cells without it)
+                     {**pf, "SPLIT_K": 8, "REDUCE": "fused"}, {"SPLIT_K": 8, "REDUCE": "fused"}]
         elif name.endswith("_dequant_gemm"):
             cands = [{}, {"BLOCK_N": 32, "BLOCK_K": 512}, {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8},
                      {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 2}]
@@ -127,11 +136,15 @@ def param_candidates(route: Route, t: int, quick: bool) -> list[dict]:
         cands = [{}, {"num_warps": 4}, {"num_warps": 16}, {"num_warps": 2}]
     elif fam == "gdn_gating_proj":
         cands = [{}, {"BLOCK_K": 4096}, {"BLOCK_K": 1024}, {"num_warps": 4}, {"BLOCK_K": 4096, "num_warps": 4},
-                 {"BLOCK_T": 2}, {"BLOCK_T": 4}, {"BLOCK_H": 2, "BLOCK_T": 4}]
+                 {"BLOCK_T": 2}, {"BLOCK_T": 4}, {"BLOCK_H": 2, "BLOCK_T": 4},
+                 # one K step for the 27B's K = 5120 (the 2026-12-01 waterfall: 6 µs per launch, 48 programs
+                 # each walking K in three dependent steps)
+                 {"BLOCK_K": 8192}, {"BLOCK_K": 8192, "num_warps": 16}, {"BLOCK_K": 8192, "BLOCK_T": 2, "num_warps": 16}]
     elif fam == "attention":
         if "decode" in name:
             cands = [{}, {"split_tokens": 1024}, {"split_tokens": 256}, {"split_tokens": 2048},
-                     {"block_n": 32}, {"split_tokens": 1024, "num_warps": 8}]
+                     {"block_n": 32}, {"split_tokens": 1024, "num_warps": 8},
+                     {"balance": "fixed"}, {"balance": "fixed", "split_tokens": 1024}, {"balance": "fixed", "split_tokens": 256}]
         else:
             cands = [{}, {"block_m": 128}, {"block_n": 64}, {"block_m": 128, "block_n": 64},
                      {"block_m": 32, "num_warps": 4}]
@@ -703,7 +716,9 @@ def precompile_job(job: tuple) -> list[str]:
 
 
 def _worker_init() -> None:
+    import signal
     import warnings
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the pool
     warnings.filterwarnings("ignore")
     torch.cuda.init()

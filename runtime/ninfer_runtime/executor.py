@@ -157,6 +157,7 @@ class ExtentRunner:
                 continue
             if L.get("route"):
                 info = self.engine.route_info(L["route"])
+                self._check_route(L, info)
                 fn = self.engine.launcher(L["route"])
                 self._launch_specs.append((L, info, fn, self._signature(fn, L)))
             elif kind in BUILTINS:
@@ -172,6 +173,26 @@ class ExtentRunner:
         if need:
             self.workspace = torch.zeros(need, dtype=torch.float32, device=self.engine.device)
         self._ws_numel = need
+
+    def _check_route(self, L, info: dict) -> None:
+        """The launch must be one the plan's kernels were emitted for: the route's family is the
+        launch's kind and its params are one of the sets kernels/manifest.json records for it."""
+        where = f"extent {self.name}: launch {L['op']} (route {L['route']})"
+        family = info.get("family")
+        if family is not None and family != L["kind"]:
+            raise PlanError(f"{where}: the route is of family {family}, the launch is a {L['kind']}")
+        phases = (info.get("domain") or {}).get("phase")
+        if isinstance(phases, list) and self.phase not in phases:
+            raise PlanError(f"{where}: the route serves {'/'.join(map(str, phases))} extents, this is a "
+                            f"{self.phase} extent")
+        sets = info.get("params")
+        params = L.get("params") or {}
+        if isinstance(sets, list) and not any(isinstance(s, dict) and all(k in s and s[k] == v and
+                                                                          type(s[k]) is type(v)
+                                                                          for k, v in params.items())
+                                              for s in sets):
+            raise PlanError(f"{where}: params {params} are not among the parameter sets the kernels were emitted "
+                            f"for ({sets})")
 
     @staticmethod
     def _signature(fn, L) -> dict[str, inspect.Parameter]:
@@ -227,10 +248,16 @@ class ExtentRunner:
         nn = None if key == self.t else key
         out = []
         for L, info, fn, sig in self._launch_specs:
-            if fn is None:
-                out.append(self._bind_builtin(L, nn))
-            else:
-                out.append(self._bind_route(L, info, fn, sig, nn))
+            try:
+                if fn is None:
+                    out.append(self._bind_builtin(L, nn))
+                else:
+                    out.append(self._bind_route(L, info, fn, sig, nn))
+            except PlanError:
+                raise
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
+                raise PlanError(f"extent {self.name}: launch {L.get('op')} (route {L.get('route')}): cannot bind "
+                                f"its operands: {type(exc).__name__}: {_first_line(exc)}") from None
         self._cache[key] = out
         return out
 
@@ -335,7 +362,19 @@ class ExtentRunner:
     # ------------------------------------------------------------------------- running
     def run(self, n: int | None = None) -> None:
         for b in self.bound(n):
-            b()
+            try:
+                b()
+            except PlanError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - e.g. the emitted launcher's RouteError on bad shapes
+                # a launcher refusing its arguments (the kernels check shapes / params): name the launch
+                raise PlanError(f"extent {self.name}: launch {b.op} (route {b.route}) failed: "
+                                f"{type(exc).__name__}: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else "(no message)"
 
 
 def coalesce_adjacent(parts: list[torch.Tensor], axis: int) -> list[torch.Tensor]:

@@ -1,10 +1,13 @@
 """Load a plan directory + its artifact into an `Engine`.
 
 `load(plan_dir, artifact, *, device=None, progress=True) -> Engine`:
-1. read PLAN/plan.json and PLAN/kernels/manifest.json;
+1. read PLAN/plan.json and PLAN/kernels/manifest.json, and check the plan's integrity record
+   (integrity.py: sha256 of plan.json's body and of every file under the plan, kernel binaries
+   included; any mismatch is refused naming the file);
 2. check the plan against the artifact (directory sha256), the GPU (sm; on CPU the plan runs under
    the Triton interpreter) and the emitted kernel files (sha256); refuse with `PlanMismatch`;
-3. upload the weights the launches reference, streamed from the artifact's mmap (per object:
+3. with `verify_weights=True`, hash the payload of every bound object against the digests the
+   compiler recorded (integrity.verify_weights); then upload the weights the launches reference, streamed from the artifact's mmap (per object:
    torch.frombuffer over the mmap span -> .to(device); no second host copy). Row-split objects
    become the kernel library's `QuantWeight` (uint8 planes; row views are plane slices), direct
    objects typed tensors in their logical shape (row views are row slices);
@@ -36,6 +39,8 @@ import torch
 
 from .artifact_view import GROUPED, ArtifactView, ArtifactViewError, row_split_planes
 from .errors import NinferRuntimeError, PlanError, PlanMismatch
+from .integrity import check_plan_integrity, verify_weights
+from .plan_checks import check_plan_shape
 from .triton_cache import binaries_for, preload_binaries
 
 PLAN_FORMAT = "ninfer-plan-v1"
@@ -62,9 +67,11 @@ def read_plan(plan_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     if not isinstance(plan, dict) or plan.get("format") != PLAN_FORMAT:
         raise PlanMismatch(f"{pj}: plan format {plan.get('format') if isinstance(plan, dict) else None!r}, "
                            f"this runtime reads {PLAN_FORMAT}")
+    check_plan_integrity(plan_dir, plan)
     for key in ("model_id", "artifact", "sm", "buffers", "extents", "options"):
         if key not in plan:
             raise PlanError(f"{pj}: missing {key!r}")
+    check_plan_shape(pj, plan)
     km = plan_dir / "kernels" / "manifest.json"
     if not km.is_file():
         raise PlanError(f"{plan_dir}: the plan has no emitted kernels (kernels/manifest.json); recompile it with a "
@@ -73,7 +80,7 @@ def read_plan(plan_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         kernels = json.loads(km.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise PlanError(f"{km}: cannot read: {exc}") from None
-    if kernels.get("format") != KERNELS_FORMAT:
+    if not isinstance(kernels, dict) or kernels.get("format") != KERNELS_FORMAT:
         raise PlanMismatch(f"{km}: kernel manifest format {kernels.get('format')!r}, this runtime reads {KERNELS_FORMAT}")
     return plan, kernels
 
@@ -149,8 +156,9 @@ class Engine:
             return "; programmatic dependent launch off (NINFER_PDL=0)"
         return f"; programmatic dependent launch in {len(asked)} decode extents"
 
-    def __init__(self, plan_dir, artifact, *, device=None, progress: bool = True):
+    def __init__(self, plan_dir, artifact, *, device=None, progress: bool = True, verify_weights: bool = False):
         t0 = time.perf_counter()
+        self.verify_weights = verify_weights
         self.plan_dir = Path(plan_dir)
         self.plan, self.kernel_manifest = read_plan(self.plan_dir)
         if device is None:
@@ -182,6 +190,8 @@ class Engine:
         self._objects: dict[str, Any] = {}
         self._weights: dict[tuple, Any] = {}
         used = used_weights(self.plan)
+        if self.verify_weights:
+            verify_weights(self.plan, self.artifact, used, progress)
         if self.device.type == "cpu" and not _interpreting():
             if "triton" in sys.modules:
                 raise PlanError("running on CPU needs the Triton interpreter, but triton was imported without "
@@ -205,7 +215,11 @@ class Engine:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         t_up = time.perf_counter() - t_up
-        self._allocate()
+        try:
+            self._allocate()
+        except (RuntimeError, ValueError, OverflowError, TypeError) as exc:  # an absurd (edited) size
+            msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            raise PlanError(f"buffers: cannot allocate the plan's arena / state: {msg}") from None
         t_bind = time.perf_counter()
         self._bind_extents()
         if self.device.type == "cuda":
@@ -258,7 +272,13 @@ class Engine:
         for name, entry in sorted(self.plan["extents"].items()):
             if entry.get("graph", "text") != "text":
                 continue  # MTP draft graphs: not used by this runtime (no speculative decoding yet)
-            self.extents[name] = ExtentRunner(self, name, entry)
+            try:
+                self.extents[name] = ExtentRunner(self, name, entry)
+            except NinferRuntimeError:
+                raise
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
+                msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "(no message)"
+                raise PlanError(f"extent {name}: invalid plan entry: {type(exc).__name__}: {msg}") from None
         prefill = [r for r in self.extents.values() if r.phase == "prefill"]
         if len(prefill) != 1:
             raise PlanError(f"plan has {len(prefill)} text prefill extents; the runtime needs exactly one")
@@ -359,10 +379,12 @@ class Engine:
                 raise PlanError(f"weight {name} was not uploaded")
             if rows is None:
                 w = base
-            elif hasattr(base, "rows"):
-                w = base.rows(int(rows[0]), int(rows[1]))
             else:
-                w = base[int(rows[0]):int(rows[0]) + int(rows[1])]
+                n = int(base.n) if hasattr(base, "n") else int(base.shape[0])
+                begin, count = int(rows[0]), int(rows[1])
+                if begin < 0 or count < 1 or begin + count > n:
+                    raise PlanError(f"weight {name}: row view [{begin}, +{count}) is outside its {n} rows")
+                w = base.rows(begin, count) if hasattr(base, "rows") else base[begin:begin + count]
             self._weights[key] = w
         return w
 
@@ -421,10 +443,11 @@ class Engine:
         return stream(self, prompts, max_new_tokens, **kw)
 
 
-def load(plan_dir, artifact, *, device=None, progress: bool = True) -> Engine:
-    """Load `plan_dir` with `artifact` onto `device` (default: the GPU, else CPU + Triton interpreter)."""
+def load(plan_dir, artifact, *, device=None, progress: bool = True, verify_weights: bool = False) -> Engine:
+    """Load `plan_dir` with `artifact` onto `device` (default: the GPU, else CPU + Triton interpreter).
+    `verify_weights`: check every bound payload against the plan's recorded digests first."""
     try:
-        return Engine(plan_dir, artifact, device=device, progress=progress)
+        return Engine(plan_dir, artifact, device=device, progress=progress, verify_weights=verify_weights)
     except NinferRuntimeError:
         raise
     except ArtifactViewError as exc:

@@ -22,7 +22,10 @@ else (misses, every write, the launcher stubs some Triton versions build) to the
 Triton would have used otherwise (normally `FileCacheManager` on the user cache). It never writes
 into a plan directory.
 
-This module imports only the standard library at import time; Triton is imported when used.
+A binary or bin manifest whose sha256 differs from its record is refused (PlanMismatch, one line
+naming the file), as the loader's integrity check (integrity.py) already does for every plan file.
+This module imports only the standard library (and the runtime's errors) at import time; Triton is
+imported when used.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ import os
 import threading
 from pathlib import Path
 from typing import Any
+
+from .errors import PlanMismatch
 
 BIN_FORMAT = "ninfer-kernel-bin-v1"
 BIN_DIR = "kernels/bin"
@@ -275,7 +280,9 @@ class PlanBinaries:
 
 def binaries_for(plan_dir: Path, plan: dict, kernels: dict) -> tuple[PlanBinaries | None, str]:
     """(registered PlanBinaries, note) when PLAN/kernels/bin fits this process, else (None, note
-    naming why the runtime JITs from source). Never raises for a plan's binaries."""
+    naming why the runtime JITs from source: another Triton, sm, ptxas or environment). A binary
+    or bin manifest whose sha256 differs from its record is refused (PlanMismatch naming the file):
+    damage is not a reason to silently run something else."""
     summary = kernels.get("binaries")
     if not summary:
         return None, "kernels: JIT from source (the plan has no precompiled binaries)"
@@ -298,7 +305,7 @@ def binaries_for(plan_dir: Path, plan: dict, kernels: dict) -> tuple[PlanBinarie
     except OSError:
         return None, f"kernels: JIT from source ({BIN_DIR}/manifest.json is missing)"
     if summary.get("manifest_sha256") and _sha256(raw) != summary["manifest_sha256"]:
-        return None, f"kernels: JIT from source ({BIN_DIR}/manifest.json does not match kernels/manifest.json)"
+        raise PlanMismatch(f"{mpath}: sha256 does not match kernels/manifest.json (edited or damaged after compile)")
     try:
         man = json.loads(raw)
     except ValueError:
@@ -328,9 +335,9 @@ def binaries_for(plan_dir: Path, plan: dict, kernels: dict) -> tuple[PlanBinarie
             try:
                 ok = _sha256(p.read_bytes()) == sha
             except OSError:
-                ok = False
+                raise PlanMismatch(f"{p}: kernel binary is missing (listed in {BIN_DIR}/manifest.json)") from None
             if not ok:
-                return None, f"kernels: JIT from source (binary {e['dir']}/{name} is missing or damaged)"
+                raise PlanMismatch(f"{p}: kernel binary is damaged (sha256 differs from {BIN_DIR}/manifest.json)")
     b = PlanBinaries(bin_dir, man, kernel_modules(kernels))
     b.register()
     return b, (f"kernels: precompiled binaries (triton {man.get('triton')}, sm_{man.get('sm')}, "

@@ -32,3 +32,26 @@ def test_report_lists_the_breakdown():
     md = be.render_md(res)
     assert "Decode step at C=1, 1 steps under torch.profiler: wall 10 µs/step" in md
     assert "| a_kernel | 1 | 4.0 | 4.00 | 40.0% |" in md
+
+
+def test_critical_path_charges_overlapped_kernels_only_their_own_time():
+    # b starts inside a (PDL: launched early, waits) and ends 3 µs after it; c starts after a gap
+    ev = [("a", 0.0, 10.0), ("b", 4.0, 13.0), ("c", 15.0, 16.0)]
+    charged, idle, busy = be.critical_path(ev)
+    assert charged == [("a", 10.0), ("b", 3.0), ("c", 1.0)]
+    assert idle == 2.0 and busy == 20.0
+    assert sum(us for _, us in charged) + idle == 16.0  # the span
+
+
+def test_per_op_aligns_kernels_with_launches_across_layers():
+    launches = [{"op": "l0.input_norm", "route": "norm"}, {"op": "l0.mlp.gate_up", "route": "gemv", "w": 100},
+                {"op": "l1.input_norm", "route": "norm"}, {"op": "l1.mlp.gate_up", "route": "gemv", "w": 100}]
+    routes = {"norm": ["rms_kernel"], "gemv": ["gemv_kernel", "reduce_kernel"]}
+    charged = [("rms_kernel", 1.0), ("gemv_kernel", 10.0), ("reduce_kernel", 2.0), ("copy", 0.5),
+               ("rms_kernel", 1.0), ("gemv_kernel", 12.0)]
+    rows = be.per_op(charged, launches, routes, lambda L: L.get("w", 0), steps=1, step_us=30.0, stream_gbs=1.0)
+    by = {r["op"]: r for r in rows}
+    assert by["mlp.gate_up"]["launches_per_step"] == 2 and by["mlp.gate_up"]["us_per_step"] == 24.0
+    assert by["mlp.gate_up"]["floor_us"] == 200 / 1e3 and by["input_norm"]["launches_per_step"] == 2
+    assert by["(copy)"]["us_per_step"] == 0.5 and by["(copy)"]["route"] == "-"
+    assert [r["op"] for r in rows][0] == "mlp.gate_up"

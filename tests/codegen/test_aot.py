@@ -221,7 +221,13 @@ def test_runtime_falls_back_to_source_and_says_why(aot, tmp_path, monkeypatch):
     data = bytearray(cubin.read_bytes())
     data[len(data) // 2] ^= 0xFF
     cubin.write_bytes(bytes(data))
-    assert "is missing or damaged" in decide()
+    from ninfer_runtime.errors import PlanMismatch
+
+    with pytest.raises(PlanMismatch, match=r"\.cubin: kernel binary is damaged") as exc:
+        tc.binaries_for(plan_dir, plan, km)
+    assert "\n" not in str(exc.value) and tc._DIRS == dirs
+    with pytest.raises(PlanMismatch, match=r"\.cubin: sha256 does not match plan.json integrity"):
+        read_plan(plan_dir)
 
 
 def test_cache_manager_reads_the_plan_and_writes_elsewhere(aot, tmp_path, monkeypatch):
@@ -285,7 +291,10 @@ def test_no_binaries_switch_and_interpreter_mode(aot, tmp_path, capsys):
     on = _tree(aot["plan"])
     off = _tree(tmp_path / "off.plan")
     assert sorted(k for k in on if not k.startswith("kernels/bin/")) == sorted(off)
-    assert all(on[k] == off[k] for k in off if k != "kernels/manifest.json")
+    assert all(on[k] == off[k] for k in off if k not in ("kernels/manifest.json", "plan.json"))
+    # plan.json differs only in its integrity record (which lists the binaries' sha256)
+    body = lambda raw: {k: v for k, v in json.loads(raw).items() if k != "integrity"}  # noqa: E731
+    assert body(on["plan.json"]) == body(off["plan.json"])
     problem = toolchain_problem(SM)
     if problem and "interpreter mode" in problem:  # this test process (CPU): a recorded skip, same plan
         assert main([str(art), "-o", str(tmp_path / "interp.plan"), *common]) == 0

@@ -67,16 +67,18 @@ def test_render_json_is_valid_sorted_and_compact():
 
 def test_write_plan_atomic_and_replaces(tmp_path):
     out = tmp_path / "x.plan"
-    write_plan(out, {"a": 1}, "mem\n")
+    owner = {"format": "ninfer-plan-v1", "compiler": {"name": "ninfer-compile"}}  # a plan may replace a plan
+    write_plan(out, {"a": 1, **owner}, "mem\n")
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
         "kernels", "kernels/routes.json", "memory.txt", "plan.json"]
     first = (out / "plan.json").read_bytes()
-    write_plan(out, {"a": 2}, "mem\n")
+    write_plan(out, {"a": 2, **owner}, "mem\n")
     assert (out / "plan.json").read_bytes() != first
     assert sorted(os.listdir(tmp_path)) == ["x.plan"]  # no temp or old directories left
     with pytest.raises(ValueError):
         write_plan(out, {"a": float("nan")}, "mem\n")  # rendering fails before anything is written
-    assert json.loads((out / "plan.json").read_text()) == {"a": 2}
+    got = json.loads((out / "plan.json").read_text())
+    assert got.pop("integrity")["format"] == "ninfer-integrity-v1" and got == {"a": 2, **owner}
     assert sorted(os.listdir(tmp_path)) == ["x.plan"]
     with pytest.raises(CompileError, match="parent directory"):
         write_plan(tmp_path / "missing" / "y.plan", {}, "")

@@ -80,15 +80,15 @@ def _two_tables(write):
 
 def test_diff_rowwise(write, fake_registry, capsys):
     a, b = _two_tables(write)
-    assert main(["routes", "diff", str(a), str(b)]) == 0
+    assert main(["routes", "diff", str(a), str(b)]) == 1  # the tables choose differently
     out = capsys.readouterr().out.splitlines()
     i = out.index("linear {epilogue: none, format: Q4G64_F16S}")
     assert out[i + 1].split() == ["T", "3..4", "A:", "f_gemv", "BLOCK_N=128", "SPLIT_K=1"]
     assert out[i + 2].split() == ["B:", "f_small", "BLOCK_T=16"]
     assert "rmsnorm {} (every op)" in out
-    assert out[-1] == "2 of 7 op(s) change route"
+    assert out[-1] == "2 of 7 match group(s) choose differently"
     assert main(["routes", "diff", str(a), str(a)]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "no differences (7 op(s) compared)"
+    assert capsys.readouterr().out.splitlines()[-1] == "no differences (7 match group(s) compared)"
 
 
 def test_diff_with_artifact(tmp_path, write, fake_registry, capsys):
@@ -101,7 +101,7 @@ def test_diff_with_artifact(tmp_path, write, fake_registry, capsys):
     art = tmp_path / "tiny.ninfer"
     ArtifactWriter(art, spec.model_id, specs).write_sparse()
     a, b = _two_tables(write)
-    assert main(["routes", "diff", str(a), str(b), "--artifact", str(art)]) == 0
+    assert main(["routes", "diff", str(a), str(b), "--artifact", str(art)]) == 1
     out = capsys.readouterr().out
     # tiny-qwen3.5: Q4 query_key [192, 96] and gate_up [320, 96]; gdn query_key [64, 96]
     assert "linear {epilogue: none, format: Q4G64_F16S, k: 96, n: 192}" in out
@@ -109,6 +109,30 @@ def test_diff_with_artifact(tmp_path, write, fake_registry, capsys):
     assert "text/layers/3/attention/query_key" in out
     assert "format: Q5G64_F16S" not in out  # unchanged between the tables
     assert "rmsnorm {} (every op)" in out
+    assert out.splitlines()[-1].endswith("op shape(s) of the model choose differently")
+    assert main(["routes", "diff", str(a), str(a), "--artifact", str(art)]) == 0
+    assert "op shape(s) of the model compared" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_every_routes_option_has_help(capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="routes")
+    from ninfer_compile.routes import cli as routes_cli
+
+    routes_cli.configure(parser)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == {"validate", "show", "diff"}
+    for name, p in sub.choices.items():
+        for action in p._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            assert action.help, f"routes {name}: {action.option_strings or action.dest} has no help text"
+    with pytest.raises(SystemExit) as exc:
+        main(["routes", "diff", "--help"])
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Exit 0: same choices" in out and "1: some differ" in out
 
 
 def test_diff_contract_needs_artifact(write, fake_registry, capsys):

@@ -126,6 +126,31 @@ def compile_plan(artifact: Path, out: Path, *, table: Path | None = None, chunk:
     return out
 
 
+def seal_plan_dir(plan_dir: Path, plan: dict | None = None) -> dict:
+    """Write `plan` (default: the current plan.json) back with its integrity record re-computed from
+    the files on disk: what a careless or hostile edit that also fixes the hash produces (tests
+    use it to reach the loader's own validation). Returns the plan written."""
+    import os
+
+    from ninfer_runtime.integrity import INTEGRITY_KEY, integrity_record
+
+    plan_dir = Path(plan_dir)
+    if plan is None:
+        plan = json.loads((plan_dir / "plan.json").read_text())
+    body = {k: v for k, v in plan.items() if k != INTEGRITY_KEY}
+    files = {}
+    for dirpath, dirnames, filenames in os.walk(plan_dir):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for f in filenames:
+            p = Path(dirpath) / f
+            rel = p.relative_to(plan_dir).as_posix()
+            if rel != "plan.json":
+                files[rel] = p.read_bytes()
+    sealed = {**body, INTEGRITY_KEY: integrity_record(body, files)}
+    (plan_dir / "plan.json").write_text(json.dumps(sealed))
+    return sealed
+
+
 def check_tokens_against(logits_fn, prompt: list[int], generated: list[int], tie: float = 0.02) -> list[str]:
     """Every generated token must be the reference's argmax for its prefix, or within `tie` x the
     logit spread of the max (a near-tie). Returns the failures (empty = pass)."""

@@ -15,6 +15,8 @@ from ninfer_runtime.frontend import Frontend, FrontendError, StreamDecoder, stop
 from ninfer_runtime.loader import check_device, read_plan
 from ninfer_runtime.sampling import filter_logits, sample_row, sample_rows
 
+from .support import seal_plan_dir
+
 
 # ----------------------------------------------------------------------------- artifact view
 
@@ -98,6 +100,7 @@ def _plan_dir(tmp_path: Path, art: Path, **over) -> Path:
     km = {"format": "ninfer-kernels-v1", "triton": "x", "routes": {},
           "files": {"kernels/__init__.py": hashlib.sha256(init.encode()).hexdigest()}}
     (d / "kernels" / "manifest.json").write_text(json.dumps(km))
+    seal_plan_dir(d)
     return d
 
 
@@ -111,13 +114,13 @@ def test_plan_errors(tmp_path, small_artifact):
     # another artifact -> directory hash mismatch, one line
     plan = json.loads((d / "plan.json").read_text())
     plan["artifact"]["directory_sha256"] = "0" * 64
-    (d / "plan.json").write_text(json.dumps(plan))
+    plan = seal_plan_dir(d, plan)
     with pytest.raises(PlanMismatch, match="not the artifact this plan was compiled for") as ei:
         load(d, art, device="cpu", progress=False)
     assert "\n" not in str(ei.value)
     # wrong plan format
     plan["format"] = "ninfer-plan-v0"
-    (d / "plan.json").write_text(json.dumps(plan))
+    seal_plan_dir(d, plan)
     with pytest.raises(PlanMismatch, match="plan format"):
         read_plan(d)
 
@@ -126,9 +129,15 @@ def test_plan_kernel_files_checked(tmp_path, small_artifact):
     art, _, _ = small_artifact
     d = _plan_dir(tmp_path, art)
     (d / "kernels" / "__init__.py").write_text("# edited\n")
+    with pytest.raises(PlanMismatch, match="kernels/__init__.py: sha256 does not match plan.json integrity"):
+        load(d, art, device="cpu", progress=False)
+    seal_plan_dir(d)  # the integrity record re-computed: the kernel manifest's own sha256 still refuses it
     with pytest.raises(PlanMismatch, match="does not match its sha256"):
         load(d, art, device="cpu", progress=False)
     (d / "kernels" / "manifest.json").unlink()
+    with pytest.raises(PlanMismatch, match="kernels/manifest.json: missing"):
+        load(d, art, device="cpu", progress=False)
+    seal_plan_dir(d)
     with pytest.raises(PlanError, match="no emitted kernels"):
         load(d, art, device="cpu", progress=False)
 

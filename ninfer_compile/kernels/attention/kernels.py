@@ -2,7 +2,11 @@
 
 attn_decode_kernel   grid (T, Hkv, NSPLIT): one program = one column, one KV head with its
                      G query heads packed as the M rows of the dots (GP >= 16 rows), one split of
-                     SPLIT cache rows (flash-decoding). With NSPLIT == 1 it normalises, gates and
+                     the column's ctx cache rows (flash-decoding): fixed splits of SPLIT rows, or
+                     with BALANCED splits spread per column, span = cdiv(cdiv(ctx, NSPLIT), BN) * BN
+                     rows each (`_split_span`), so every program has work at any depth (fixed splits
+                     leave 32 of 160 programs busy at 4K of a 20K cache on the 27B; the route's
+                     default since 2026-12-01, `balance: fixed` keeps fixed splits). With NSPLIT == 1 it normalises, gates and
                      stores directly; otherwise it writes (acc, m, l) partials to the workspace
                      and attn_decode_reduce_kernel (grid (T, Hq)) merges the splits.
 attn_prefill_kernel  grid (cdiv(T, BM), Hq): flash attention of BM consecutive columns of one
@@ -46,13 +50,23 @@ def _load_kv(c_ptr, sc_ptr, s, n, nmask, h, Hkv, D, max_ctx, od,
 
 
 @triton.jit
+def _split_span(ctx, NSPLIT, SPLIT, BN: tl.constexpr, BALANCED: tl.constexpr):
+    """Cache rows per split for a column `ctx` deep: SPLIT, or (BALANCED) ctx spread over the
+    NSPLIT splits, BN-aligned (<= SPLIT, as NSPLIT = cdiv(max_ctx, SPLIT))."""
+    if BALANCED:
+        return tl.cdiv(tl.cdiv(ctx, NSPLIT), BN) * BN
+    else:
+        return SPLIT
+
+
+@triton.jit
 def attn_decode_kernel(
     q_ptr, gate_ptr, kc_ptr, vc_ptr, ks_ptr, vs_ptr, pos_ptr, slots_ptr, out_ptr, ws_ptr,
     Hq, Hkv, G, D, max_ctx, qk_scale,
     stride_qt, stride_qh, stride_gt, stride_gh, stride_ot,
     NSPLIT, SPLIT,
     GP: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr, QUANT: tl.constexpr, DIRECT: tl.constexpr,
-    F32: tl.constexpr,
+    F32: tl.constexpr, BALANCED: tl.constexpr = True,
     PDL: tl.constexpr = False,
 ):
     pdl_enter(PDL)
@@ -61,8 +75,9 @@ def attn_decode_kernel(
     sp = tl.program_id(2)
     s = tl.load(slots_ptr + t).to(tl.int64)
     ctx = tl.load(pos_ptr + t) + 1
-    start = sp * SPLIT
-    end = tl.minimum(start + SPLIT, ctx)
+    span = _split_span(ctx, NSPLIT, SPLIT, BN, BALANCED)
+    start = sp * span
+    end = tl.minimum(start + span, ctx)
     gi = tl.arange(0, GP)
     od = tl.arange(0, BD)
     gmask = gi < G
@@ -105,14 +120,14 @@ def attn_decode_kernel(
 def attn_decode_reduce_kernel(
     gate_ptr, pos_ptr, out_ptr, ws_ptr,
     Hq, D, stride_gt, stride_gh, stride_ot, NSPLIT, SPLIT,
-    BD: tl.constexpr, BS: tl.constexpr,
+    BD: tl.constexpr, BS: tl.constexpr, BN: tl.constexpr, BALANCED: tl.constexpr = True,
     PDL: tl.constexpr = False,
 ):
     pdl_enter(PDL)
     t = tl.program_id(0)
     h = tl.program_id(1)
     ctx = tl.load(pos_ptr + t) + 1
-    nvalid = tl.cdiv(ctx, SPLIT)
+    nvalid = tl.cdiv(ctx, _split_span(ctx, NSPLIT, SPLIT, BN, BALANCED))  # the splits attn_decode_kernel filled
     od = tl.arange(0, BD)
     dmask = od < D
     base = (t * Hq + h) * NSPLIT * (D + 2)

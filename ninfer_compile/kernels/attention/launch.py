@@ -55,14 +55,19 @@ def decode_workspace_numel(T: int, Hq: int, D: int, max_ctx: int, split_tokens: 
 
 def attention_decode(q, gate, k_cache, v_cache, positions, slots, out, scale=None, workspace=None,
                      k_scale=None, v_scale=None, split_tokens: int = 512, block_n: int = 64,
-                     num_warps: int = 4) -> None:
-    """out[T, Hq*D] = attention of q[T,Hq,D] over each column's slot prefix, x sigmoid(gate)."""
+                     num_warps: int = 4, balance: str = "ctx") -> None:
+    """out[T, Hq*D] = attention of q[T,Hq,D] over each column's slot prefix, x sigmoid(gate).
+    balance: "fixed" = splits of split_tokens cache rows; "ctx" = each column's depth spread over
+    all cdiv(max_ctx, split_tokens) splits (kernels.py)."""
     T, Hq, D, Hkv, quant = _check("attention_decode", q, gate, k_cache, v_cache, k_scale, v_scale,
                                   positions, slots, out)
     if not 1 <= T <= DECODE_MAX_T:
         raise RouteError(f"attention_decode: T={T} outside the route domain [1, {DECODE_MAX_T}]")
     if split_tokens % block_n:
         raise RouteError(f"attention_decode: split_tokens {split_tokens} must be a multiple of block_n {block_n}")
+    if balance not in ("fixed", "ctx"):
+        raise RouteError(f"attention_decode: balance must be 'fixed' or 'ctx', got {balance!r}")
+    balanced = balance == "ctx"
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     max_ctx = k_cache.shape[1]
     ns = decode_splits(max_ctx, split_tokens)
@@ -82,13 +87,14 @@ def attention_decode(q, gate, k_cache, v_cache, positions, slots, out, scale=Non
         Hq, Hkv, G, D, max_ctx, scale * LOG2E,
         q.stride(0), q.stride(1), gate.stride(0), gate.stride(1), out.stride(0),
         ns, split_tokens,
-        GP=gp, BD=bd, BN=block_n, QUANT=quant, DIRECT=direct, F32=_interpreting(), num_warps=num_warps,
+        GP=gp, BD=bd, BN=block_n, QUANT=quant, DIRECT=direct, F32=_interpreting(), BALANCED=balanced,
+        num_warps=num_warps,
         **pdl_launch(attn_decode_kernel),
     )
     if not direct:
         attn_decode_reduce_kernel[(T, Hq)](
             gate, positions, out, workspace, Hq, D, gate.stride(0), gate.stride(1), out.stride(0),
-            ns, split_tokens, BD=bd, BS=16, num_warps=4,
+            ns, split_tokens, BD=bd, BS=16, BN=block_n, BALANCED=balanced, num_warps=4,
             **pdl_launch(attn_decode_reduce_kernel),
         )
 

@@ -10,6 +10,9 @@ register(Route(
     domain=RouteDomain(max_t=64, extra={"kv_dtype": _KV, "phase": ("decode",)}),
     params={
         "split_tokens": ParamSpec("split_tokens", (256, 512, 1024, 2048, 4096), 512, "cache rows per split"),
+        "balance": ParamSpec("balance", ("ctx", "fixed"), "ctx",
+                             "fixed = splits of split_tokens rows; ctx = each column's depth spread over all "
+                             "cdiv(max_ctx, split_tokens) splits (every program busy at any depth)"),
         "block_n": ParamSpec("block_n", (32, 64, 128), 64),
         "num_warps": ParamSpec("num_warps", (2, 4, 8), 4),
     },

@@ -16,8 +16,9 @@ register(Route(
     params={
         "BLOCK_H": ParamSpec("BLOCK_H", (1, 2, 4, 8), 1, "value heads (rows of Wa and Wb) per program"),
         "BLOCK_T": ParamSpec("BLOCK_T", (1, 2, 4, 8), 1, "token columns per program (weight reuse)"),
-        "BLOCK_K": ParamSpec("BLOCK_K", (256, 512, 1024, 2048, 4096), 2048, "K elements per loop step"),
-        "num_warps": ParamSpec("num_warps", (1, 2, 4, 8), 8),
+        "BLOCK_K": ParamSpec("BLOCK_K", (256, 512, 1024, 2048, 4096, 8192), 2048,
+                             "K elements per loop step (>= K: one step, every load in flight at once)"),
+        "num_warps": ParamSpec("num_warps", (1, 2, 4, 8, 16), 8),
     },
     reference=f"{_M}.reference:gdn_gating_proj", launcher=f"{_M}.launch:gdn_gating_proj",
     kernels=(f"{_M}.kernels:gdn_gating_proj_kernel",),

@@ -38,7 +38,7 @@ import triton.language as tl
 
 from ...errors import RouteError
 from .dequant import magic_f32
-from .epilogue import EPI_CODES
+from .epilogue import EPI_CODES, FIXUP_COUNTERS, fixup_counters, splitk_fixup
 from .gemv import _finish
 from .launch import (_FMT_CODE, asm_supported, check_call, interpreting, named_launcher, reduce_split_k,
                      splitk_workspace)
@@ -377,14 +377,15 @@ def _rows_plain(acc0, acc1, acc2, acc3, x_ptr, base_ptr, high_ptr, scale_ptr, ro
 
 
 @triton.jit
-def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, ws_ptr,
+def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr,
                        T, K, N_OUT, KC_TOTAL, base_row, high_row, scale_row, up_off,
                        sx, so, sr, iters_per_split,
                        FMT: tl.constexpr, EPI: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, SPLIT_K: tl.constexpr,
                        CHAIN: tl.constexpr = 1, INTERP: tl.constexpr = False,
                        USE_ASM: tl.constexpr = False, PREFETCH: tl.constexpr = False,
-                       L2_HINT: tl.constexpr = False, PDL: tl.constexpr = False):
+                       L2_HINT: tl.constexpr = False, FUSED_REDUCE: tl.constexpr = False,
+                       PDL: tl.constexpr = False):
     pdl_enter(PDL)
     tl.static_assert(BLOCK_T <= 4)
     KC: tl.constexpr = BLOCK_K // 32
@@ -469,6 +470,10 @@ def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, w
     # the same per-column reduce + epilogue/partial store as the plain GEMV
     _finish(a0, a1, a2, a3, u0, u1, u2, u3, rows, rmask, T, N_OUT, out_ptr, res_ptr, ws_ptr,
             so, sr, pid_k, EPI, SPLIT_K, BLOCK_T, INTERP)
+    if SPLIT_K > 1:
+        if FUSED_REDUCE:
+            splitk_fixup(ws_ptr, cnt_ptr, out_ptr, res_ptr, pid_n, pid_n * BLOCK_N, T, N_OUT, so, sr,
+                         SPLIT_K, EPI, BLOCK_N, BLOCK_T, INTERP)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -507,6 +512,8 @@ def launch_lowreg(route_name: str, x, weight, out, *, epilogue: str = "none", re
     res = residual if epilogue == "residual" else out
     split_k = p["SPLIT_K"]
     ws = splitk_workspace(route, split_k, T, n_out, epilogue, workspace, out)
+    fused = split_k > 1 and p["REDUCE"] == "fused" and triton.cdiv(n_out, p["BLOCK_N"]) <= FIXUP_COUNTERS
+    cnt = fixup_counters(out) if fused else out
     code = _FMT_CODE[fmt]
     use_asm = p["USE_ASM"]
     if use_asm is True and not asm_supported(x.device):
@@ -525,14 +532,16 @@ def launch_lowreg(route_name: str, x, weight, out, *, epilogue: str = "none", re
     grid = (triton.cdiv(n_out, p["BLOCK_N"]), split_k)
     epi = EPI_CODES[epilogue]
     gemv_lowreg_kernel[grid](
-        x, base, high, scale, out, res, ws,
+        x, base, high, scale, out, res, ws, cnt,
         T, k, n_out, kc_total, base_row, high_row, scale_row, n_out,
         x.stride(0), out.stride(0), res.stride(0), ips,
         FMT=code, EPI=epi, BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], BLOCK_T=block_t,
         SPLIT_K=split_k, CHAIN=p["CHAIN"], INTERP=interpreting(), USE_ASM=use_asm,
-        PREFETCH=bool(p["PREFETCH"]), L2_HINT=bool(p["L2_HINT"]), num_warps=p["num_warps"], num_stages=p["num_stages"],
+        PREFETCH=bool(p["PREFETCH"]), L2_HINT=bool(p["L2_HINT"]), FUSED_REDUCE=fused, num_warps=p["num_warps"],
+        num_stages=p["num_stages"],
         **({"maxnreg": p["MAXNREG"]} if p["MAXNREG"] and not interpreting() else {}), **pdl_launch(gemv_lowreg_kernel))
-    reduce_split_k(ws, out, res, T, n_out, split_k, epi)
+    if not fused:
+        reduce_split_k(ws, out, res, T, n_out, split_k, epi)
     return None
 
 

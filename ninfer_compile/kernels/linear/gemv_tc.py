@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from ...errors import RouteError
-from .epilogue import EPI_CODES
+from .epilogue import EPI_CODES, FIXUP_COUNTERS, fixup_counters, splitk_fixup
 from .gemv_lowreg import _BIAS, chunk_regs, chunk_setup_lines, word_pair_lines
 from .launch import _FMT_CODE, asm_supported, check_call, named_launcher, reduce_split_k, splitk_workspace
 from .routes import linear_workspace_numel  # noqa: F401  (the family's sizing hook, on each launcher module)
@@ -216,10 +216,11 @@ def _store(v, u, row, col, ok, out_ptr, res_ptr, ws_ptr, pid_k, T, N_OUT, so, sr
 
 
 @triton.jit
-def gemv_tc_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, ws_ptr,
+def gemv_tc_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr,
                    T, K, N_OUT, KB_TOTAL, base_row, high_row, scale_row, up_off, sx, so, sr, iters_per_split,
                    FMT: tl.constexpr, EPI: tl.constexpr, N_TILES: tl.constexpr, SPLIT_K: tl.constexpr,
-                   NW: tl.constexpr, PREFETCH: tl.constexpr = False, PDL: tl.constexpr = False):
+                   NW: tl.constexpr, PREFETCH: tl.constexpr = False, FUSED_REDUCE: tl.constexpr = False,
+                   PDL: tl.constexpr = False):
     pdl_enter(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -315,6 +316,10 @@ def gemv_tc_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, ws_pt
         _store(c6, u6, row_h, cb, mh & (cb < T), out_ptr, res_ptr, ws_ptr, pid_k, T, N_OUT, so, sr, EPI, SPLIT_K)
         _store(c7, u7, row_h, cb + 1, mh & (cb + 1 < T), out_ptr, res_ptr, ws_ptr, pid_k, T, N_OUT, so, sr, EPI,
                SPLIT_K)
+    if SPLIT_K > 1:
+        if FUSED_REDUCE:
+            splitk_fixup(ws_ptr, cnt_ptr, out_ptr, res_ptr, pid_n, pid_n * 16 * NW, T, N_OUT, so, sr,
+                         SPLIT_K, EPI, 16 * NW, 16, False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,18 +366,21 @@ def launch_tc(route_name: str, x, weight, out, *, epilogue: str = "none", residu
     res = residual if epilogue == "residual" else out
     split_k = p["SPLIT_K"]
     ws = splitk_workspace(route, split_k, T, n_out, epilogue, workspace, out)
+    nw = p["num_warps"]
+    fused = split_k > 1 and p["REDUCE"] == "fused" and triton.cdiv(n_out, 16 * nw) <= FIXUP_COUNTERS
+    cnt = fixup_counters(out) if fused else out
     kb_total = weight.k_pad // 128
     ips = triton.cdiv(kb_total, split_k)
-    nw = p["num_warps"]
     grid = (triton.cdiv(n_out, 16 * nw), split_k)
     epi = EPI_CODES[epilogue]
     gemv_tc_kernel[grid](
-        x, weight.words(), weight.high_words(), weight.scales(), out, res, ws,
+        x, weight.words(), weight.high_words(), weight.scales(), out, res, ws, cnt,
         T, k, n_out, kb_total, weight.base_row_bytes // 4, weight.high_row_bytes // 4, weight.groups_per_row,
         n_out, x.stride(0), out.stride(0), res.stride(0), ips,
         FMT=code, EPI=epi, N_TILES=1 if T <= 8 else 2, SPLIT_K=split_k, NW=nw, PREFETCH=bool(p["PREFETCH"]),
-        num_warps=nw, num_stages=1, **({"maxnreg": p["MAXNREG"]} if p["MAXNREG"] else {}), **pdl_launch(gemv_tc_kernel))
-    reduce_split_k(ws, out, res, T, n_out, split_k, epi)
+        FUSED_REDUCE=fused, num_warps=nw, num_stages=1, **({"maxnreg": p["MAXNREG"]} if p["MAXNREG"] else {}), **pdl_launch(gemv_tc_kernel))
+    if not fused:
+        reduce_split_k(ws, out, res, T, n_out, split_k, epi)
     return None
 
 

@@ -27,7 +27,11 @@ def _params():
         "BLOCK_N": _p("BLOCK_N", (1, 2, 4, 8, 16, 32, 64), 8, "output rows per program"),
         "BLOCK_K": _p("BLOCK_K", (128, 256, 512, 1024, 2048), 1024,
                       "K lanes per loop step (BLOCK_K / 32 16-byte chunks per row)"),
-        "SPLIT_K": _p("SPLIT_K", (1, 2, 4, 8, 16), 1, "K ranges (deterministic two-phase reduce; needs a workspace)"),
+        "SPLIT_K": _p("SPLIT_K", (1, 2, 4, 8, 16), 1, "K ranges (deterministic reduce, see REDUCE; needs a workspace)"),
+        "REDUCE": _p("REDUCE", ("kernel", "fused"), "kernel",
+                     "split-K second phase: fused = the last split of each output tile sums the partials in "
+                     "split order inside the launch (epilogue.splitk_fixup); kernel = a separate "
+                     "splitk_reduce_kernel launch (both deterministic, bit-identical)"),
         "num_warps": _p("num_warps", (1, 2, 4, 8), 4),
         "num_stages": _p("num_stages", (1, 2, 3, 4), 2),
         "CHAIN": _p("CHAIN", (1, 2, 4), 1,

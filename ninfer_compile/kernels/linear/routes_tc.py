@@ -23,6 +23,10 @@ def _params():
         "num_warps": ParamSpec("num_warps", (1, 2, 4, 8), 4, "warps per program; 16 weight rows per warp"),
         "SPLIT_K": ParamSpec("SPLIT_K", (1, 2, 4, 8, 16), 1,
                              "K ranges (deterministic two-phase reduce; needs a workspace)"),
+        "REDUCE": ParamSpec("REDUCE", ("kernel", "fused"), "kernel",
+                            "split-K second phase: fused = the last split of each output tile sums the partials "
+                            "in split order inside the launch (epilogue.splitk_fixup); kernel = a separate "
+                            "splitk_reduce_kernel launch (both deterministic, bit-identical)"),
         "PREFETCH": ParamSpec("PREFETCH", (False, True), False,
                               "register double buffer: the next K step's weight chunks load before this step's math"),
         "MAXNREG": ParamSpec("MAXNREG", (0, 96, 128, 168, 255), 0, "register cap handed to ptxas (0 = its choice)"),

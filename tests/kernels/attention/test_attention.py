@@ -49,6 +49,22 @@ def test_decode(int8, T, Hq, Hkv, D, split):
     torch.testing.assert_close(out.float().cpu(), _ref(q, gate, kc, vc, ks, vs, pos, slots), atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("int8", [False, True])
+def test_decode_balanced_splits_at_every_depth(int8):
+    """Columns far shallower than the cache: each column's ctx is spread over all NSPLIT splits
+    (span = cdiv(cdiv(ctx, NSPLIT), BN) * BN), incl. a column of depth 1 and one in a partial block."""
+    T, Hq, Hkv, D, cache = 5, 4, 2, 64, 300
+    kc, vc, ks, vs = _filled_cache(3, cache, Hkv, D, int8, seed=11)
+    q, gate = _qg(T, Hq, D, seed=12)
+    slots = torch.tensor([0, 1, 2, 0, 1], dtype=torch.int32, device=DEV)
+    pos = torch.tensor([0, 7, 70, 299, 130], dtype=torch.int32, device=DEV)
+    out = torch.empty(T, Hq * D, dtype=torch.bfloat16, device=DEV)
+    ws = torch.full((launch.decode_workspace_numel(T, Hq, D, cache, 64),), float("nan"), device=DEV)
+    launch.attention_decode(q, gate, kc, vc, pos, slots, out, workspace=ws, k_scale=ks, v_scale=vs,
+                            split_tokens=64, block_n=16, balance="ctx")
+    torch.testing.assert_close(out.float().cpu(), _ref(q, gate, kc, vc, ks, vs, pos, slots), atol=2e-2, rtol=2e-2)
+
+
 def test_decode_tiny_head_dim():
     T, Hq, Hkv, D = 2, 2, 1, 32
     kc, vc, ks, vs = _filled_cache(2, 20, Hkv, D, False, seed=1)

@@ -55,6 +55,7 @@ CASES = [
     (17, 6, 5120, {"BLOCK_H": 2, "BLOCK_T": 4, "BLOCK_K": 1024}),
     (17, 48, 200, {"BLOCK_H": 8, "BLOCK_T": 8, "BLOCK_K": 512}),
     (33, 6, 200, {}),
+    (3, 6, 5120, {"BLOCK_K": 8192}),  # one K step wider than K
     (33, 48, 5120, {"BLOCK_H": 8, "BLOCK_T": 8, "BLOCK_K": 1024}),
 ]
 
@@ -112,5 +113,6 @@ def test_route_domain_is_decode_t64():
 @pytest.mark.parametrize("T", [1, 4])
 def test_gating_proj_27b_shape_gpu(T):
     """The 27B shape (Hv 48, hidden 5120) on the GPU, default params and a few tuning points."""
-    for params in ({}, {"BLOCK_H": 2, "BLOCK_K": 1024, "num_warps": 4}, {"BLOCK_T": 4, "BLOCK_K": 512}):
+    for params in ({}, {"BLOCK_H": 2, "BLOCK_K": 1024, "num_warps": 4}, {"BLOCK_T": 4, "BLOCK_K": 512},
+                   {"BLOCK_K": 8192, "num_warps": 16}, {"BLOCK_K": 8192, "BLOCK_T": 2, "num_warps": 16}):
         _check(T, 48, 5120, 11 + T, params, dev="cuda")

@@ -292,3 +292,38 @@ def test_auto_selects_asm_on_sm90():
     w = random_weight("Q4G64_F16S", 8, 256, torch.Generator().manual_seed(0)).to("cuda")
     assert G.resolve_use_asm("auto", 4, x, w, 256) == asm_supported(x.device)
     assert G.resolve_use_asm(True, 4, x[:, 1:], w, 255) is False     # unaligned x -> plain path
+
+
+# ---------------------------------------------------------------------------------------------
+# split-K second phase inside the launch (REDUCE=fused) vs the separate reduce kernel
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,t,n,k,epi,split", [
+    ("q4_gemv_lowreg", 1, 72, 320, "swiglu", 2), ("q5_gemv_packed", 3, 40, 200, "residual", 4),
+    ("q6_gemv_packed", 4, 72, 192, "none", 2), ("q4_gemv_lowreg", 2, 40, 320, "none", 4)])
+def test_fused_splitk_reduce_is_bit_identical_and_leaves_counters_zero(name, t, n, k, epi, split):
+    from ninfer_compile.kernels.linear.epilogue import fixup_counters
+
+    seed = zlib.crc32(f"fused{name}{t}".encode())
+    base = {"BLOCK_N": 8, "BLOCK_K": 128, "SPLIT_K": split}
+    fused, expected = _run(name, t, n, k, epi, {**base, "REDUCE": "fused"}, seed)
+    two_phase, _ = _run(name, t, n, k, epi, {**base, "REDUCE": "kernel"}, seed)
+    assert torch.equal(fused, two_phase), f"{name}: fused split-K reduce differs from the reduce kernel"
+    assert_close_rel(fused, expected, 1e-2, f"{name} fused split-K {split}")
+    assert int(fixup_counters(fused).abs().sum()) == 0, "the last split must reset its tile's counter"
+    again, _ = _run(name, t, n, k, epi, {**base, "REDUCE": "fused"}, seed)  # counters reused: same result
+    assert torch.equal(again, fused)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,n,k,epi", [("q4_gemv_lowreg", 34816, 5120, "swiglu"),
+                                           ("q5_gemv_packed", 5120, 17408, "residual")])
+def test_fused_splitk_reduce_on_gpu_at_27b_shapes(name, n, k, epi):
+    """Thousands of tiles arriving concurrently: the fused reduce (fence + ticket + last-split sum)
+    equals the two-launch reduce bit for bit, every time (a missing fence shows up as a mismatch)."""
+    for t in (1, 3):
+        p = {"BLOCK_N": 16, "BLOCK_K": 1024, "SPLIT_K": 4, "USE_ASM": True}
+        ref, expected = _run(name, t, n, k, epi, {**p, "REDUCE": "kernel"}, 9, device="cuda")
+        assert_close_rel(ref, expected, 1e-2, f"{name} T={t} two-phase")
+        for _ in range(5):
+            out, _ = _run(name, t, n, k, epi, {**p, "REDUCE": "fused"}, 9, device="cuda")
+            assert torch.equal(out, ref), f"{name} T={t}: fused split-K reduce differs from the reduce kernel"

@@ -166,6 +166,20 @@ def test_asm_splitk_view_large_k_on_gpu(name):
         assert_close_rel(out, expected, 1e-2, f"{name} asm K=17408 T={t}")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,n,k,epi", [("q4_gemv_tc", 34816, 5120, "swiglu"), ("q5_gemv_tc", 5120, 17408, "residual")])
+def test_fused_splitk_reduce_on_gpu_at_27b_shapes(name, n, k, epi):
+    """The fused split-K reduce (fence + ticket + last-split sum) equals the two-launch reduce bit for
+    bit at the 27B shapes, every time, for one and two column tiles and the 16-column slices."""
+    for t in (2, 8, 16, 24):
+        p = {"USE_ASM": True, "SPLIT_K": 8}
+        ref, expected = _run(name, t, n, k, epi, {**p, "REDUCE": "kernel"}, 9, device="cuda")
+        assert_close_rel(ref, expected, 1e-2, f"{name} T={t} two-phase")
+        for _ in range(4):
+            out, _ = _run(name, t, n, k, epi, {**p, "REDUCE": "fused"}, 9, device="cuda")
+            assert torch.equal(out, ref), f"{name} T={t}: fused split-K reduce differs from the reduce kernel"
+
+
 _LAYOUT_CHILD = r"""
 import json, re, sys
 import triton

@@ -1,0 +1,62 @@
+"""SIGINT / SIGTERM as a clean unwind, and the few critical sections that must not be cut.
+
+The CLI (`cli.py`) installs `handler` for both signals: the first raises `Interrupted` (a
+KeyboardInterrupt, so every `finally` and `except KeyboardInterrupt` runs: workers killed, temp
+directories removed) and the CLI exits 128 + signal number; later signals are ignored while
+unwinding. Inside `deferred()` (the renames of a plan swap) a signal is only recorded and raised
+when the section ends. The signals are also blocked for the calling thread there, so a process
+using the library without the CLI's handler gets the same guarantee from the main thread.
+"""
+
+from __future__ import annotations
+
+import signal
+from contextlib import contextmanager
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM, raised by `handler` in the main thread."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+_state = {"hit": False, "depth": 0, "pending": None}
+
+
+def reset() -> None:
+    _state.update(hit=False, depth=0, pending=None)
+
+
+def handler(signum, frame) -> None:
+    if _state["hit"]:
+        return  # unwinding already: bounded cleanup is not cut short
+    if _state["depth"]:
+        _state["pending"] = signum
+        return
+    _state["hit"] = True
+    raise Interrupted(signum)
+
+
+@contextmanager
+def deferred():
+    """A section no SIGINT/SIGTERM interrupts: one arriving meanwhile is raised when it ends."""
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, set(SIGNALS))
+    except (AttributeError, OSError, ValueError):
+        old = None
+    _state["depth"] += 1
+    try:
+        yield
+    finally:
+        _state["depth"] -= 1
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a blocked one runs `handler` here
+        pending = _state["pending"]
+        if pending is not None and _state["depth"] == 0:
+            _state["pending"] = None
+            _state["hit"] = True
+            raise Interrupted(pending)

@@ -1,0 +1,100 @@
+"""Structural checks of a parsed plan.json, before the loader reads it.
+
+The integrity record (integrity.py) refuses a plan edited after compile; these checks give a plan
+whose hash was re-computed after a careless or hostile edit (or a buggy compiler) one line naming
+the member (`extents.X.launches[i] (op).t: ...`) instead of a traceback: the type and range of
+every member the loader and the executor read. Launch-level semantics (route family, params the
+kernels were emitted for, T domain) are checked when launches are bound (executor.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import PlanError
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_plan_shape(pj: Path, plan: dict) -> None:
+    """The types of the members the loader reads, checked up front so a damaged or hand-edited
+    plan is one line naming the member (not a traceback)."""
+    def need(cond: bool, where: str, what: str) -> None:
+        if not cond:
+            raise PlanError(f"{pj}: {where}: {what}")
+
+    need(isinstance(plan["artifact"], dict), "artifact", "must be a mapping")
+    need(isinstance(plan["model_id"], str), "model_id", "must be a string")
+    need(_is_int(plan["sm"]) and 1 <= plan["sm"] <= 1000, "sm", "must be an integer in [1, 1000]")
+    opts = plan["options"]
+    need(isinstance(opts, dict), "options", "must be a mapping")
+    for key in ("max_context", "prefill_chunk"):
+        need(_is_int(opts.get(key)) and 1 <= opts[key] <= 2**31 - 1, f"options.{key}",
+             "must be an integer in [1, 2^31)")
+    if opts.get("slots") is not None:
+        need(_is_int(opts["slots"]) and 1 <= opts["slots"] <= 4096, "options.slots", "must be an integer in [1, 4096]")
+    conc = opts.get("concurrency")
+    if conc is not None:
+        need(isinstance(conc, list) and conc and all(_is_int(c) and 1 <= c <= 4096 for c in conc),
+             "options.concurrency", "must be a non-empty list of integers in [1, 4096]")
+    need(_is_int(opts.get("draft_tokens", 0)), "options.draft_tokens", "must be an integer")
+    buf = plan["buffers"]
+    need(isinstance(buf, dict) and isinstance(buf.get("arena"), dict), "buffers.arena", "must be a mapping")
+    need(_is_int(buf["arena"].get("bytes")) and 0 <= buf["arena"]["bytes"] <= 2**44, "buffers.arena.bytes",
+         "must be an integer in [0, 2^44]")
+    state = buf.get("state", {})
+    need(isinstance(state, dict), "buffers.state", "must be a mapping")
+    for name, b in state.items():
+        need(isinstance(b, dict) and isinstance(b.get("shape"), list) and b["shape"]
+             and all(_is_int(d) and 0 < d <= 2**40 for d in b["shape"]) and isinstance(b.get("dtype"), str),
+             f"buffers.state.{name}", "needs shape (positive integers) and dtype")
+    need(isinstance(plan["extents"], dict), "extents", "must be a mapping")
+    for name, x in plan["extents"].items():
+        where = f"extents.{name}"
+        need(isinstance(x, dict), where, "must be a mapping")
+        need(_is_int(x.get("t")) and 1 <= x["t"] <= 2**20, f"{where}.t", "must be an integer in [1, 2^20]")
+        need(x.get("phase") in ("prefill", "decode"), f"{where}.phase", "must be prefill or decode")
+        need(_is_int(x.get("concurrency", 1)) and x.get("concurrency", 1) >= 1, f"{where}.concurrency",
+             "must be an integer >= 1")
+        need(x.get("arena_bytes") is None or (_is_int(x["arena_bytes"]) and 0 <= x["arena_bytes"] <= 2**44),
+             f"{where}.arena_bytes", "must be an integer in [0, 2^44]")
+        for key in ("tensors", "inputs", "outputs"):
+            need(isinstance(x.get(key, {}), dict), f"{where}.{key}", "must be a mapping")
+        for tname, t in x.get("tensors", {}).items():
+            tw = f"{where}.tensors.{tname}"
+            need(isinstance(t, dict) and isinstance(t.get("shape"), list)
+                 and all(_is_int(d) and 0 <= d <= 2**40 for d in t["shape"]) and isinstance(t.get("dtype"), str),
+                 tw, "needs shape (non-negative integers) and dtype")
+            for key in ("offset", "byte_offset", "bytes", "row_stride", "col_offset"):
+                if key in t:
+                    need(_is_int(t[key]) and 0 <= t[key] <= 2**44, f"{tw}.{key}", "must be an integer in [0, 2^44]")
+            if "view_of" in t:
+                need(isinstance(t["view_of"], str) and "byte_offset" in t, tw, "a view needs view_of and byte_offset")
+            else:
+                need("offset" in t, tw, "needs offset (or view_of)")
+        launches = x.get("launches")
+        need(isinstance(launches, list), f"{where}.launches", "must be a list")
+        for i, L in enumerate(launches):
+            lw = f"{where}.launches[{i}]"
+            need(isinstance(L, dict) and isinstance(L.get("op"), str) and isinstance(L.get("kind"), str), lw,
+                 "needs op and kind (strings)")
+            lw = f"{where}.launches[{i}] ({L['op']})"
+            need(L.get("route") is None or isinstance(L["route"], str), f"{lw}.route", "must be a string or null")
+            need(_is_int(L.get("t", x["t"])) and 1 <= L.get("t", x["t"]) <= x["t"], f"{lw}.t",
+                 f"must be an integer in [1, {x['t']}]")
+            for key in ("params", "attrs", "args", "outs"):
+                need(isinstance(L.get(key) or {}, dict), f"{lw}.{key}", "must be a mapping")
+            for group in ("args", "outs"):
+                for operand, ref in (L.get(group) or {}).items():
+                    rw = f"{lw}.{group}.{operand}"
+                    need(isinstance(ref, dict) and len({"buffer", "state", "weight"} & set(ref)) == 1, rw,
+                         "must reference exactly one buffer, state or weight")
+                    for key in ("buffer", "state", "weight"):
+                        if key in ref:
+                            need(isinstance(ref[key], str), f"{rw}.{key}", "must be a string")
+                    if "rows" in ref:
+                        rows = ref["rows"]
+                        need(isinstance(rows, list) and len(rows) == 2 and all(_is_int(r) for r in rows)
+                             and rows[0] >= 0 and rows[1] >= 1, f"{rw}.rows", "must be [begin >= 0, count >= 1]")
