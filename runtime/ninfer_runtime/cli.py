@@ -166,22 +166,23 @@ def main(argv: list[str] | None = None) -> int:
     old_term = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return _main(argv)
-    finally:
-        signal.signal(signal.SIGTERM, old_term)
-
-
-def _main(argv: list[str] | None) -> int:
-    try:
-        args = _parser().parse_args(argv)
-        from .errors import NinferRuntimeError
-    except SystemExit as exc:  # --help / --version (0) or a usage error already printed in one line (2)
-        return exc.code if isinstance(exc.code, int) else 2
     except KeyboardInterrupt:
         print("error: interrupted (SIGINT)", file=sys.stderr)
         return 130
     except _Terminated:
         print("error: terminated (SIGTERM)", file=sys.stderr)
         return 143
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+
+
+def _main(argv: list[str] | None) -> int:
+    """Parse and run; every error is one line (interrupts are main's)."""
+    try:
+        args = _parser().parse_args(argv)
+        from .errors import NinferRuntimeError
+    except SystemExit as exc:  # --help / --version (0) or a usage error already printed in one line (2)
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         check_args(args)
         return _run(args)
@@ -189,12 +190,6 @@ def _main(argv: list[str] | None) -> int:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"error: {msg}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("error: interrupted (SIGINT)", file=sys.stderr)
-        return 130
-    except _Terminated:
-        print("error: terminated (SIGTERM)", file=sys.stderr)
-        return 143
     except Exception as exc:  # noqa: BLE001 - never a traceback; NINFER_TRACEBACK=1 shows it
         import os
 

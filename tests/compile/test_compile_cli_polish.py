@@ -15,19 +15,6 @@ from ninfer_compile import __version__
 from ninfer_compile.cli import build_parser, main
 from ninfer_compile.plan.memory import GIB, MemoryReport, fit_warnings
 
-from .support import tiny_artifact, write_table
-
-
-@pytest.fixture(scope="module")
-def art(tmp_path_factory):
-    return tiny_artifact(tmp_path_factory.mktemp("art") / "tiny.ninfer")
-
-
-@pytest.fixture
-def table(tmp_path, test_registry):
-    d = tmp_path / "routes"
-    d.mkdir()
-    return write_table(d, 90)
 
 
 def _args(art, table, out, *extra):

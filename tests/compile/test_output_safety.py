@@ -21,21 +21,8 @@ from ninfer_compile.plan import output
 from ninfer_compile.plan.output import DUMP_MARKER, plan_problem, recover_leftovers, swap_into_place
 from ninfer_compile.plan.writer import write_plan
 
-from .support import tiny_artifact, write_table
 
 OWNER = {"format": "ninfer-plan-v1", "compiler": {"name": "ninfer-compile"}}
-
-
-@pytest.fixture(scope="module")
-def art(tmp_path_factory):
-    return tiny_artifact(tmp_path_factory.mktemp("art") / "tiny.ninfer")
-
-
-@pytest.fixture
-def table(tmp_path, test_registry):
-    d = tmp_path / "routes"
-    d.mkdir()
-    return write_table(d, 90)
 
 
 def _args(art, table, *extra):
