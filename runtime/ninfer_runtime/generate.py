@@ -107,6 +107,16 @@ def _sync(engine) -> None:
         torch.cuda.synchronize(engine.device)
 
 
+def upload_columns(ids, pos, slots, chunk: list[int], start: int, slot: int) -> None:
+    """One prefill chunk's columns into the extent's inputs: token ids, positions start.., the slot
+    (one host tensor, three copies)."""
+    n = len(chunk)
+    host = torch.tensor([chunk, list(range(start, start + n)), [slot] * n], dtype=torch.int32)
+    ids[:n].copy_(host[0])
+    pos[:n].copy_(host[1])
+    slots[:n].copy_(host[2])
+
+
 def prefill(engine, tokens: list[int], slot: int) -> torch.Tensor:
     """Run the prompt through the prefill extent in chunks into `slot` (reset first); returns the
     last column's logits row (device tensor view [V])."""
@@ -120,10 +130,7 @@ def prefill(engine, tokens: list[int], slot: int) -> torch.Tensor:
     for start in range(0, len(tokens), T):
         chunk = tokens[start:start + T]
         n = len(chunk)
-        host = torch.tensor([chunk, list(range(start, start + n)), [slot] * n], dtype=torch.int32)
-        ids[:n].copy_(host[0])
-        pos[:n].copy_(host[1])
-        slots[:n].copy_(host[2])
+        upload_columns(ids, pos, slots, chunk, start, slot)
         if rows is not None:
             rows.fill_(n - 1)
         r.run(None if n == T else n)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import NinferRuntimeError
+from .generate import upload_columns
 
 # The compile option that makes the prefill extent return every column's logits.
 PREFILL_LOGITS_OPTION = "--prefill-logits all"
@@ -93,10 +94,7 @@ def prefill_all_logits(engine, tokens: list[int], slot: int = 0) -> torch.Tensor
     for start in range(0, len(tokens), T):
         chunk = tokens[start:start + T]
         n = len(chunk)
-        host = torch.tensor([chunk, list(range(start, start + n)), [slot] * n], dtype=torch.int32)
-        ids[:n].copy_(host[0])
-        pos[:n].copy_(host[1])
-        slots[:n].copy_(host[2])
+        upload_columns(ids, pos, slots, chunk, start, slot)
         r.run(None if n == T else n)
         rows.append(logits[:n].float().cpu())
     return torch.cat(rows)
