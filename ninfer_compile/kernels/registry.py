@@ -245,10 +245,15 @@ class Route:
     launcher: str | None = None
     kernels: tuple[str, ...] = ()
     doc: str = ""
+    # "module:function" sizing the route's float32 workspace: fn(view: OpView, params: dict) -> int
+    # (element count; 0 = none needed for this op). None = the launcher takes no workspace.
+    workspace: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
             raise RouteError(f"Route: bad name {self.name!r}")
+        if self.workspace is not None and not _REF_RE.match(str(self.workspace)):
+            raise RouteError(f"Route {self.name}: workspace must be 'module:function' or None, got {self.workspace!r}")
         if not isinstance(self.family, str) or not _NAME_RE.match(self.family):
             raise RouteError(f"Route {self.name}: bad family {self.family!r}")
         if not isinstance(self.domain, RouteDomain):
@@ -308,6 +313,12 @@ class Route:
 
     def load_reference(self) -> Callable:
         return load_callable(self.reference)
+
+    def workspace_numel(self, view: Any, params: Mapping[str, Any]) -> int | None:
+        """Float32 elements of this route's workspace for one op (None: the route takes none)."""
+        if self.workspace is None:
+            return None
+        return int(load_callable(self.workspace)(view, dict(params)))
 
     def load_launcher(self) -> Callable:
         if self.launcher is None:
