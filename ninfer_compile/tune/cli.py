@@ -176,18 +176,20 @@ def candidates_for(case: MatchCase, t: int, quick: bool, only: tuple[str, ...] =
     """[(route, params)] whose declared domain covers the case's match and T (and, when `only` is
     given, whose name contains one of its substrings)."""
     from ..kernels.registry import routes_for
+    from ..kernels.tuning import find_tune_spec
     from ..routes.table import effective_match
     from .measure import param_candidates
 
     eff = effective_match(case.match)
+    spec = find_tune_spec(case.family)
     out = []
     for r in routes_for(case.family):
         if r.covers(t, t, eff) is not None:
             continue
         if only and not any(o in r.name for o in only):
             continue
-        if quick and r.family == "linear" and r.name.endswith("_wide_mma") and t < 16:
-            continue  # pruned: the wide schedule pads T to its tile
+        if spec is not None and spec.pruned(r, t, quick):
+            continue  # the family's TuneSpec prunes the route at this T (e.g. --quick)
         for p in param_candidates(r, t, quick):
             out.append((r, p))
     return out
@@ -197,8 +199,21 @@ def _only(args) -> tuple[str, ...]:
     return tuple(v.strip() for v in (getattr(args, "routes", None) or "").split(",") if v.strip())
 
 
+def context_families() -> list[str]:
+    """The tunable families whose bench takes a context depth (TuneSpec `contexts`), table order."""
+    from ..kernels.tuning import table_order, tune_specs
+
+    specs = tune_specs()
+    return [f for f in table_order(specs) if specs[f].tunable and specs[f].contexts]
+
+
 def contexts_for(case: MatchCase, args) -> list:
-    if case.family != "attention":
+    """The context depths a case is measured at: [None] unless its TuneSpec says `contexts`; then the
+    decode contexts for a decode case, the prefill cached prefixes otherwise."""
+    from ..kernels.tuning import find_tune_spec
+
+    spec = find_tune_spec(case.family)
+    if spec is None or not spec.contexts:
         return [None]
     if case.phase == "decode":
         return list(_ints(args.decode_contexts, QUICK_DECODE_CONTEXTS if args.quick else DECODE_CONTEXTS,
@@ -272,7 +287,7 @@ def measure_all(cases, plan, args, warn) -> list[dict]:
     import torch
     from tqdm import tqdm
 
-    from .measure import DEFAULT_TOL, FAMILY_TOL, build, time_launches
+    from .measure import build, time_launches, tolerance
 
     reps = args.reps or (5 if args.quick else 10)
     total = sum(len(c) for *_, c in plan)
@@ -290,7 +305,7 @@ def measure_all(cases, plan, args, warn) -> list[dict]:
                 warn(f"{describe(case)} T={t} ctx={ctx}: cannot build operands: {type(exc).__name__}: {exc}")
                 bar.update(len(cands))
                 continue
-            tol = args.tol if args.tol is not None else FAMILY_TOL.get(case.family, DEFAULT_TOL)
+            tol = args.tol if args.tol is not None else tolerance(case.family)
             for route, params in cands:
                 ck = (ci, route.name, json.dumps(params, sort_keys=True, default=str))
                 rec = {"case": ci, "family": case.family, "match": dict(case.match), "t": t, "ctx": ctx,
@@ -421,8 +436,8 @@ def render_report(cases, records, groups, prov: dict, dropped: list[str], carrie
              f"- command: `{prov.get('command', '')}`", f"- date: {prov.get('date', '')}",
              f"- driver {prov.get('driver', '?')}, CUDA {prov.get('cuda', '?')}, torch {prov.get('torch', '?')}, "
              f"triton {prov.get('triton', '?')}, power limit {prov.get('power_w', '?')} W",
-             "- method: cold (cold operands rotate over copies > 3x L2), CUDA-graph replay, median µs per launch; "
-             "attention rows sum the contexts measured"]
+             "- method: cold (cold operands rotate over copies > 3x L2), CUDA-graph replay, median µs per launch"
+             + "".join(f"; {f} rows sum the contexts measured" for f in context_families())]
     if elapsed is not None:
         lines.append(f"- measured in {elapsed:.0f} s, {sum('us' in r for r in records)} timings")
     lines.append("")
@@ -642,7 +657,8 @@ def run(args) -> int:
              "rows pinned to a shape (n/k/head_dim) carry that op's evidence; fallback groups (format/epilogue/"
              "phase/kv_dtype only) were picked on the sum of µs over the model's shapes",
              "evidence: µs per route (best params) at each measured T inside the row; `selected` = the row's own "
-             "params when they are not that route's best there; attention sums its contexts",
+             "params when they are not that route's best there"
+             + "".join(f"; {f} sums its contexts" for f in context_families()),
              f"hysteresis {args.hysteresis:g}; cold = operands rotated over copies > 3x L2, CUDA graph replay, median"]
     if quick:
         notes.append("--quick: pruned params / T points / contexts")
