@@ -36,7 +36,7 @@ from ..errors import RouteError
 
 __all__ = [
     "DEFAULT_TOL", "TuneSpec", "TuneSpecs", "tune_spec", "tune_specs", "find_tune_spec",
-    "tunable_families", "family_groups", "table_order", "register_tune_spec",
+    "tunable_families", "family_groups", "table_order", "context_families", "register_tune_spec",
 ]
 
 DEFAULT_TOL = 2e-2  # relative RMS tolerance of the reference check unless the family says otherwise
@@ -214,3 +214,8 @@ def table_order(families: Iterable[str]) -> list[str]:
     fams = list(dict.fromkeys(families))
     known = _by_order(specs[f] for f in fams if f in specs)
     return [s.family for s in known] + sorted(f for f in fams if f not in specs)
+
+
+def context_families() -> list[str]:
+    """The tunable families whose bench takes a context depth (TuneSpec `contexts`), table order."""
+    return [s.family for s in _by_order(tune_specs().values()) if s.tunable and s.contexts]
