@@ -80,7 +80,8 @@ class TuneSpec:
             raise RouteError(f"TuneSpec {self.family}: builder must be 'module:function', got {self.builder!r}")
         if not (isinstance(self.tol, (int, float)) and self.tol > 0):
             raise RouteError(f"TuneSpec {self.family}: tol must be a positive number, got {self.tol!r}")
-        if self.group is not None and (not isinstance(self.group, str) or not self.group.isidentifier()):
+        if self.group is not None and (not isinstance(self.group, str) or not self.group.isidentifier()
+                                       or self.group == "all"):
             raise RouteError(f"TuneSpec {self.family}: bad group {self.group!r}")
 
     @property

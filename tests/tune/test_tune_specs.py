@@ -184,6 +184,8 @@ def test_every_tunable_family_has_a_spec_and_shared_tuner_code_names_none():
 def test_bad_specs_are_one_line_errors(toy):
     with pytest.raises(RouteError, match="builder must be 'module:function'"):
         TS.TuneSpec(family="x", order=1, builder="nocolon")
+    with pytest.raises(RouteError, match="bad group 'all'"):
+        TS.TuneSpec(family="x", order=1, group="all")
     with pytest.raises(RouteError, match="order must be a number"):
         TS.TuneSpec(family="x", order="1")
     with pytest.raises(RouteError, match="not tunable"):
