@@ -198,8 +198,9 @@ def test_bad_specs_are_one_line_errors(toy):
         parse_families("sampling")
 
 
-def test_loader_discovers_folders_and_refuses_duplicates(tmp_path, monkeypatch):
-    pkg = tmp_path / "fakekernels"
+def test_loader_discovers_folders_and_refuses_duplicates(tmp_path, monkeypatch, request):
+    PKG = "fake_tune_kernels"
+    pkg = tmp_path / PKG
     for folder, body in (("alpha", "TUNE = (TuneSpec(family='alpha_op', order=2, builder='m:f', group='g'),)"),
                          ("beta", "TUNE = (TuneSpec(family='beta_op', order=1, builder='m:f', group='g'),\n"
                                   "        TuneSpec(family='beta_ref', order=0))"),
@@ -211,12 +212,16 @@ def test_loader_discovers_folders_and_refuses_duplicates(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
 
-    def load():
-        for m in [m for m in sys.modules if m.split(".")[0] == "fakekernels"]:
-            monkeypatch.delitem(sys.modules, m)
-        importlib.invalidate_caches()
-        return TS.TuneSpecs("fakekernels").all()
+    def forget():  # never restored: another test's package of the same name must not see these
+        for m in [m for m in sys.modules if m.split(".")[0] == PKG]:
+            del sys.modules[m]
 
+    def load():
+        forget()
+        importlib.invalidate_caches()
+        return TS.TuneSpecs(PKG).all()
+
+    request.addfinalizer(forget)
     specs = load()
     assert list(specs) == ["alpha_op", "beta_op", "beta_ref"]
     (pkg / "gamma" / "tune.py").write_text("from ninfer_compile.kernels.tuning import TuneSpec\n"
@@ -227,7 +232,7 @@ def test_loader_discovers_folders_and_refuses_duplicates(tmp_path, monkeypatch):
     with pytest.raises(RouteError, match="TUNE holds a str"):
         load()
     (pkg / "gamma" / "tune.py").write_text("raise ValueError('boom')\n")
-    with pytest.raises(RouteError, match="importing fakekernels.gamma.tune failed: ValueError: boom"):
+    with pytest.raises(RouteError, match="importing fake_tune_kernels.gamma.tune failed: ValueError: boom"):
         load()
 
 
