@@ -51,7 +51,7 @@ _DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "
 _counter = itertools.count()
 
 
-def _interpreting() -> bool:
+def _interpreting() -> bool:  # = the kernels' interpret.py; needed before the plan's package (and triton) is imported
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
