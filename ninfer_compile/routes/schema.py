@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from pydantic import TypeAdapter, ValidationError, field_validator, model_validator
 
 from ..errors import RouteError
-from ..yaml_lines import YamlInputError, parse_yaml_with_lines, read_yaml_bytes
+from ..yaml_lines import YamlInputError, format_path, parse_yaml_with_lines, read_yaml_bytes
 
 # Families named in ARCHITECTURE.md. A table may also hold a section for any family that has
 # registered routes (e.g. a fused family); anything else is an unknown key.
@@ -105,13 +105,7 @@ class _NodeData:
 
 
 def fmt_path(path: tuple | list) -> str:
-    out = ""
-    for part in path:
-        if isinstance(part, int) and not isinstance(part, bool):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top)"
+    return format_path(path, top="(top)")
 
 
 def _real_loc(data: Any, loc: tuple) -> tuple:
