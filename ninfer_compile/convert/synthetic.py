@@ -40,15 +40,6 @@ def _geometry(fmt: str, shape) -> RowSplitGeometry:
     return row_split_geometry(fmt, int(shape[0]), int(shape[1]))
 
 
-def encoded_nbytes(fmt: str, shape) -> int:
-    if fmt in _GROUPED:
-        return _geometry(fmt, shape).total
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n * _DIRECT[fmt]
-
-
 def _row_chunks(n: int, row_bytes: int) -> Iterator[tuple[int, int]]:
     step = max(1, CHUNK_BYTES // max(1, row_bytes))
     for r in range(0, n, step):

@@ -269,11 +269,6 @@ def _objects_note(names: list[str]) -> str:
     return f"{names[0]} … ({len(names)} objects)"
 
 
-def render_diff(a: RouteTable, b: RouteTable, artifact: Path | None = None,
-                contract: Path | None = None) -> str:
-    return diff_tables(a, b, artifact, contract)[0]
-
-
 def diff_tables(a: RouteTable, b: RouteTable, artifact: Path | None = None,
                 contract: Path | None = None) -> tuple[str, int]:
     """(report, how many compared units choose differently). A unit is a match group (row-wise)

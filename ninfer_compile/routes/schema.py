@@ -1,6 +1,6 @@
 """Route table schema: YAML with line marks, pydantic models, error formatting.
 
-`parse_table_file(path)` reads a `routes/smNN.yaml` through `ninfer_compile/yaml_lines.py` (every
+`read_table_file(path)` + `parse_table_text(...)` read a `routes/smNN.yaml` through `yaml_lines.py` (every
 node's line kept; aliases, oversized files and too many nodes refused), refuses duplicate keys, builds plain data, and validates the structure with pydantic
 (`extra="forbid"` everywhere). Every error is `FILE:LINE: FIELD: MESSAGE`, LINE being the line of
 the offending key / row. Semantic checks against the route registry live in `table.py`.

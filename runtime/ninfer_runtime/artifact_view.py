@@ -22,7 +22,6 @@ MAGIC = b"NINFER\x00\x01"
 PREFIX_BYTES = 16
 PAYLOAD_ALIGN = 4096
 
-DIRECT_DTYPES = {"BF16": ("bfloat16", 2), "FP32": ("float32", 4), "I32": ("int32", 4)}
 # The row-split formats. Their plane geometry is not repeated here: the loader binds them with the
 # plan's kernel library (`linear.weights` + the emitted `_ext/artifact/formats.py`).
 GROUPED = frozenset({"Q4G64_F16S", "Q5G64_F16S", "Q6G64_F16S", "W8G32_F16S"})
@@ -137,9 +136,6 @@ class ArtifactView:
         if e.kind != "resource":
             raise ArtifactViewError(f"{self.path}: object {name!r} is a {e.kind}, not a resource")
         return bytes(self.span(name))
-
-    def tensor_bytes(self) -> int:
-        return sum(e.bytes for e in self.objects.values() if e.kind == "tensor")
 
     def close(self) -> None:
         # Tensors made with torch.frombuffer may still reference the map; closing it then raises

@@ -145,7 +145,7 @@ def import_kernels(plan_dir: Path, kernels: dict):
 
 class Engine:
     """A loaded plan: weights, arena, state, bound extents. Generation: `generate`, `stream`
-    (generate.py); low-level: `prefill(tokens, slot)`, `decode(columns)`."""
+    (generate.py); low-level: generate.py's `prefill(engine, tokens, slot)`, `decode_step(engine, columns)`."""
 
     def _pdl_note(self) -> str:
         """'; programmatic dependent launch ...' for a plan whose extents ask for it (plan_dependent_launch)."""
