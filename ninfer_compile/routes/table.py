@@ -19,6 +19,7 @@ each group of the table replaces the base group with the same effective match (i
 is added after the base's. Every row keeps its own file (`TableRow.file`), so errors, `source`
 and `--explain` cite `base.yaml:LINE` for an inherited row; `sha256` covers both files' bytes.
 One level: a base extends nothing, and a table extending an unmeasured base cannot say measured.
+The merge is inherit.py's.
 
 `RouteTable.select(family, t, match)` returns the `Selection` of the most specific group whose
 match is a subset of the op's match, at the row covering T. The chosen route's domain is checked
@@ -38,10 +39,10 @@ from typing import Any, Mapping
 
 from ..errors import RouteError
 from ..kernels.registry import Registry, Route, default_registry
+from .inherit import load_table_data, merge_families, read_base  # noqa: F401  (load_table_data re-exported)
 from .schema import (
     BASE_MATCH_KEYS,
     FAMILY_MATCH_KEYS,
-    HEADER_KEYS,
     INT_MATCH_KEYS,
     KNOWN_FAMILIES,
     ParsedGroup,
@@ -342,43 +343,6 @@ def _error_line(err: str) -> int:
         return 0
 
 
-def _match_key(match: Mapping[str, Any]) -> tuple:
-    return tuple(sorted((k, type(v).__name__, v) for k, v in effective_match(match).items()))
-
-
-def _merge_families(base: dict[str, list[tuple[str, ParsedGroup]]],
-                    own: dict[str, list[tuple[str, ParsedGroup]]]) -> dict[str, list[tuple[str, ParsedGroup]]]:
-    """The base's groups with each of the table's own groups replacing the base group of the same
-    effective match (in its place), or appended after the base's."""
-    out = {fam: list(gs) for fam, gs in base.items()}
-    for fam, gs in own.items():
-        merged = out.setdefault(fam, [])
-        index = {_match_key(pg.match): i for i, (_, pg) in enumerate(merged)}
-        for item in gs:
-            i = index.get(_match_key(item[1].match))
-            if i is None:
-                merged.append(item)
-            else:
-                merged[i] = item
-    return out
-
-
-def _read_base(path: Path, name: str, parsed, family_ok) -> tuple[Path, bytes, Any, list[str]]:
-    """(path, bytes, parsed base, its errors) of the table's `extends:` file."""
-    line = parsed.doc.line_of(("extends",))
-    bpath = path.parent / parsed.header.extends
-    if bpath.resolve() == path.resolve():
-        raise TableErrors([f"{name}:{line}: extends: a table cannot extend itself"])
-    try:
-        bname, braw, btext = read_table_file(bpath)
-    except RouteError as exc:
-        raise TableErrors([f"{name}:{line}: extends: {str(exc).splitlines()[0]}"]) from None
-    if bname == name:
-        raise TableErrors([f"{name}:{line}: extends: the base must have another file name than the table"])
-    bparsed, berrors = parse_table_text(bname, btext, family_ok, base=True)
-    return bpath, braw, bparsed, list(berrors)
-
-
 def load_table(path: str | Path, registry: Registry | None = None) -> RouteTable:
     """Load and fully validate a route table (with its `extends:` base); RouteError (all errors,
     one per line, each naming the file it is in) if invalid."""
@@ -398,7 +362,7 @@ def load_table(path: str | Path, registry: Registry | None = None) -> RouteTable
     files = [name]
     bpath, braw = None, b""
     if parsed.header.extends is not None:
-        bpath, braw, bparsed, berrors = _read_base(path, name, parsed, family_ok)
+        bpath, braw, bparsed, berrors = read_base(path, name, parsed, family_ok)
         files.insert(0, bpath.name)
         errors = berrors + errors
         if bparsed is None:
@@ -406,7 +370,7 @@ def load_table(path: str | Path, registry: Registry | None = None) -> RouteTable
         if parsed.header.provenance.source == "measured" and bparsed.header.provenance.source != "measured":
             errors.append(f"{name}:{parsed.doc.line_of(('provenance',))}: provenance: source measured, but "
                           f"the rows of {bpath.name} are {bparsed.header.provenance.source}")
-        families = _merge_families({fam: [(bpath.name, pg) for pg in pgs]
+        families = merge_families({fam: [(bpath.name, pg) for pg in pgs]
                                     for fam, pgs in bparsed.families.items()}, families)
     groups: dict[str, list[TableGroup]] = {}
     for fam, pgroups in families.items():
@@ -424,45 +388,6 @@ def load_table(path: str | Path, registry: Registry | None = None) -> RouteTable
     if "date" in prov:
         prov["date"] = str(prov["date"])
     return RouteTable(path, raw, parsed.header.sm, prov, parsed.header.miss, groups, bpath, braw)
-
-
-def load_table_data(path: str | Path) -> Any:
-    """Plain data of a table file with its `extends:` base merged in (the base's family sections,
-    each group replaced by the table's group of the same match): what `tune --base` carries over.
-    Raises YamlInputError / OSError like `yaml_lines.read_yaml_text` + `safe_load`; the data is
-    not validated (load_table does that)."""
-    from ..yaml_lines import read_yaml_text, safe_load
-
-    path = Path(path)
-    data = safe_load(read_yaml_text(path), str(path))
-    if not isinstance(data, dict) or not isinstance(data.get("extends"), str):
-        return data
-    bpath = path.parent / data["extends"]
-    base = safe_load(read_yaml_text(bpath), str(bpath))
-    if not isinstance(base, dict):
-        return data
-    out = {k: v for k, v in data.items() if k in HEADER_KEYS and k != "extends"}
-    own = {k: v for k, v in data.items() if k not in HEADER_KEYS}
-    for key in [k for k in base if k not in HEADER_KEYS] + [k for k in own if k not in base]:
-        merged = list(base.get(key) or []) if isinstance(base.get(key, []), list) else []
-        mine = own.get(key)
-        for g in mine if isinstance(mine, list) else []:
-            keys = [_data_key(x) for x in merged]
-            k = _data_key(g)
-            if k is not None and k in keys:
-                merged[keys.index(k)] = g
-            else:
-                merged.append(g)
-        out[key] = merged
-    return out
-
-
-def _data_key(group: Any) -> tuple | None:
-    match = group.get("match") if isinstance(group, dict) else None
-    try:
-        return _match_key(match if isinstance(match, dict) else {})
-    except TypeError:  # an unhashable (invalid) match value: never equal to another group
-        return None
 
 
 def shipped_tables() -> dict[int, Path]:
