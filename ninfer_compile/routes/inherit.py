@@ -55,6 +55,21 @@ def read_base(path: Path, name: str, parsed, family_ok) -> tuple[Path, bytes, An
     return bpath, braw, bparsed, list(berrors)
 
 
+def base_hint(name: str, text: str) -> str | None:
+    """The one error for a base file loaded as a table (a mapping with `provenance` but neither
+    `sm` nor `miss`), else None (the parse errors stand)."""
+    from ..yaml_lines import YamlInputError, safe_load
+
+    try:
+        data = safe_load(text, name)
+    except YamlInputError:
+        return None
+    if isinstance(data, dict) and "provenance" in data and "sm" not in data and "miss" not in data:
+        return (f"{name}:1: (top): a base table (no sm, no miss), not a table: validate a table that "
+                f"says `extends: {name}`")
+    return None
+
+
 def load_table_data(path: str | Path) -> Any:
     """Plain data of a table file with its `extends:` base merged in (the base's family sections,
     each group replaced by the table's group of the same match): what `tune --base` carries over.

@@ -39,7 +39,7 @@ from typing import Any, Mapping
 
 from ..errors import RouteError
 from ..kernels.registry import Registry, Route, default_registry
-from .inherit import load_table_data, merge_families, read_base  # noqa: F401  (load_table_data re-exported)
+from .inherit import base_hint, load_table_data, merge_families, read_base  # noqa: F401  (load_table_data re-exported)
 from .schema import (
     BASE_MATCH_KEYS,
     FAMILY_MATCH_KEYS,
@@ -356,7 +356,8 @@ def load_table(path: str | Path, registry: Registry | None = None) -> RouteTable
 
     parsed, errors = parse_table_text(name, text, family_ok)
     if parsed is None:
-        raise TableErrors(errors)
+        hint = base_hint(name, text)
+        raise TableErrors([hint] if hint else errors)
     errors = list(errors)
     families = {fam: [(name, pg) for pg in pgs] for fam, pgs in parsed.families.items()}
     files = [name]

@@ -138,3 +138,5 @@ def test_shipped_unmeasured_tables_share_one_base():
         assert all(g.file == "base.yaml" for gs in t.groups.values() for g in gs)  # no row differs today
         assert len(shipped_tables()[sm].read_text().splitlines()) < 30
     assert table_for_sm(90).base is None  # the measured table stands alone
+    with pytest.raises(TableErrors, match=r"^base.yaml:1: \(top\): a base table \(no sm, no miss\), not a table"):
+        load_table(base)
