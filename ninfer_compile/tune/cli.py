@@ -435,10 +435,11 @@ def run(args) -> int:
     if not args.no_base:
         base = args.base or (out if out.is_file() else ROUTES_DIR / f"sm{args.sm}.yaml")
         if base.is_file():
-            from ..yaml_lines import YamlInputError, read_yaml_text, safe_load
+            from ..routes.table import load_table_data
+            from ..yaml_lines import YamlInputError
 
             try:
-                data = safe_load(read_yaml_text(base), str(base))
+                data = load_table_data(base)  # with its `extends:` base merged in
             except YamlInputError as exc:
                 raise NinferError(f"--base {base}: {str(exc).splitlines()[0]}") from None
             except OSError as exc:
