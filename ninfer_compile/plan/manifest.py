@@ -8,9 +8,16 @@ Layout (DESIGN §7):
                   tensors {name: {shape, dtype, offset, bytes} | {shape, dtype, view_of, byte_offset, ...}},
                   inputs, outputs, launches [...]}},
   used_routes [...].
-A launch = {op, kind, t, route, params, source, args {operand: ref}, attrs}; a ref is
-{"buffer": name} (an arena value of this extent), {"state": buffer} or
-{"weight": object, "format": F, "rows": [begin, count]} (rows only for a row view).
+A launch = {op, kind, t, route, params, source, match, args {operand: ref}, outs {operand: ref},
+attrs, bind [...]}; a ref is {"buffer": name} (an arena value of this extent), {"state": buffer}
+or {"weight": object, "format": F, "rows": [begin, count]} (rows only for a row view).
+`bind` (routed launches): the launcher's arguments by name, written from the family spec
+(`kernels.family.launch_bindings`): `{"arg": name, "buffer"|"weight"|"state": ref..}` per operand,
+`{"arg", "scalar"}` per launcher attribute, `{"arg", "constexpr"}` per route param (defaults
+overlaid), `{"arg": "workspace", "workspace": numel}` for a route with a workspace hook. The runtime
+binds exactly that list. An extent's `workspace` = {numel, dtype f32}: the max over its launches
+(plan/memory.py::extent_workspace_numel, which the memory report reads too). `args` / `outs` stay
+for the readers that index a launch's weights (loader, integrity, bench tools).
 Structural ops that need work (add, concat, swiglu, select_rows when not fused away) are launches
 with `route: null` and `builtin: kind`; reshape and split are views (no launch).
 """
@@ -23,9 +30,10 @@ from .. import __version__
 from ..errors import CompileError
 from ..ir.graph import Graph
 from ..ir.types import FAMILIES, TensorType
+from ..kernels.family import launch_bindings
 from ..passes.plan_memory import ALIGN
 from ..passes.select_routes import op_t
-from .memory import MemoryReport
+from .memory import MemoryReport, extent_workspace_numel, op_workspace_numel
 
 PLAN_FORMAT = "ninfer-plan-v1"
 _NO_LAUNCH = {"input", "output", "reshape", "split"}
@@ -42,6 +50,77 @@ def _ref(t: TensorType) -> dict[str, Any]:
     if t.role == "state":
         return {"state": t.buffer}
     return {"buffer": t.name}
+
+
+def _where(g: Graph, op) -> str:
+    return f"extent {g.extent.name}: op {op.name} ({op.kind})"
+
+
+def operand_refs(g: Graph, op, spec) -> dict[str, dict[str, Any]]:
+    """Operand name -> plan reference of every operand the family spec declares (`in` / `inout`
+    from the op's inputs, `out` from its outputs; parts `x0, x1..` by their own names). An
+    operand of the op the spec does not declare is a CompileError (nothing would consume it), as
+    is an updated state whose output is not the same buffer as its input."""
+    refs: dict[str, dict[str, Any]] = {}
+    used_in: set[str] = set()
+    used_out: set[str] = set()
+
+    def names(o, src):
+        if o.name in src:
+            return [o.name]
+        if not o.parts:
+            return []
+        return sorted((n for n in src if n.startswith(o.name) and n[len(o.name):].isdigit()),
+                      key=lambda n: int(n[len(o.name):]))
+
+    for o in spec.operands:
+        src, used = (op.outputs, used_out) if o.io == "out" else (op.inputs, used_in)
+        for n in names(o, src):
+            refs[n] = _ref(g.tensors[src[n]])
+            used.add(n)
+            if o.io == "inout":
+                if n not in op.outputs:
+                    raise CompileError(f"{_where(g, op)}: updated operand {n} has no output")
+                if _ref(g.tensors[op.outputs[n]]) != refs[n]:
+                    raise CompileError(f"{_where(g, op)}: updated operand {n}: its output is not the buffer of its "
+                                       f"input (an inout operand is one launcher argument)")
+                used_out.add(n)
+    for group, src, used in (("input", op.inputs, used_in), ("output", op.outputs, used_out)):
+        extra = sorted(set(src) - used)
+        if extra:
+            raise CompileError(f"{_where(g, op)}: {group} operand {extra[0]!r} is not declared by family {spec.name}: "
+                               f"no launcher argument and nothing in the compiler consumes it")
+    return refs
+
+
+def launch_bind(g: Graph, op) -> list[dict[str, Any]] | None:
+    """The explicit argument list of one routed op's launch (None for a family without a spec)."""
+    from ..errors import RouteError
+    from ..kernels.family import family_specs
+    from ..kernels.registry import get_route
+
+    spec = family_specs().get(op.kind)
+    if spec is None:
+        if op.kind in _HOST_SAMPLED_WITHOUT_SPEC:
+            return None
+        raise CompileError(f"{_where(g, op)}: family {op.kind} has no spec (kernels/<family>/spec.py)")
+    declared = {a.name for a in spec.attrs}
+    for k in sorted(op.attrs):
+        if k not in declared:
+            raise CompileError(f"{_where(g, op)}: attribute {k!r} is not declared by family {spec.name}: no launcher "
+                               f"argument and nothing in the compiler consumes it")
+    refs = operand_refs(g, op, spec)
+    route = get_route(op.route.route)
+    try:
+        return launch_bindings(spec, refs, op.attrs, route.resolve_params(dict(op.route.params or {})),
+                               op_workspace_numel(g, op))
+    except RouteError as exc:
+        raise CompileError(f"{_where(g, op)}: {exc}") from None
+
+
+# Families whose selected route the runtime does not launch yet (it samples on the host): written
+# without `bind` until the family has a spec. Delete with the host sampler.
+_HOST_SAMPLED_WITHOUT_SPEC = ("sampling",)
 
 
 def extent_entry(g: Graph) -> dict[str, Any]:
@@ -82,6 +161,9 @@ def extent_entry(g: Graph) -> dict[str, Any]:
                                    f"use --dump-ir to inspect the graphs")
             L.update({"t": op_t(g, op), "route": op.route.route, "params": op.route.params,
                       "source": op.route.source, "match": op.route.match})
+            bind = launch_bind(g, op)
+            if bind is not None:
+                L["bind"] = bind
         else:
             L.update({"t": e.t, "route": None, "builtin": op.kind})
         attrs = {k: v for k, v in op.attrs.items() if k != "merged"}
@@ -95,6 +177,7 @@ def extent_entry(g: Graph) -> dict[str, Any]:
         "dependent_launch": g.meta.get("dependent_launch",
                                        {"enabled": False, "reason": "plan_dependent_launch disabled"}),
         "memory_planned": mem is not None,
+        "workspace": {"numel": extent_workspace_numel(g), "dtype": "f32"},
         "arena_bytes": mem["arena_bytes"] if mem is not None else None,
         "fusions": dict(sorted(g.meta.get("fusions", {}).items())),
         "inputs": inputs, "outputs": outputs, "tensors": tensors, "launches": launches,

@@ -3,7 +3,10 @@
 Convention (docs/ARCHITECTURE.md): every tensor is preallocated by the caller; launchers never
 allocate device memory and return None.
 
-    <route>(x, weight, out, *, epilogue="none", residual=None, workspace=None, params=None)
+    <route>(x, weight, out, *, residual=None, epilogue="none", workspace=None, <route params>)
+
+(the route's params each by its own name, e.g. `BLOCK_N=16, SPLIT_K=2`; `launch(route, ...,
+params={...})` is the same call by route name).
 
 - x: bf16 [T, K] (unit stride along K); weight: QuantWeight (row-split planes, maybe a row view)
   or bf16 [N, K]; out: bf16 [T, N_out] (N_out = N/2 for swiglu, else N); residual: [T, N_out]
@@ -208,11 +211,31 @@ def launch(route_name: str, x, weight, out, *, epilogue: str = "none", residual=
 
 
 def named_launcher(launch_fn, name: str, doc: str):
-    """The per-route launcher `name(x, weight, out, *, epilogue, residual, workspace, params)` of a
-    module-level `launch_fn(route_name, x, weight, out, ...)` (the launcher convention above)."""
-    def launcher(x, weight, out, *, epilogue="none", residual=None, workspace=None, params=None):
+    """The per-route launcher of a module-level `launch_fn(route_name, x, weight, out, ...)`:
+    `name(x, weight, out, *, residual=None, epilogue="none", workspace=None, <each route param>=default)`
+    — the family's operand / attribute names and the route's params, each by its own name (the
+    plan's launch bindings). Its `__signature__` lists exactly those; an unknown keyword is a
+    RouteError naming the route."""
+    import inspect
+
+    from .routes import ALL_LINEAR_ROUTES
+
+    route = ALL_LINEAR_ROUTES[name]
+    declared = tuple(route.params)
+
+    def launcher(x, weight, out, *, residual=None, epilogue="none", workspace=None, **params):
+        unknown = sorted(set(params) - set(declared))
+        if unknown:
+            raise RouteError(f"route {name} has no param {unknown[0]!r} (declared: {sorted(declared) or 'none'})")
         return launch_fn(name, x, weight, out, epilogue=epilogue, residual=residual,
                          workspace=workspace, params=params)
+
+    P = inspect.Parameter
+    launcher.__signature__ = inspect.Signature(
+        [P(n, P.POSITIONAL_OR_KEYWORD) for n in ("x", "weight", "out")]
+        + [P("residual", P.KEYWORD_ONLY, default=None), P("epilogue", P.KEYWORD_ONLY, default="none"),
+           P("workspace", P.KEYWORD_ONLY, default=None)]
+        + [P(k, P.KEYWORD_ONLY, default=spec.default) for k, spec in route.params.items()])
     launcher.__name__ = name
     launcher.__qualname__ = name
     launcher.__doc__ = doc

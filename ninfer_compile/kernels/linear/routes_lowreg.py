@@ -60,7 +60,7 @@ def _build() -> dict[str, Route]:
         out[name] = Route(
             name=name, family="linear",
             domain=RouteDomain(formats=(fmt,), min_t=1, max_t=4, epilogues=EPILOGUES),
-            params=_params(), reference=REFERENCE, launcher=f"{_MOD}:{name}",
+            params=_params(), reference=REFERENCE, launcher=f"{_MOD}:{name}", workspace="ninfer_compile.kernels.linear.routes:splitk_workspace",
             kernels=(f"{_MOD}:gemv_lowreg_kernel",), doc=doc)
     return out
 

@@ -42,7 +42,7 @@ def _build() -> dict[str, Route]:
         out[name] = Route(
             name=name, family="linear",
             domain=RouteDomain(formats=(fmt,), min_t=1, max_t=32, epilogues=EPILOGUES),
-            params=_params(), reference=REFERENCE, launcher=f"{_MOD}:{name}",
+            params=_params(), reference=REFERENCE, launcher=f"{_MOD}:{name}", workspace="ninfer_compile.kernels.linear.routes:splitk_workspace",
             kernels=(f"{_MOD}:gemv_tc_kernel",),
             doc=f"{fmt[:2]} decode GEMV on tensor cores (T<=32, 16 columns per pass): register dequant into "
                 "mma.sync m16n8k16")
