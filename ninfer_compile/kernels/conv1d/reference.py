@@ -19,8 +19,10 @@ import torch
 
 def conv1d(
     x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor,
-    positions: torch.Tensor, slots: torch.Tensor,
+    positions: torch.Tensor, slots: torch.Tensor, activation: str = "silu",
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    if activation != "silu":
+        raise ValueError(f"conv1d activation {activation!r}: only silu")
     T, C = x.shape
     K = weight.shape[0]
     xf, wf = x.float(), weight.float()
