@@ -158,8 +158,8 @@ def _check_shapes(graph: Graph, op: Op, T: int) -> None:
         _eq("q_weight", S("q_weight"), (q[2],))
         _eq("k_weight", S("k_weight"), (q[2],))
         _eq("positions", S("positions"), (q[0],))
-        _eq("q out", O("q"), q)
-        _eq("k out", O("k"), kk)
+        _eq("q out", O("q_out"), q)
+        _eq("k out", O("k_out"), kk)
     elif k == "l2norm":
         _eq("out", O("out"), S("x"))
     elif k == "kv_append":

@@ -287,7 +287,7 @@ def _norm_rope_pair(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
         g.add_op(Op(name=name, kind=rule["into"], seq=qn.seq,
                     inputs={"q": qn.inputs["x"], "k": kn.inputs["x"], "q_weight": qn.inputs["weight"],
                             "k_weight": kn.inputs["weight"], "positions": qr.inputs["positions"]},
-                    outputs={"q": qr.outputs["out"], "k": kr.outputs["out"]},
+                    outputs={"q_out": qr.outputs["out"], "k_out": kr.outputs["out"]},
                     attrs={"eps": qn.attrs.get("eps"), **qr.attrs}))
         n += 1
     return n

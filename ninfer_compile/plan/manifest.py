@@ -93,16 +93,14 @@ def operand_refs(g: Graph, op, spec) -> dict[str, dict[str, Any]]:
     return refs
 
 
-def launch_bind(g: Graph, op) -> list[dict[str, Any]] | None:
-    """The explicit argument list of one routed op's launch (None for a family without a spec)."""
+def launch_bind(g: Graph, op) -> list[dict[str, Any]]:
+    """The explicit argument list of one routed op's launch."""
     from ..errors import RouteError
     from ..kernels.family import family_specs
     from ..kernels.registry import get_route
 
     spec = family_specs().get(op.kind)
     if spec is None:
-        if op.kind in _HOST_SAMPLED_WITHOUT_SPEC:
-            return None
         raise CompileError(f"{_where(g, op)}: family {op.kind} has no spec (kernels/<family>/spec.py)")
     declared = {a.name for a in spec.attrs}
     for k in sorted(op.attrs):
@@ -116,11 +114,6 @@ def launch_bind(g: Graph, op) -> list[dict[str, Any]] | None:
                                op_workspace_numel(g, op))
     except RouteError as exc:
         raise CompileError(f"{_where(g, op)}: {exc}") from None
-
-
-# Families whose selected route the runtime does not launch yet (it samples on the host): written
-# without `bind` until the family has a spec. Delete with the host sampler.
-_HOST_SAMPLED_WITHOUT_SPEC = ("sampling",)
 
 
 def extent_entry(g: Graph) -> dict[str, Any]:
@@ -161,9 +154,7 @@ def extent_entry(g: Graph) -> dict[str, Any]:
                                    f"use --dump-ir to inspect the graphs")
             L.update({"t": op_t(g, op), "route": op.route.route, "params": op.route.params,
                       "source": op.route.source, "match": op.route.match})
-            bind = launch_bind(g, op)
-            if bind is not None:
-                L["bind"] = bind
+            L["bind"] = launch_bind(g, op)
         else:
             L.update({"t": e.t, "route": None, "builtin": op.kind})
         attrs = {k: v for k, v in op.attrs.items() if k != "merged"}

@@ -11,7 +11,7 @@ chunk; the same memory, so no copy) — the route's declared T domain is checked
 Launch kinds:
 - route families (`embedding`, `linear`, ...): the plan's emitted launcher for the route;
 - builtins (`add`, `concat`, `swiglu`, `select_rows`): small torch ops here (graph-capturable);
-- a sampling launch without `bind` (plan_checks.host_sampled): skipped; the runtime samples from
+- a sampling launch (plan_checks.host_sampled): skipped; the runtime samples from
   the `logits` output itself (per-sequence greedy / temperature / top-k / top-p with seeds, see
   sampling.py).
 """

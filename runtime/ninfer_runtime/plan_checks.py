@@ -124,9 +124,9 @@ BIND_KINDS = ("buffer", "weight", "state", "scalar", "constexpr", "workspace")
 
 
 def host_sampled(L: dict) -> bool:
-    """A sampling launch the compiler wrote without `bind` (its family has no spec yet): the
-    runtime samples on the host instead. The one place that skips a launch; delete with it."""
-    return L.get("kind") == "sampling" and "bind" not in L
+    """A sampling launch: not run yet, the runtime samples on the host from the `logits` output
+    (sampling.py). The one place that skips a launch; delete when the sampling routes run."""
+    return L.get("kind") == "sampling"
 
 
 def check_bind(where: str, L: dict, info: dict) -> None:

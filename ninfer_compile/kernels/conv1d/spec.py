@@ -5,7 +5,7 @@ from ..family import Attr, FamilySpec, OpView, Operand
 from ..kv_cache.spec import POSITIONS, SLOTS
 from ..spec_util import VALUE, Bad, checker, eq
 
-ACTIVATIONS = ("silu",)
+ACTIVATIONS = ("silu", "none")  # the kernels' SILU constexpr (launch.ACTIVATIONS)
 
 
 def _x_shape(v: OpView) -> tuple[int, int]:
@@ -50,7 +50,7 @@ SPECS = (FamilySpec(
         Operand("out", io="out", roles=VALUE, rank=2, doc="[T, C]"),
     ),
     attrs=(
-        Attr("activation", (str,), "silu", doc="activation after the conv (silu)"),
+        Attr("activation", (str,), "silu", doc="activation after the conv: silu | none (the launchers' `activation`)"),
         Attr("parts_of", (str, type(None)), None, to_launcher=False,
              doc="the operand given as column ranges (fuse rule conv_input_parts); the executor joins them"),
         Attr("merged", (list,), None, to_launcher=False, doc="ops a fuse rule folded into this one"),

@@ -39,11 +39,15 @@ SPECS = (FamilySpec(
         Operand("out", io="out", roles=VALUE, rank=2, doc="[T, N] (swiglu: [T, N/2])"),
     ),
     attrs=(
-        Attr("epilogue", (str,), "none", to_launcher=False,
+        Attr("epilogue", (str,), "none",
              doc="none | residual (out = residual + xW^T) | swiglu (silu(gate) * up over [gate | up] rows); "
-                 "part of the route match"),
+                 "part of the route match, and the launchers' `epilogue` argument"),
         Attr("merged", (list,), None, to_launcher=False,
              doc="names of the ops a fuse rule merged into this one (provenance only)"),
+        # spine-bind: declared so that a plan still compiles while the shared_staging fuse rule
+        # exists (nothing reads it but fuse's projections_into); delete with that rule.
+        Attr("staged_input", (dict,), None, to_launcher=False,
+             doc="shared_staging fuse rule: {tensor, group, first} (no kernel reads it)"),
     ),
     t_operand="x", match=_match, check=_check,
     reference="ninfer_compile.kernels.linear.reference:linear",
