@@ -132,8 +132,10 @@ def host_sampled(L: dict) -> bool:
 def check_bind(where: str, L: dict, info: dict) -> None:
     """The launch's `bind` list matches the route's argument list recorded in kernels/manifest.json
     (`args`: name, kinds, optional, parts): every argument is one of the route's, bound as a kind it
-    takes, at most once; every required argument is bound; the constexprs are one of the param sets
-    the kernels were emitted for. `where` names the extent, the launch index and the route."""
+    takes, at most once, an operand to the same reference as the launch's `args` / `outs` (which
+    the loader reads to load weights); every required argument is bound; the constexprs are one of
+    the param sets the kernels were emitted for. `where` names the extent, the launch index and the
+    route."""
     expected = info.get("args")
     if not isinstance(expected, list):
         raise PlanError(f"{where}: kernels/manifest.json records no argument list for the route (recompile the plan)")
@@ -158,6 +160,10 @@ def check_bind(where: str, L: dict, info: dict) -> None:
         if arg in seen:
             raise PlanError(f"{where}: argument {arg!r} is bound twice")
         seen[arg] = e["name"]
+        if kinds[0] in ("buffer", "state", "weight"):  # the launch's operand lists say the same
+            ref = {k: v for k, v in b.items() if k != "arg"}
+            if ref not in ((L.get("args") or {}).get(arg), (L.get("outs") or {}).get(arg)):
+                raise PlanError(f"{where}: argument {arg!r} binds {ref}, not the launch's operand {arg}")
     given = set(seen.values())
     for e in expected:
         if not e.get("optional") and e["name"] not in given:
