@@ -174,7 +174,7 @@ class ExtentRunner:
             for b in L.get("bind") or ():
                 if "workspace" in b and int(b["workspace"]) > need:
                     raise PlanError(f"extent {self.name}: launch {i} ({L['op']}, route {L.get('route')}): argument "
-                                    f"workspace needs {b['workspace']} elements, the extent's workspace has {need}")
+                                    f"'workspace' needs {b['workspace']} elements, the extent's workspace has {need}")
         if need:
             self.workspace = torch.zeros(need, dtype=torch.float32, device=self.engine.device)
         self._ws_numel = need
