@@ -133,7 +133,7 @@ def _check_family(graph: Graph, op: Op, spec: FamilySpec) -> None:
                             f"(declared: {', '.join(declared) or 'none'})")
             tt = graph.tensors[names[operand]]
             if tt.role not in o.roles:
-                raise _Fail(f"{group} operand {operand}={tt.name} is a {tt.role}, the family wants "
+                raise _Fail(f"{group} operand {operand}={tt.name} has role {tt.role}, the family wants "
                             f"{' / '.join(o.roles)}")
             if o.dtypes is not None and tt.dtype not in o.dtypes:
                 raise _Fail(f"{group} operand {operand}={tt.name} is {tt.dtype}, the family wants "
