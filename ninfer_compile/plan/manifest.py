@@ -29,7 +29,7 @@ from typing import Any
 from .. import __version__
 from ..errors import CompileError
 from ..ir.graph import Graph
-from ..ir.types import FAMILIES, TensorType
+from ..ir.types import TensorType
 from ..kernels.family import launch_bindings
 from ..passes.plan_memory import ALIGN
 from ..passes.select_routes import op_t
@@ -148,7 +148,7 @@ def extent_entry(g: Graph) -> dict[str, Any]:
         L: dict[str, Any] = {"op": op.name, "kind": op.kind,
                              "args": {k: _ref(g.tensors[v]) for k, v in op.inputs.items()},
                              "outs": {k: _ref(g.tensors[v]) for k, v in op.outputs.items()}}
-        if op.kind in FAMILIES:
+        if op.is_family:
             if op.route is None:
                 raise CompileError(f"{e.name}: op {op.name} has no route (select_routes disabled?); "
                                    f"use --dump-ir to inspect the graphs")

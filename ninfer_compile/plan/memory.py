@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CompileError, RouteError
-from ..ir.graph import Graph
+from ..ir.graph import Graph, op_view
 
 GIB = 1 << 30
 
@@ -76,31 +76,6 @@ def state_buffers(graphs: list[Graph]) -> dict[str, dict[str, Any]]:
             out[t.name] = {"shape": list(t.shape), "per_slot_shape": list(t.shape[1:]), "dtype": t.dtype,
                            "bytes": t.nbytes, "kind": kind}
     return dict(sorted(out.items()))
-
-
-def op_view(g: Graph, op):
-    """The `OpView` a spec / route hook sees of `op` in extent graph `g`."""
-    try:  # the shared builder (ir/graph.py), when present
-        from ..ir.graph import op_view as _shared
-    except ImportError:
-        _shared = None
-    if _shared is not None:
-        return _shared(g, op)
-    from ..kernels.family import REQUIRED, OpView, family_specs
-
-    spec = family_specs().get(op.kind)
-    attrs = dict(op.attrs)
-    if spec is not None:
-        for a in spec.attrs:
-            if a.name not in attrs and a.default is not REQUIRED:
-                attrs[a.name] = a.default
-    ins = {k: g.tensors[v] for k, v in op.inputs.items()}
-    outs = {k: g.tensors[v] for k, v in op.outputs.items()}
-    return OpView(kind=op.kind, name=op.name, shapes={k: tuple(t.shape) for k, t in ins.items()},
-                  dtypes={k: t.dtype for k, t in ins.items()}, formats={k: t.format for k, t in ins.items()},
-                  attrs=attrs, phase=g.extent.phase, extent_t=g.extent.t, meta=g.meta,
-                  outputs={k: tuple(t.shape) for k, t in outs.items()},
-                  output_dtypes={k: t.dtype for k, t in outs.items()})
 
 
 def op_workspace_numel(g: Graph, op) -> int | None:

@@ -10,6 +10,13 @@ def _check(v: OpView) -> None:
     eq("out", v.shape("out", out=True), (ids[0], table[1]))
 
 
+def _model_matches(contract, tables) -> list[tuple[dict, str]]:
+    from ..linear.spec import objects_note, weight_objects
+
+    return [({"format": fmt, "n": n, "k": k}, objects_note(names))
+            for (fmt, n, k), names in sorted(weight_objects(contract)[1].items())]
+
+
 def _match(v: OpView) -> dict:
     n, k = v.shape("table")
     return {"format": v.format("table"), "n": int(n), "k": int(k)}
@@ -26,5 +33,6 @@ SPECS = (FamilySpec(
     match=_match,
     check=_check,
     reference="ninfer_compile.kernels.embedding.reference:embedding",
+    model_matches=_model_matches,
     doc="out[t] = table[ids[t]]",
 ),)

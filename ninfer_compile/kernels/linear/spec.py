@@ -5,6 +5,55 @@ from ..spec_util import VALUE, Bad, checker, eq
 
 EPILOGUES = ("none", "residual", "swiglu")
 
+# Contract roles (qwen3_5_hybrid) of 2-D tensors that are not linear weights.
+EMBEDDING_ROLES = {"token_embedding"}
+NOT_LINEAR_ROLES = {"gdn_convolution", "vision_other", "draft_head_token_ids", "text_norm",
+                    "mtp_norm", "gdn_decay"}
+
+
+def _not_linear_name(name: str) -> bool:
+    leaf = name.rsplit("/", 1)[-1]
+    return any(w in leaf for w in ("norm", "bias", "convolution", "position", "token_ids"))
+
+
+def weight_objects(contract) -> tuple[dict, dict]:
+    """The contract's 2-D tensor objects by (format, n, k): (linear weights, embedding tables)."""
+    linear: dict[tuple, list[str]] = {}
+    embed: dict[tuple, list[str]] = {}
+    for obj in contract.objects.values():
+        if obj.kind != "tensor" or obj.shape is None or obj.format is None or len(obj.shape) != 2:
+            continue
+        role = obj.role or ""
+        n, k = obj.shape
+        if role in EMBEDDING_ROLES or (not role and "embedding" in obj.name and "patch" not in obj.name):
+            embed.setdefault((obj.format, n, k), []).append(obj.name)
+        elif role in NOT_LINEAR_ROLES or _not_linear_name(obj.name):
+            continue
+        else:
+            linear.setdefault((obj.format, n, k), []).append(obj.name)
+    return linear, embed
+
+
+def objects_note(names: list[str]) -> str:
+    names = sorted(names)
+    if len(names) <= 2:
+        return ", ".join(names)
+    return f"{names[0]} … ({len(names)} objects)"
+
+
+def _model_matches(contract, tables) -> list[tuple[dict, str]]:
+    """One match per linear weight shape and epilogue the tables know for its format."""
+    out = []
+    for (fmt, n, k), names in sorted(weight_objects(contract)[0].items()):
+        eps = {"none"}
+        for table in tables:
+            for g in table.groups.get("linear", []):
+                if g.eff.get("format") in (None, fmt):
+                    eps.add(g.eff["epilogue"])
+        for ep in sorted(eps):
+            out.append(({"format": fmt, "n": n, "k": k, "epilogue": ep}, objects_note(names)))
+    return out
+
 
 @checker
 def _check(v: OpView) -> None:
@@ -44,12 +93,9 @@ SPECS = (FamilySpec(
                  "part of the route match, and the launchers' `epilogue` argument"),
         Attr("merged", (list,), None, to_launcher=False,
              doc="names of the ops a fuse rule merged into this one (provenance only)"),
-        # spine-bind: declared so that a plan still compiles while the shared_staging fuse rule
-        # exists (nothing reads it but fuse's projections_into); delete with that rule.
-        Attr("staged_input", (dict,), None, to_launcher=False,
-             doc="shared_staging fuse rule: {tensor, group, first} (no kernel reads it)"),
     ),
     t_operand="x", match=_match, check=_check,
     reference="ninfer_compile.kernels.linear.reference:linear",
+    model_matches=_model_matches,
     doc="out = x @ weight^T (+ epilogue)",
 ),)
