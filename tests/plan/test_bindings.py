@@ -17,8 +17,7 @@ from ninfer_compile.kernels.registry import default_registry
 from ninfer_compile.plan.manifest import extent_entry, launch_bind
 
 # Families whose launchers do not follow their spec yet, with who makes them (delete when done).
-NOT_YET = {"sampling": "spine-sampling: the device sampling routes",
-           "l2norm": "spine-specs deletes the family (no lowering produces it)"}
+NOT_YET = {"sampling": "spine-sampling: the device sampling routes"}
 
 
 def _routes():
