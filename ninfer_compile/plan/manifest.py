@@ -93,11 +93,14 @@ def operand_refs(g: Graph, op, spec) -> dict[str, dict[str, Any]]:
     return refs
 
 
-def launch_bind(g: Graph, op) -> list[dict[str, Any]]:
-    """The explicit argument list of one routed op's launch."""
+def launch_bind(g: Graph, op, registry=None) -> list[dict[str, Any]]:
+    """The explicit argument list of one routed op's launch (`registry`: the compile's route
+    registry, default the library's)."""
     from ..errors import RouteError
     from ..kernels.family import family_specs
-    from ..kernels.registry import get_route
+
+    if registry is None:
+        from ..kernels.registry import default_registry as registry
 
     spec = family_specs().get(op.kind)
     if spec is None:
@@ -108,15 +111,15 @@ def launch_bind(g: Graph, op) -> list[dict[str, Any]]:
             raise CompileError(f"{_where(g, op)}: attribute {k!r} is not declared by family {spec.name}: no launcher "
                                f"argument and nothing in the compiler consumes it")
     refs = operand_refs(g, op, spec)
-    route = get_route(op.route.route)
+    route = registry.get_route(op.route.route)
     try:
         return launch_bindings(spec, refs, op.attrs, route.resolve_params(dict(op.route.params or {})),
-                               op_workspace_numel(g, op))
+                               op_workspace_numel(g, op, registry))
     except RouteError as exc:
         raise CompileError(f"{_where(g, op)}: {exc}") from None
 
 
-def extent_entry(g: Graph) -> dict[str, Any]:
+def extent_entry(g: Graph, registry=None) -> dict[str, Any]:
     e = g.extent
     mem = g.meta.get("memory")
     tensors: dict[str, Any] = {}
@@ -154,7 +157,7 @@ def extent_entry(g: Graph) -> dict[str, Any]:
                                    f"use --dump-ir to inspect the graphs")
             L.update({"t": op_t(g, op), "route": op.route.route, "params": op.route.params,
                       "source": op.route.source, "match": op.route.match})
-            L["bind"] = launch_bind(g, op)
+            L["bind"] = launch_bind(g, op, registry)
         else:
             L.update({"t": e.t, "route": None, "builtin": op.kind})
         attrs = {k: v for k, v in op.attrs.items() if k != "merged"}
@@ -168,7 +171,7 @@ def extent_entry(g: Graph) -> dict[str, Any]:
         "dependent_launch": g.meta.get("dependent_launch",
                                        {"enabled": False, "reason": "plan_dependent_launch disabled"}),
         "memory_planned": mem is not None,
-        "workspace": {"numel": extent_workspace_numel(g), "dtype": "f32"},
+        "workspace": {"numel": extent_workspace_numel(g, registry), "dtype": "f32"},
         "arena_bytes": mem["arena_bytes"] if mem is not None else None,
         "fusions": dict(sorted(g.meta.get("fusions", {}).items())),
         "inputs": inputs, "outputs": outputs, "tensors": tensors, "launches": launches,
@@ -177,8 +180,9 @@ def extent_entry(g: Graph) -> dict[str, Any]:
 
 def build_manifest(graphs: list[Graph], *, model_id: str, artifact_file: str, directory_sha256: str,
                    contract: str, sm: int, table, table_ref: str, options: dict[str, Any],
-                   enabled: list[str], disabled: list[str], memory: MemoryReport) -> dict[str, Any]:
-    extents = {g.extent.name: extent_entry(g) for g in graphs}
+                   enabled: list[str], disabled: list[str], memory: MemoryReport,
+                   registry=None) -> dict[str, Any]:
+    extents = {g.extent.name: extent_entry(g, registry) for g in graphs}
     used = sorted({L["route"] for x in extents.values() for L in x["launches"] if L["route"]})
     misses = sorted({m for g in graphs for m in g.meta.get("route_misses", [])})
     return {

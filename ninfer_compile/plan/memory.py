@@ -78,14 +78,14 @@ def state_buffers(graphs: list[Graph]) -> dict[str, dict[str, Any]]:
     return dict(sorted(out.items()))
 
 
-def op_workspace_numel(g: Graph, op) -> int | None:
+def op_workspace_numel(g: Graph, op, registry=None) -> int | None:
     """float32 elements of the workspace one routed op's route needs (its `Route.workspace` hook
     on the op's view and the route's params, defaults overlaid); None: the route takes none.
     The ONE sizing: the plan's launch bindings and extent workspace (manifest.py), the memory
     report and (through the plan) the runtime all read it."""
-    from ..kernels.registry import get_route
-
-    route = get_route(op.route.route)
+    if registry is None:
+        from ..kernels.registry import default_registry as registry
+    route = registry.get_route(op.route.route)
     if route.workspace is None:
         return None
     try:
@@ -98,25 +98,26 @@ def op_workspace_numel(g: Graph, op) -> int | None:
     return n
 
 
-def extent_workspace_numel(g: Graph) -> int:
-    """float32 elements of extent `g`'s one workspace buffer: the max over its routed ops."""
+def extent_workspace_numel(g: Graph, registry=None) -> int:
+    """float32 elements of extent `g`'s one workspace buffer: the max over its routed ops
+    (`registry`: the compile's route registry, default the library's)."""
     need = 0
     for op in g.ops():
         if op.route is None:
             continue
-        n = op_workspace_numel(g, op)
+        n = op_workspace_numel(g, op, registry)
         if n:
             need = max(need, n)
     return need
 
 
-def route_workspace_bytes(g: Graph) -> int:
+def route_workspace_bytes(g: Graph, registry=None) -> int:
     """Bytes of the float32 workspace of extent `g` (the plan's `extents.X.workspace.numel` x 4)."""
-    return extent_workspace_numel(g) * 4
+    return extent_workspace_numel(g, registry) * 4
 
 
 def memory_report(graphs: list[Graph], objects: Mapping[str, Any] | None, spec, *, slots: int,
-                  max_context: int, kv_dtype: str) -> MemoryReport:
+                  max_context: int, kv_dtype: str, registry=None) -> MemoryReport:
     used: set[str] = set()
     for g in graphs:
         for t in g.tensors.values():
@@ -128,7 +129,7 @@ def memory_report(graphs: list[Graph], objects: Mapping[str, Any] | None, spec, 
     st = sum(b["bytes"] for b in bufs.values() if b["kind"] == "gdn")
     arenas = {g.extent.name: int(g.meta.get("memory", {}).get("arena_bytes", 0)) for g in graphs}
     per_token = kv // max(1, slots * max_context)
-    rws = {g.extent.name: route_workspace_bytes(g) for g in graphs}
+    rws = {g.extent.name: route_workspace_bytes(g, registry) for g in graphs}
     rws = {k: v for k, v in rws.items() if v}
     return MemoryReport(weights=weights, kv=kv, state=st, workspace=max(arenas.values(), default=0),
                         kv_bytes_per_token=per_token, slots=slots, max_context=max_context, kv_dtype=kv_dtype,

@@ -12,10 +12,10 @@ params={...})` is the same call by route name).
   or bf16 [N, K]; out: bf16 [T, N_out] (N_out = N/2 for swiglu, else N); residual: [T, N_out]
   (may alias out); workspace: fp32 with >= `workspace_numel(...)` elements when SPLIT_K > 1.
 - `linear_workspace_numel(route, T, N, K, epilogue, params)` (from routes.py, re-exported): the
-  family's route-aware sizing hook (float32 elements; N = weight rows). The runtime calls it on the
-  launcher's module, the compiler's memory report on routes.py. The `<f>_dequant_gemm` routes'
-  launchers live in `dequant_gemm.py` (which re-exports the same hook); `launch(...)` forwards
-  them there.
+  route-aware sizing (float32 elements; N = weight rows), the same arithmetic as the routes'
+  `Route.workspace` hooks (routes.py `splitk_workspace` / `dequant_gemm_workspace`), which the
+  compiler writes into the plan. The `<f>_dequant_gemm` routes' launchers live in
+  `dequant_gemm.py` (which re-exports the same function); `launch(...)` forwards them there.
 - T outside the route's declared domain, a format / epilogue the route does not declare, an
   undeclared param value, or mismatched shapes raise `RouteError` naming the route.
 """
@@ -31,7 +31,7 @@ from ...errors import RouteError
 from .epilogue import EPI_CODES, splitk_reduce_kernel
 from .gemv import qlinear_gemv_kernel
 from .mma import qlinear_mma_kernel
-from .routes import LINEAR_ROUTES, linear_workspace_numel  # noqa: F401  (the runtime sizes workspaces through the launcher module)
+from .routes import LINEAR_ROUTES, linear_workspace_numel  # noqa: F401  (re-exported for direct callers)
 from .weights import QuantWeight, as_linear_weight
 from ..pdl import pdl_launch
 
