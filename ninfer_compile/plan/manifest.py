@@ -33,7 +33,7 @@ from ..ir.types import TensorType
 from ..kernels.family import launch_bindings
 from ..passes.plan_memory import ALIGN
 from ..passes.select_routes import op_t
-from .memory import MemoryReport, extent_workspace_numel, op_workspace_numel
+from .memory import MemoryReport, op_workspace_numel
 
 PLAN_FORMAT = "ninfer-plan-v1"
 _NO_LAUNCH = {"input", "output", "reshape", "split"}
@@ -93,7 +93,10 @@ def operand_refs(g: Graph, op, spec) -> dict[str, dict[str, Any]]:
     return refs
 
 
-def launch_bind(g: Graph, op, registry=None) -> list[dict[str, Any]]:
+_UNSET: Any = object()
+
+
+def launch_bind(g: Graph, op, registry=None, workspace_numel: Any = _UNSET) -> list[dict[str, Any]]:
     """The explicit argument list of one routed op's launch (`registry`: the compile's route
     registry, default the library's)."""
     from ..errors import RouteError
@@ -114,7 +117,8 @@ def launch_bind(g: Graph, op, registry=None) -> list[dict[str, Any]]:
     route = registry.get_route(op.route.route)
     try:
         return launch_bindings(spec, refs, op.attrs, route.resolve_params(dict(op.route.params or {})),
-                               op_workspace_numel(g, op, registry))
+                               op_workspace_numel(g, op, registry) if workspace_numel is _UNSET
+                               else workspace_numel)
     except RouteError as exc:
         raise CompileError(f"{_where(g, op)}: {exc}") from None
 
@@ -137,6 +141,7 @@ def extent_entry(g: Graph, registry=None) -> dict[str, Any]:
                 entry.update(mem["tensors"][name])
         tensors[name] = entry
     launches = []
+    ws_max = 0
     inputs: dict[str, str] = {}
     outputs: dict[str, str] = {}
     for op in g.ops():
@@ -157,7 +162,9 @@ def extent_entry(g: Graph, registry=None) -> dict[str, Any]:
                                    f"use --dump-ir to inspect the graphs")
             L.update({"t": op_t(g, op), "route": op.route.route, "params": op.route.params,
                       "source": op.route.source, "match": op.route.match})
-            L["bind"] = launch_bind(g, op, registry)
+            ws = op_workspace_numel(g, op, registry)
+            ws_max = max(ws_max, ws or 0)
+            L["bind"] = launch_bind(g, op, registry, ws)
         else:
             L.update({"t": e.t, "route": None, "builtin": op.kind})
         attrs = {k: v for k, v in op.attrs.items() if k != "merged"}
@@ -171,7 +178,7 @@ def extent_entry(g: Graph, registry=None) -> dict[str, Any]:
         "dependent_launch": g.meta.get("dependent_launch",
                                        {"enabled": False, "reason": "plan_dependent_launch disabled"}),
         "memory_planned": mem is not None,
-        "workspace": {"numel": extent_workspace_numel(g, registry), "dtype": "f32"},
+        "workspace": {"numel": ws_max, "dtype": "f32"},  # = extent_workspace_numel(g, registry)
         "arena_bytes": mem["arena_bytes"] if mem is not None else None,
         "fusions": dict(sorted(g.meta.get("fusions", {}).items())),
         "inputs": inputs, "outputs": outputs, "tensors": tensors, "launches": launches,
