@@ -41,38 +41,31 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from pydantic import TypeAdapter, ValidationError, field_validator, model_validator
 
 from ..errors import RouteError
+from ..kernels.family import family_names, family_specs
 from ..yaml_lines import YamlInputError, format_path, parse_yaml_with_lines, read_yaml_bytes
-
-# Families named in ARCHITECTURE.md. A table may also hold a section for any family that has
-# registered routes (e.g. a fused family); anything else is an unknown key.
-KNOWN_FAMILIES: tuple[str, ...] = (
-    "linear",
-    "embedding",
-    "rmsnorm",
-    "head_rmsnorm",
-    "rope",
-    "kv_append",
-    "attention",
-    "conv1d",
-    "gdn_gating",
-    "gated_delta_rule",
-    "gated_rmsnorm",
-    "sampling",
-)
 
 HEADER_KEYS = ("sm", "provenance", "miss", "extends")
 
-# Match keys every family accepts; family-specific keys below, plus every key a registered route
-# of the family restricts in `RouteDomain.extra`.
+# Match keys every family accepts (integers: n, k); a family's own keys come from its spec
+# (`FamilySpec.match_keys` / `int_match_keys`), plus every key a registered route of the family
+# restricts in `RouteDomain.extra`.
 BASE_MATCH_KEYS: tuple[str, ...] = ("format", "n", "k", "epilogue")
-FAMILY_MATCH_KEYS: dict[str, tuple[str, ...]] = {
-    "attention": ("phase", "kv_dtype", "head_dim"),
-    "kv_append": ("kv_dtype", "head_dim"),
-    "conv1d": ("phase",),
-    "gated_delta_rule": ("phase",),
-    "sampling": ("mode",),
-}
-INT_MATCH_KEYS = ("n", "k", "head_dim")
+BASE_INT_MATCH_KEYS: tuple[str, ...] = ("n", "k")
+
+
+def known_families() -> tuple[str, ...]:
+    """The families a table may have a section for: every declared family (kernels/*/spec.py)."""
+    return family_names()
+
+
+def family_match_keys(family: str) -> tuple[str, ...]:
+    spec = family_specs().get(family)
+    return tuple(spec.match_keys) if spec is not None else ()
+
+
+def int_match_keys(family: str) -> tuple[str, ...]:
+    spec = family_specs().get(family)
+    return BASE_INT_MATCH_KEYS + (tuple(spec.int_match_keys) if spec is not None else ())
 
 
 class TableErrors(RouteError):

@@ -42,9 +42,9 @@ from ..kernels.registry import Registry, Route, default_registry
 from .inherit import base_hint, load_table_data, merge_families, read_base  # noqa: F401  (load_table_data re-exported)
 from .schema import (
     BASE_MATCH_KEYS,
-    FAMILY_MATCH_KEYS,
-    INT_MATCH_KEYS,
-    KNOWN_FAMILIES,
+    family_match_keys,
+    int_match_keys,
+    known_families,
     ParsedGroup,
     TableErrors,
     parse_table_text,
@@ -229,7 +229,7 @@ def _closeness(row_eff: Mapping[str, Any], op: Mapping[str, Any]) -> tuple:
 
 # --------------------------------------------------------------------------- loading
 def _allowed_match_keys(family: str, routes: list[Route]) -> set[str]:
-    keys = set(BASE_MATCH_KEYS) | set(FAMILY_MATCH_KEYS.get(family, ()))
+    keys = set(BASE_MATCH_KEYS) | set(family_match_keys(family))
     for r in routes:
         keys |= set(r.domain.extra)
     return keys
@@ -247,7 +247,7 @@ def _check_group(name: str, g: ParsedGroup, registry: Registry, errors: list[str
             errors.append(f"{name}:{g.match_line}: {where}.match.{key}: unknown match key for "
                           f"{fam} (known: {', '.join(sorted(allowed))})")
             ok = False
-        elif key in INT_MATCH_KEYS and (not isinstance(value, int) or isinstance(value, bool)):
+        elif key in int_match_keys(fam) and (not isinstance(value, int) or isinstance(value, bool)):
             errors.append(f"{name}:{g.match_line}: {where}.match.{key}: must be an integer, got {value!r}")
             ok = False
         elif key in ("format", "epilogue", "phase", "kv_dtype") and not isinstance(value, str):
@@ -349,10 +349,10 @@ def load_table(path: str | Path, registry: Registry | None = None) -> RouteTable
     reg = registry or default_registry
     path = Path(path)
     name, raw, text = read_table_file(path)
-    registered_families = set(reg.families())
+    registered_families = set(reg.families()) | set(known_families())
 
     def family_ok(key: str) -> bool:
-        return key in KNOWN_FAMILIES or key in registered_families
+        return key in registered_families
 
     parsed, errors = parse_table_text(name, text, family_ok)
     if parsed is None:

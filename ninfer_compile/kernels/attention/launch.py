@@ -20,6 +20,7 @@ from ..kv_cache.launch import check_cache
 from .kernels import LOG2E, attn_decode_kernel, attn_decode_reduce_kernel, attn_prefill_kernel
 from ..pdl import pdl_launch
 from ..interpret import interpreting as _interpreting
+from .routes import decode_workspace_numel  # noqa: F401  (the route's sizing; the launcher checks it)
 
 DECODE_MAX_T = 64
 
@@ -41,12 +42,6 @@ def _check(name, q, gate, k_cache, v_cache, k_scale, v_scale, positions, slots, 
 
 def decode_splits(max_ctx: int, split_tokens: int) -> int:
     return triton.cdiv(max_ctx, split_tokens)
-
-
-def decode_workspace_numel(T: int, Hq: int, D: int, max_ctx: int, split_tokens: int = 512) -> int:
-    """float32 elements of the split-KV partials: [T, Hq, NSPLIT, D + 2]."""
-    ns = decode_splits(max_ctx, split_tokens)
-    return 0 if ns == 1 else T * Hq * ns * (D + 2)
 
 
 def attention_decode(q, gate, k_cache, v_cache, positions, slots, out, scale=None, workspace=None,

@@ -59,7 +59,7 @@ def build_gated_delta_rule(case, t: int, ctx: int | None, copies: int | None,
 
     def make(route, params, i):
         fn = route.load_launcher()
-        a = dict(q=q, k=k, v=v, g=g, beta=beta, state=states[i], positions=positions, slots=slots, o=o)
+        a = dict(q=q, k=k, v=v, g=g, beta=beta, state=states[i], positions=positions, slots=slots, out=o)
         if "decode" not in route.name:
             a["workspace"] = None if decode else workspace(fn)
         return lambda: M.call_launcher(fn, a, params)
