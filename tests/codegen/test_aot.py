@@ -167,7 +167,20 @@ pkg = import_kernels(plan_dir, km)
 b, note = tc.binaries_for(plan_dir, plan, km)
 assert b is not None, note
 n = tc.preload_binaries(b, pkg)
-print(json.dumps({"n": n, "entries": len(b.entries), "stale": b.stale, "stats": b.stats(), "note": b.note(),
+stats, bnote = b.stats(), b.note()
+b.release()
+# the loader's GPU path: the same binaries through the Engine's default device backend (cuda:0 here
+# is the stub's; torch.cuda.device is a no-op without CUDA)
+import contextlib, torch
+from ninfer_runtime.device import TorchDevice
+from ninfer_runtime.plan_source import PlanDir
+torch.cuda.device = lambda d: contextlib.nullcontext()
+dev = TorchDevice(torch.device("cuda", 0), interpreting=lambda: False)
+b2, note2 = dev.kernel_binaries(PlanDir(plan_dir), pkg)
+assert b2 is not None and dev.warm and dev.capture_graphs, note2
+assert b2.preloaded == len(b2.entries) and b2.stats()["compiled"] == 0 and not b2.stale, b2.note()
+b2.release()
+print(json.dumps({"n": n, "entries": len(b.entries), "stale": b.stale, "stats": stats, "note": bnote,
                   "compile": [m for m in sys.modules if m.startswith("ninfer_compile")]}))
 """ % SM
     user = tmp_path / "user-cache"
