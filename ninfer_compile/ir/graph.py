@@ -98,9 +98,6 @@ class Graph:
             op = op.model_copy(update={"seq": old.seq})
         return self.add_op(op)
 
-    def update_op(self, name: str, **changes: Any) -> Op:
-        return self.replace_op(self.op(name).model_copy(update=changes))
-
     def _edge(self, u: str, v: str, t: str) -> None:
         if self.g.has_edge(u, v):
             ts = self.g.edges[u, v]["tensors"]
