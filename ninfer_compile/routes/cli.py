@@ -226,8 +226,6 @@ def model_ops(a: RouteTable, b: RouteTable, artifact: Path, contract: Path | Non
     return ops
 
 
-
-
 def diff_tables(a: RouteTable, b: RouteTable, artifact: Path | None = None,
                 contract: Path | None = None) -> tuple[str, int]:
     """(report, how many compared units choose differently). A unit is a match group (row-wise)
