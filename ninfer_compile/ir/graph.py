@@ -28,6 +28,9 @@ class Graph:
         self._consumers: dict[str, set[str]] = {}
         self._next_seq = 0.0
         self._order: list[Op] | None = None
+        # op name -> (op, its operand tensors) the verifier's family checks passed for; shared by
+        # copies (entries are only trusted for the very same op and tensor objects)
+        self.family_checked: dict[str, tuple[Op, tuple[TensorType, ...]]] = {}
 
     # ---- construction -------------------------------------------------------------------
     def copy(self) -> Graph:
@@ -38,6 +41,7 @@ class Graph:
         new._consumers = {k: set(v) for k, v in self._consumers.items()}
         new._next_seq = self._next_seq
         new._order = self._order
+        new.family_checked = self.family_checked
         return new
 
     def add_tensor(self, t: TensorType) -> TensorType:
@@ -93,9 +97,6 @@ class Graph:
         if op.seq == 0.0:
             op = op.model_copy(update={"seq": old.seq})
         return self.add_op(op)
-
-    def update_op(self, name: str, **changes: Any) -> Op:
-        return self.replace_op(self.op(name).model_copy(update=changes))
 
     def _edge(self, u: str, v: str, t: str) -> None:
         if self.g.has_edge(u, v):
@@ -192,12 +193,16 @@ def op_view(graph: Graph, op: Op, spec: FamilySpec | None = None) -> OpView:
     for a in spec.attrs:
         if a.name not in attrs and a.default is not REQUIRED:
             attrs[a.name] = a.default
-    return OpView(
-        kind=op.kind, name=op.name,
-        shapes={n: tuple(t[v].shape) for n, v in op.inputs.items()},
-        dtypes={n: t[v].dtype for n, v in op.inputs.items()},
-        formats={n: t[v].format for n, v in op.inputs.items() if t[v].role == "weight"},
-        attrs=attrs, phase=graph.extent.phase, extent_t=graph.extent.t, meta=graph.meta,
-        outputs={n: tuple(t[v].shape) for n, v in op.outputs.items()},
-        output_dtypes={n: t[v].dtype for n, v in op.outputs.items()})
-
+    shapes, dtypes, formats = {}, {}, {}
+    for n, v in op.inputs.items():
+        tt = t[v]
+        shapes[n], dtypes[n] = tt.shape, tt.dtype
+        if tt.role == "weight":
+            formats[n] = tt.format
+    out_shapes, out_dtypes = {}, {}
+    for n, v in op.outputs.items():
+        tt = t[v]
+        out_shapes[n], out_dtypes[n] = tt.shape, tt.dtype
+    return OpView(kind=op.kind, name=op.name, shapes=shapes, dtypes=dtypes, formats=formats, attrs=attrs,
+                  phase=graph.extent.phase, extent_t=graph.extent.t, meta=graph.meta,
+                  outputs=out_shapes, output_dtypes=out_dtypes)

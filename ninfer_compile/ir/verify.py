@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import CompileError, RouteError
-from ..kernels.family import FamilySpec, family_specs
+from ..errors import CompileError
+from ..kernels.family import REQUIRED, FamilySpec, family_specs
 from .graph import Graph, op_view
 from .types import DTYPE_BYTES, STRUCTURAL, Op
 
@@ -62,7 +62,12 @@ def verify(graph: Graph, objects: Mapping[str, Any] | None = None, *, after: str
                 elif tt.dtype not in DTYPE_BYTES:
                     raise _Fail(f"tensor {t} has unknown dtype {tt.dtype}")
             if spec is not None:
-                _check_family(graph, op, spec)
+                operands = tuple(graph.tensors[t] for t in (*op.inputs.values(), *op.outputs.values()))
+                hit = graph.family_checked.get(op.name)
+                if hit is None or not _same_checks(hit[0], op) or len(hit[1]) != len(operands) or \
+                        any(a is not b for a, b in zip(hit[1], operands)):
+                    _check_family(graph, op, spec)
+                    graph.family_checked[op.name] = (op, operands)
             else:
                 _check_shapes(graph, op, T)
             if routed and spec is not None and op.route is None:
@@ -117,21 +122,46 @@ def _numel(s) -> int:
     return n
 
 
+def _same_checks(a: Op, b: Op) -> bool:
+    """`b` passes the family checks `a` passed (on the same tensors): only its route may differ."""
+    return a is b or (a.kind == b.kind and a.inputs == b.inputs and a.outputs == b.outputs and a.attrs == b.attrs)
+
+
+class _Decl:
+    """A spec's declarations indexed for the per-op checks (built once per spec)."""
+
+    def __init__(self, spec: FamilySpec):
+        self.groups = (("input", {o.name: o for o in spec.inputs}), ("output", {o.name: o for o in spec.outputs}))
+        self.parts = tuple(o for o in spec.inputs if o.parts)
+        self.inout = tuple(o.name for o in spec.operands if o.io == "inout")
+        self.attrs = {a.name: a for a in spec.attrs}
+        self.required = tuple(a.name for a in spec.attrs if a.default is REQUIRED)
+
+
+_DECLS: dict[int, tuple[FamilySpec, _Decl]] = {}
+
+
+def _decl(spec: FamilySpec) -> _Decl:
+    hit = _DECLS.get(id(spec))
+    if hit is None or hit[0] is not spec:
+        hit = _DECLS[id(spec)] = (spec, _Decl(spec))
+    return hit[1]
+
+
 def _check_family(graph: Graph, op: Op, spec: FamilySpec) -> None:
     """The generic checks every family gets from its `Operand` / `Attr` declarations, then the
     spec's own shape rules (`spec.check`)."""
-    declared_in = {o.name: o for o in spec.inputs}
-    declared_out = {o.name: o for o in spec.outputs}
-    for group, names, declared in (("input", op.inputs, declared_in), ("output", op.outputs, declared_out)):
-        for operand in names:
+    d = _decl(spec)
+    tensors = graph.tensors
+    for (group, declared), names in zip(d.groups, (op.inputs, op.outputs)):
+        for operand, tname in names.items():
             o = declared.get(operand)
             if o is None and group == "input":
-                o = next((d for d in declared.values() if d.parts and operand.startswith(d.name)
-                          and operand[len(d.name):].isdigit()), None)
+                o = next((p for p in d.parts if operand.startswith(p.name) and operand[len(p.name):].isdigit()), None)
             if o is None:
                 raise _Fail(f"{group} operand {operand!r} is not declared by the family "
                             f"(declared: {', '.join(declared) or 'none'})")
-            tt = graph.tensors[names[operand]]
+            tt = tensors[tname]
             if tt.role not in o.roles:
                 raise _Fail(f"{group} operand {operand}={tt.name} has role {tt.role}, the family wants "
                             f"{' / '.join(o.roles)}")
@@ -141,24 +171,24 @@ def _check_family(graph: Graph, op: Op, spec: FamilySpec) -> None:
             if o.rank is not None and len(tt.shape) != o.rank:
                 raise _Fail(f"{group} operand {operand}={tt.name} has shape {list(tt.shape)}, the family "
                             f"wants rank {o.rank}")
-        for o in declared.values():
-            if o.optional or o.name in names:
-                continue
-            if group == "input" and o.parts and op.parts(o.name):
-                continue
-            raise _Fail(f"missing {group} operand {o.name!r}")
-    for o in spec.operands:
-        if o.io == "inout" and (o.name in op.inputs) != (o.name in op.outputs):
-            raise _Fail(f"state operand {o.name} is updated: it must be both an input and an output")
-    known = {a.name for a in spec.attrs}
-    for name in op.attrs:
-        if name not in known:
-            raise _Fail(f"attribute {name}={op.attrs[name]!r}: nothing consumes it (family {spec.name} "
-                        f"declares {', '.join(sorted(known)) or 'no attributes'})")
-    try:
-        spec.resolve_attrs(op.attrs)
-    except RouteError as exc:
-        raise _Fail(str(exc).removeprefix(f"family {spec.name}: ")) from None
+        if len(names) < len(declared) or any(n not in names for n in declared):
+            for o in declared.values():
+                if o.optional or o.name in names or (group == "input" and o.parts and op.parts(o.name)):
+                    continue
+                raise _Fail(f"missing {group} operand {o.name!r}")
+    for n in d.inout:
+        if (n in op.inputs) != (n in op.outputs):
+            raise _Fail(f"state operand {n} is updated: it must be both an input and an output")
+    for name, value in op.attrs.items():
+        a = d.attrs.get(name)
+        if a is None:
+            raise _Fail(f"attribute {name}={value!r}: nothing consumes it (family {spec.name} "
+                        f"declares {', '.join(sorted(d.attrs)) or 'no attributes'})")
+        if (value is not a.default and not isinstance(value, a.types)) or (isinstance(value, bool) and bool not in a.types):
+            raise _Fail(f"attribute {name}={value!r} is not {'/'.join(t.__name__ for t in a.types)}")
+    for name in d.required:
+        if name not in op.attrs:
+            raise _Fail(f"attribute {name} is required")
     if spec.check is not None:
         reason = spec.check(op_view(graph, op, spec))
         if reason:

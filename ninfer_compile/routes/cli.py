@@ -137,15 +137,15 @@ def render_table(table: RouteTable) -> str:
         out.append("")
         out.append(f"{fam}:")
         for g in groups:
-            out.append(f"  match {_show_match(fam, g.eff)}   [{table.name}:{g.line}]")
+            out.append(f"  match {_show_match(fam, g.eff)}   [{table.where(g)}]")
             width = max(len(r.route.name) if r.route else 11 for r in g.rows)
             for r in g.rows:
                 if r.route is None:
                     out.append(f"    {_fmt_range(r.lo, r.hi):<14} {'UNSUPPORTED':<{width}}  "
-                               f"{r.unsupported}   {table.name}:{r.line}")
+                               f"{r.unsupported}   {table.where(r)}")
                     continue
                 out.append(f"    {_fmt_range(r.lo, r.hi):<14} {r.route.name:<{width}}  "
-                           f"{_fmt_params(r.resolved, r.params):<40} {table.name}:{r.line}")
+                           f"{_fmt_params(r.resolved, r.params):<40} {table.where(r)}")
                 if r.evidence:
                     for t, cands in sorted(r.evidence.items()):
                         ev = ", ".join(f"{c} {us:g}us" for c, us in sorted(cands.items(), key=lambda x: x[1]))
@@ -224,11 +224,6 @@ def model_ops(a: RouteTable, b: RouteTable, artifact: Path, contract: Path | Non
         for m in _table_matches(a, b, fam):
             ops.append((fam, m, ""))
     return ops
-
-
-def render_diff(a: RouteTable, b: RouteTable, artifact: Path | None = None,
-                contract: Path | None = None) -> str:
-    return diff_tables(a, b, artifact, contract)[0]
 
 
 def diff_tables(a: RouteTable, b: RouteTable, artifact: Path | None = None,

@@ -10,7 +10,6 @@ attention_prefill  any T columns of ONE sequence (slot slots[0], consecutive pos
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import triton
@@ -21,12 +20,9 @@ from ..kv_cache.launch import check_cache
 from .kernels import LOG2E, attn_decode_kernel, attn_decode_reduce_kernel, attn_prefill_kernel
 from ..pdl import pdl_launch
 from .routes import decode_workspace_numel  # noqa: F401  (the route's sizing; the launcher checks it)
+from ..interpret import interpreting as _interpreting
 
 DECODE_MAX_T = 64
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def _check(name, q, gate, k_cache, v_cache, k_scale, v_scale, positions, slots, out):

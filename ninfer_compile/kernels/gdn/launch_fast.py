@@ -12,7 +12,6 @@ runtime sizes a route's workspace with the function of the launcher's own module
 
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
@@ -21,6 +20,7 @@ from ninfer_compile.errors import RouteError
 
 from .kernels_fast import gdn_fast_out_kernel, gdn_fast_prep_kernel, gdn_fast_state_kernel
 from .launch import L2_EPS, _check_core, check_scale_eps
+from ..interpret import interpreting as _interpreting
 from .routes import FAST_CHUNK, fast_sections, fast_workspace_numel
 
 CHUNK = FAST_CHUNK
@@ -31,10 +31,6 @@ CHUNK = FAST_CHUNK
 # ran clean; the CPU guard-region tests find no out-of-bounds access, so the suspect is the
 # compiler). Refused outside the interpreter so a tuner sweep cannot poison its CUDA context.
 KNOWN_FAULTS = {(32, 4, 1)}
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def _sections(T: int, Hv: int, Dk: int, Dv: int) -> tuple[int, int, int, int]:

@@ -22,8 +22,6 @@ params={...})` is the same call by route name).
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 
@@ -34,6 +32,7 @@ from .mma import qlinear_mma_kernel
 from .routes import LINEAR_ROUTES, linear_workspace_numel  # noqa: F401  (re-exported for direct callers)
 from .weights import QuantWeight, as_linear_weight
 from ..pdl import pdl_launch
+from ..interpret import interpreting  # noqa: F401  (gemv_lowreg / dequant_gemm import it from here)
 
 # routes whose launcher lives in another module of this family (e.g. dequant_gemm.py)
 _HERE = __name__.rpartition(".")[2]
@@ -42,10 +41,6 @@ __all__ = ["launch", "workspace_numel", "linear_workspace_numel", "asm_supported
 
 _FMT_CODE = {"Q4G64_F16S": 4, "Q5G64_F16S": 5, "Q6G64_F16S": 6, "W8G32_F16S": 8, "BF16": 16}
 _ASM_CACHE: dict = {}
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def asm_supported(device: torch.device) -> bool:

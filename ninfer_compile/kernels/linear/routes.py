@@ -1,6 +1,6 @@
 """Linear-family route registrations (data only: no torch / triton import here).
 
-Per weight format three schedules, each with its own declared domain:
+Per weight format four schedules (bf16: two), each with its own declared domain:
 - `<f>_gemv`          decode GEMV, T in [1, 4]: CUDA-core fp32 FMAs, magic-number unpack,
                       optional deterministic split-K (two-phase, workspace).
 - `<f>_small_t_mma`   T in [1, 64]: tl.dot on dequantized bf16 tiles, BLOCK_T 16/32/64,
@@ -15,6 +15,8 @@ Per weight format three schedules, each with its own declared domain:
 `<f>` in q4, q5, q6, w8 (row-split planes read in place) and bf16 (`bf16_gemv`, `bf16_tiled`:
 GDN a/b projections and bf16-recipe artifacts). Every route supports the epilogues none /
 swiglu / residual. Launchers: `ninfer_compile.kernels.linear.launch:<route name>`.
+More decode GEMVs register from their own modules: routes_lowreg.py (`q4_gemv_lowreg`,
+`q5/q6_gemv_packed`) and routes_tc.py (`<f>_gemv_tc`, q4/q5/q6).
 """
 
 from __future__ import annotations
