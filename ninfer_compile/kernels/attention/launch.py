@@ -19,8 +19,8 @@ from ninfer_compile.errors import RouteError
 from ..kv_cache.launch import check_cache
 from .kernels import LOG2E, attn_decode_kernel, attn_decode_reduce_kernel, attn_prefill_kernel
 from ..pdl import pdl_launch
-from ..interpret import interpreting as _interpreting
 from .routes import decode_workspace_numel  # noqa: F401  (the route's sizing; the launcher checks it)
+from ..interpret import interpreting as _interpreting
 
 DECODE_MAX_T = 64
 

@@ -12,6 +12,7 @@ runtime sizes a route's workspace with the function of the launcher's own module
 
 from __future__ import annotations
 
+
 import torch
 import triton
 
@@ -19,8 +20,8 @@ from ninfer_compile.errors import RouteError
 
 from .kernels_fast import gdn_fast_out_kernel, gdn_fast_prep_kernel, gdn_fast_state_kernel
 from .launch import L2_EPS, _check_core, check_scale_eps
-from .routes import FAST_CHUNK, fast_sections, fast_workspace_numel
 from ..interpret import interpreting as _interpreting
+from .routes import FAST_CHUNK, fast_sections, fast_workspace_numel
 
 CHUNK = FAST_CHUNK
 
