@@ -73,6 +73,8 @@ class FakeAdapter:
         self.decode_steps = 0
         self.padding_into_busy = 0
         self.closed = False
+        self.step_delay = 0.0  # seconds per decode step (so a test can act while a stream runs)
+        self.calls: list[tuple] = []  # ("prefill", slot, start, n) / ("decode", n_columns)
 
     # text
     def encode(self, text: str) -> list[int]:
@@ -126,6 +128,7 @@ class FakeAdapter:
         for i, tok in enumerate(chunk):
             self._feed(slot, tok, start + i)
         self.prefill_tokens += len(chunk)
+        self.calls.append(("prefill", slot, start, len(chunk)))
         return self._row(self.h[slot])
 
     def decode(self, columns, busy):
@@ -137,6 +140,11 @@ class FakeAdapter:
         if len(free) < C - a:
             self.padding_into_busy += 1  # the real adapter saves and restores those rows
         self.decode_steps += 1
+        self.calls.append(("decode", a))
+        if self.step_delay:
+            import time
+
+            time.sleep(self.step_delay)
         out = []
         for tok, pos, slot in columns:
             self._feed(slot, tok, pos)

@@ -37,6 +37,40 @@ class ServeConfig:
         self.retry_after_s = int(retry_after_s)
 
 
+class _RequestStream(StreamingResponse):
+    """A streaming response that cancels its request when the client goes away: on a disconnect
+    message (ASGI spec >= 2.4, where Starlette itself only notices at the next send) and whenever
+    the response ends before the request finished (send failed, task cancelled)."""
+
+    def __init__(self, content, req: Request, scheduler, **kw):
+        super().__init__(content, **kw)
+        self._req, self._sched = req, scheduler
+
+    def _cancel(self) -> None:
+        if self._req.state != "done":
+            self._req.cancel()
+            self._sched.wake()
+
+    async def __call__(self, scope, receive, send) -> None:
+        spec = tuple(map(int, scope.get("asgi", {}).get("spec_version", "2.0").split(".")))
+        watch = None
+        if spec >= (2, 4):
+            async def watcher():
+                while True:
+                    msg = await receive()
+                    if msg["type"] == "http.disconnect":
+                        self._cancel()
+                        return
+
+            watch = asyncio.ensure_future(watcher())
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if watch is not None:
+                watch.cancel()
+            self._cancel()
+
+
 def _err(e: P.APIError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
 
@@ -178,8 +212,8 @@ def build_app(adapter, scheduler, metrics, config: ServeConfig) -> FastAPI:
         except Draining as exc:
             return reject(endpoint, P.APIError(503, str(exc), code="unavailable", headers={"Retry-After": "5"}))
         if p.stream:
-            return StreamingResponse(_stream(req, q, p, rid, endpoint), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return _RequestStream(_stream(req, q, p, rid, endpoint), req, scheduler, media_type="text/event-stream",
+                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         return await _whole(request, req, q, p, rid, endpoint)
 
     def _usage(req: Request) -> dict:
