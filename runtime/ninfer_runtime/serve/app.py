@@ -83,6 +83,8 @@ def build_app(adapter, scheduler, metrics, config: ServeConfig) -> FastAPI:
 
     def reject(endpoint: str, e: P.APIError) -> JSONResponse:
         metrics.requests.labels(endpoint, str(e.status)).inc()
+        scheduler.log_line({"event": "rejected", "endpoint": endpoint, "status": e.status, "code": e.code,
+                            "param": e.param, "message": e.message[:200]})
         return _err(e)
 
     @app.exception_handler(StarletteHTTPException)
@@ -175,7 +177,7 @@ def build_app(adapter, scheduler, metrics, config: ServeConfig) -> FastAPI:
                         f"(no room for a completion)", "messages" if p.messages is not None else "prompt",
                         "context_length_exceeded")
         if p.max_tokens is None:
-            return C - len(ids)
+            return min(p.default_max_tokens or C, C - len(ids))
         if len(ids) + p.max_tokens > C:
             raise P.bad(f"this model's maximum context length is {C} tokens; the prompt has {len(ids)} tokens and "
                         f"'{p.max_tokens_param}' is {p.max_tokens} ({len(ids) + p.max_tokens} in all)",

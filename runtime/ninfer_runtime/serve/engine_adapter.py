@@ -65,7 +65,8 @@ class EngineAdapter:
     """The engine as the scheduler sees it."""
 
     # speculative decoding seam: a plan with draft extents would set this and implement
-    # `decode` returning several accepted tokens per column (see scheduler.Scheduler._decode).
+    # `decode_speculative(columns, busy, samplers) -> list[list[int]]` (accepted tokens per column;
+    # see scheduler.Scheduler._decode).
     speculative = False
 
     def __init__(self, engine, *, use_graphs: bool = True):

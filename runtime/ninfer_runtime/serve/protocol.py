@@ -46,6 +46,7 @@ class Parsed:
     messages: list[dict] | None = None
     max_tokens: int | None = None
     max_tokens_param: str = "max_tokens"
+    default_max_tokens: int | None = None  # when max_tokens is absent (None: the rest of the context)
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
@@ -187,7 +188,8 @@ def parse_completion(body: dict) -> Parsed:
         raise bad(f"'prompt' holds {len(pr)} prompts; this server takes one per request", "prompt")
     else:
         raise bad("'prompt' must be a non-empty string or a non-empty list of token ids", "prompt")
-    p.max_tokens = _int(body, "max_tokens", 1, 1 << 30, 16)
+    p.max_tokens = _int(body, "max_tokens", 1, 1 << 30, None)
+    p.default_max_tokens = 16  # OpenAI's default for completions
     _common(body, p)
     return p
 

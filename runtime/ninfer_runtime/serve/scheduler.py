@@ -271,9 +271,18 @@ class Scheduler:
     def _decode(self, batch: list[Request]) -> None:
         busy = {r.slot for r in self._running if r.state == "prefill"}
         cols = [(r.tokens[-1], len(r.prompt) + len(r.tokens) - 1, r.slot) for r in batch]
+        if self.a.speculative:
+            # speculative decoding seam (a plan with draft extents): the adapter drafts, verifies and
+            # returns each column's accepted tokens (>= 1), leaving every slot's state at
+            # prompt + tokens[:-1] as a plain step does; the tokens then go out one by one
+            accepted = self.a.decode_speculative(cols, busy, [r.sampler for r in batch])
+            for r, toks_r in zip(batch, accepted):
+                for tok in toks_r:
+                    if r.state == "decode":
+                        self._emit(r, tok, None)
+            return
         logits = self.a.decode(cols, busy)
         toks = self.a.sample(logits, [r.sampler for r in batch])
-        # speculative seam: with draft extents each column would carry a list of accepted tokens
         for i, (r, tok) in enumerate(zip(batch, toks)):
             if r.state == "decode":
                 self._emit(r, tok, logits[i])
@@ -391,6 +400,9 @@ class Scheduler:
                 "decode_tok_s": round(dec_tps, 3), "e2e_s": round(e2e, 6)}
         if r.error:
             line["error"] = r.error
+        self.log_line(line)
+
+    def log_line(self, line: dict) -> None:
         try:
             self.log.write(json.dumps(line) + "\n")
             self.log.flush()
