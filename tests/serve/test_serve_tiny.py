@@ -121,7 +121,7 @@ def test_openai_client_against_the_tiny_model(tiny_served_plan):
         assert rec["completion_tokens"] < 40
 
         # errors: 400 naming the parameter / the limit, 404, 401; the server stays up
-        for bad, param in (({"max_tokens": 2, "temperature": -1}, "temperature"), ({"max_tokens": 60}, "max_tokens")):
+        for bad, param in (({"max_tokens": 2, "temperature": -1}, "temperature"), ({"max_tokens": 62}, "max_tokens")):
             try:
                 c.completions.create(model="tiny", prompt=cold, **bad)
             except openai.BadRequestError as exc:
@@ -193,3 +193,35 @@ def test_cli_serves_and_exits_0_on_sigterm(tiny_served_plan):
         if p.poll() is None:
             p.kill()
             p.wait(10)
+
+
+def test_adapter_padding_borrows_a_busy_slot_and_puts_its_state_back(tiny_served_plan):
+    """Two decoding columns on the C=3 extent with the third slot mid-prefill: the pad column goes
+    into that slot and its state (GDN rows, KV row 0) comes back bit for bit; snapshot / restore
+    round-trips exactly."""
+    import torch
+
+    art, plan = tiny_served_plan
+    engine = open_engine(str(plan), str(art))
+    try:
+        a = EngineAdapter(engine)
+        names = sorted(engine.plan["buffers"]["state"])
+        for s in range(3):
+            a.reset(s)
+        a.prefill(2, [1, 446, 774], 0)
+        before = {n: engine.state(n)[2].clone() for n in names}
+        snap = a.snapshot(2, 3, None)
+        a.decode([(5, 0, 0), (5, 0, 1)], busy={2})
+        for n in names:
+            assert torch.equal(engine.state(n)[2], before[n]), n
+        assert any(not torch.equal(engine.state(n)[0], torch.zeros_like(engine.state(n)[0])) for n in names)
+        a.restore(0, snap)
+        for n in names:
+            kind = engine.plan["buffers"]["state"][n]["kind"]
+            got, want = engine.state(n)[0], before[n]
+            if kind == "kv":
+                assert torch.equal(got[:3], want[:3]) and not got[3:].any(), n
+            else:
+                assert torch.equal(got, want), n
+    finally:
+        engine.close()
