@@ -10,7 +10,8 @@ with few tokens: max_tokens 2, prompts of <= 16 tokens (one prefill chunk). Orde
 4. three requests at once (3 slots: the cached chat prompt, its continuation -> a partial restore,
    a cold token prompt) each equal to its result alone (engine.generate, before the server started);
 5. a cancelled stream frees its slot; 400 / 404 / 401 bodies;
-6. a bounded load: 12 requests, 4 at a time, max_tokens 2, nothing lost or duplicated, healthy after.
+6. a bounded load: 6 requests, 4 at a time on 3 slots, max_tokens 2, nothing lost or duplicated, healthy
+   after (50 requests 8 at a time run over the fake engine).
 The subprocess test starts the real `ninfer-serve` CLI and checks SIGTERM exits 0 within 10 s.
 The scheduler / cache / HTTP paths at larger counts (50 requests, 429, stop strings, drain) run over
 the fake engine in test_serve_fake.py.
@@ -140,7 +141,7 @@ def test_openai_client_against_the_tiny_model(tiny_served_plan):
         assert r401.status_code == 401 and r401.json()["error"]["code"] == "invalid_api_key"
 
         # 6. bounded load over the cached prompts: every answer exact, none lost or duplicated
-        prompts = [cont, cold, chat_ids] * 4
+        prompts = [cont, cold, chat_ids] * 2
         expect = {tuple(cont): o_cont.choices[0].text, tuple(cold): o_cold.choices[0].text,
                   tuple(chat_ids): r.choices[0].message.content}
         n_before = len(srv.test_log.requests())
@@ -148,13 +149,13 @@ def test_openai_client_against_the_tiny_model(tiny_served_plan):
             outs = list(ex.map(comp, prompts))
         assert [o.choices[0].text for o in outs] == [expect[tuple(p)] for p in prompts]
         ids = {o.id for o in outs}
-        assert len(ids) == 12
+        assert len(ids) == 6
         recs = srv.test_log.requests()[n_before:]
         assert sorted(x["id"] for x in recs) == sorted(ids)
         assert all(x["cached_tokens"] > 0 for x in recs)
         h = health(srv)
         assert h["status"] == "ok" and h["slots_used"] == 0 and h["waiting"] == 0
-        assert metric(srv, "ninfer_requests_total") >= 20
+        assert metric(srv, "ninfer_requests_total") >= 14
         for line in srv.test_log.requests():
             assert {"queue_wait_s", "ttft_s", "decode_tok_s", "prompt_tokens", "completion_tokens", "cached_tokens",
                     "finish_reason"} <= set(line)
