@@ -167,11 +167,15 @@ def test_cli_serves_and_exits_0_on_sigterm(tiny_served_plan):
     from ninfer_runtime.serve.server import free_port
 
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "runtime"),
-                                                         os.environ.get("PYTHONPATH", "")])}
-    p = subprocess.Popen([sys.executable, "-m", "ninfer_runtime.serve", str(plan), "--artifact", str(art),
-                          "--port", str(port), "--model-name", "tiny"], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    from runtime.support import BLOCK_NINFER_COMPILE
+
+    # the runtime (serve included) never imports the compiler: the child cannot import it
+    argv = ["ninfer-serve", str(plan), "--artifact", str(art), "--port", str(port), "--model-name", "tiny"]
+    code = (f"{BLOCK_NINFER_COMPILE}import runpy\nsys.argv = {argv!r}\n"
+            "runpy.run_module('ninfer_runtime.serve', run_name='__main__')\n")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO / "runtime")}
+    p = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd=str(plan.parent))
     try:
         def up():
             if p.poll() is not None:

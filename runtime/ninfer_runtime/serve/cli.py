@@ -67,6 +67,24 @@ def _check(args) -> None:
         raise ValueError(f"--drain-s must be in [0, 60], got {args.drain_s}")
     if args.api_key is not None and not args.api_key.strip():
         raise ValueError("--api-key is empty")
+    _check_bind(args.host, args.port)
+
+
+def _check_bind(host: str, port: int) -> None:
+    """Refuse a taken port / unknown host now, in one line, not after loading the model."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ValueError(f"--host {host}: {exc.strerror or exc}") from None
+    fam, _, _, _, addr = infos[0]
+    with socket.socket(fam, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as exc:
+            raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
