@@ -370,16 +370,16 @@ class Scheduler:
                 self._free.append(r.slot)
                 self._free.sort()
         r.last_logits = None
+        self._record(r)  # logged before the client hears of it: a response implies its log line
         self._safe(r, Event("done", finish_reason=reason))
-        self._record(r)
 
     def _fail(self, r: Request, msg: str) -> None:
         r.error = msg
         r.state = "done"
         r.finish_reason = "error"
         r.finished = time.monotonic()
-        self._safe(r, Event("error", text=msg, finish_reason="error"))
         self._record(r)
+        self._safe(r, Event("error", text=msg, finish_reason="error"))
 
     # ------------------------------------------------------------------ bookkeeping
     def _record(self, r: Request) -> None:
