@@ -10,4 +10,4 @@ fi
 . .venv/bin/activate
 python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
 python -m pip install --quiet "torch==2.13.0"
-python -m pip install --quiet -e ".[test]"
+python -m pip install --quiet -e ".[test,serve]"

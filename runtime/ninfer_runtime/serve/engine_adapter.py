@@ -1,0 +1,202 @@
+"""Every call the server makes into the runtime's engine, in one module.
+
+The scheduler (scheduler.py) never touches `Engine`, `generate` or `sampling` directly: it drives an
+`EngineAdapter`, so a change of the engine API (the device-side sampler, the Engine constructor,
+speculative decoding) is re-pointed here and nowhere else.
+
+What the adapter adds on top of the engine:
+- `prefill(slot, chunk, start)`: one prefill chunk at positions start.. into `slot` WITHOUT resetting
+  it (generate.prefill always starts at position 0 on a reset slot); a request restored from the
+  prefix cache continues at the cached length.
+- `decode(columns, busy)`: one decode step whose padding columns never write into a slot that holds
+  state (a sequence still in prefill owns its slot but is not in the decode batch; generate.decode_step
+  would pad into it). Padding goes to free slots; when there are not enough, a busy slot is borrowed
+  and its state rows (every GDN row, the KV row at the pad position) are saved and put back.
+- `snapshot(slot, length)` / `restore(slot, snap)`: the per-slot state after `length` tokens, from the
+  plan's `buffers.state` descriptions (kind "kv": rows [0, length) of the per-slot [max_context, ...]
+  cache; any other kind, e.g. "gdn" conv + recurrent state: the whole per-slot row). Exact copies.
+- sampling: `sampler(...)` makes a per-sequence sampler (params + seeded generator); `sample(rows,
+  samplers)` picks the tokens. Today on the host (sampling.py); the device sampler plugs in here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..errors import NinferRuntimeError
+from ..frontend import StreamDecoder
+from ..graphs import replay_or_run
+from ..sampling import SamplingParams, sample_rows
+
+
+@dataclass
+class Sampler:
+    params: SamplingParams
+    generator: Any
+
+
+@dataclass
+class StateSnapshot:
+    """Per-slot state after `length` tokens (device or host tensors) and the logits row of token
+    length-1 (to sample the next token without recomputing it)."""
+
+    length: int
+    tensors: dict[str, torch.Tensor]
+    logits: torch.Tensor | None
+    nbytes: int
+
+    def to(self, device) -> "StateSnapshot":
+        t = {k: v.to(device) for k, v in self.tensors.items()}
+        lg = self.logits.to(device) if self.logits is not None else None
+        return StateSnapshot(self.length, t, lg, self.nbytes)
+
+
+def open_engine(plan: str, artifact: str, *, device: str | None = None, verify_weights: bool = False):
+    """Load the engine (the one place the Engine constructor is called)."""
+    from ..loader import load
+
+    return load(plan, artifact, device=device, progress=False, verify_weights=verify_weights)
+
+
+class EngineAdapter:
+    """The engine as the scheduler sees it."""
+
+    # speculative decoding seam: a plan with draft extents would set this and implement
+    # `decode_speculative(columns, busy, samplers) -> list[list[int]]` (accepted tokens per column;
+    # see scheduler.Scheduler._decode).
+    speculative = False
+
+    def __init__(self, engine, *, use_graphs: bool = True):
+        self.engine = engine
+        self.use_graphs = use_graphs
+        self.device = engine.device
+        self.slots = int(engine.max_concurrency)
+        self.total_slots = int(engine.slots)
+        self.max_context = int(engine.max_context)
+        self.chunk = int(engine.prefill_runner.t)
+        self.vocab_size = int(engine.vocab_rows)
+        self.frontend = engine.frontend
+        self.stop_ids = frozenset(int(s) for s in engine.frontend.stop_ids)
+        self.model_id = str(engine.plan.get("model_id", "model"))
+        self._layout = []  # (name, kind, tensor)
+        for name, b in sorted((engine.plan.get("buffers", {}).get("state") or {}).items()):
+            self._layout.append((name, str(b.get("kind", "")), engine.state(name)))
+
+    # ---------------------------------------------------------------- text
+    @property
+    def has_tokenizer(self) -> bool:
+        return self.frontend.has_tokenizer
+
+    @property
+    def has_chat_template(self) -> bool:
+        return self.frontend.chat_template is not None
+
+    def encode(self, text: str) -> list[int]:
+        return self.frontend.encode(text)
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        return self.frontend.encode_chat(messages)
+
+    def decoder(self) -> StreamDecoder | None:
+        return StreamDecoder(self.frontend) if self.frontend.has_tokenizer else None
+
+    # ---------------------------------------------------------------- sampling
+    def sampler(self, *, temperature: float, top_p: float, top_k: int, seed: int) -> Sampler:
+        p = SamplingParams(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), seed=int(seed))
+        return Sampler(p, p.generator(self.device))
+
+    def sample(self, rows: torch.Tensor, samplers: list[Sampler]) -> list[int]:
+        return sample_rows(rows, [s.params for s in samplers], [s.generator for s in samplers])
+
+    # ---------------------------------------------------------------- state
+    def reset(self, slot: int) -> None:
+        self.engine.reset_slot(slot)
+
+    def snapshot(self, slot: int, length: int, logits: torch.Tensor | None) -> StateSnapshot:
+        tensors, nbytes = {}, 0
+        for name, kind, t in self._layout:
+            row = t[slot][:length] if kind == "kv" else t[slot]
+            c = row.clone()
+            tensors[name] = c
+            nbytes += c.numel() * c.element_size()
+        lg = logits.detach().clone() if logits is not None else None
+        if lg is not None:
+            nbytes += lg.numel() * lg.element_size()
+        return StateSnapshot(int(length), tensors, lg, nbytes)
+
+    def restore(self, slot: int, snap: StateSnapshot) -> None:
+        self.engine.reset_slot(slot)
+        for name, kind, t in self._layout:
+            src = snap.tensors[name]
+            if kind == "kv":
+                t[slot][: src.shape[0]].copy_(src)
+            else:
+                t[slot].copy_(src)
+
+    # ---------------------------------------------------------------- steps
+    def prefill(self, slot: int, chunk: list[int], start: int) -> torch.Tensor:
+        """Run `chunk` (<= self.chunk tokens) at positions start.. into `slot`; returns the logits
+        row of the chunk's last column (a device view, valid until the next prefill)."""
+        r = self.engine.prefill_runner
+        T = r.t
+        n = len(chunk)
+        if not 1 <= n <= T:
+            raise NinferRuntimeError(f"prefill chunk of {n} tokens (the extent takes 1..{T})")
+        if start + n > self.max_context:
+            raise NinferRuntimeError(f"prefill to position {start + n} exceeds the max context {self.max_context}")
+        host = torch.tensor([chunk, list(range(start, start + n)), [slot] * n], dtype=torch.int32)
+        r.inputs["ids"][:n].copy_(host[0])
+        r.inputs["positions"][:n].copy_(host[1])
+        r.inputs["slots"][:n].copy_(host[2])
+        rows = r.inputs.get("logit_rows")
+        if rows is not None:
+            rows.fill_(n - 1)
+        r.run(None if n == T else n)
+        logits = r.outputs["logits"]
+        if rows is not None or logits.shape[0] != T:
+            return logits[0]
+        return logits[n - 1]
+
+    def decode(self, columns: list[tuple[int, int, int]], busy: set[int]) -> torch.Tensor:
+        """One decode step for columns (token, position, slot); `busy` = slots holding state that
+        are not in the batch. Returns logits [len(columns), V]."""
+        e = self.engine
+        a = len(columns)
+        runner = next((r for r in e.decode_runners if r.concurrency >= a), None)
+        if runner is None:
+            raise NinferRuntimeError(f"{a} concurrent sequences exceed the plan's largest decode extent "
+                                     f"(C={e.decode_runners[-1].concurrency})")
+        C = runner.t
+        used = {s for _, _, s in columns}
+        free = [s for s in range(e.slots) if s not in used and s not in busy]
+        borrowed = [s for s in sorted(busy) if s not in used]
+        pads = (free + borrowed)[: C - a]
+        if len(pads) < C - a:
+            raise NinferRuntimeError(f"no slot left to pad a decode step of {a} columns to C={C}")
+        saved = [(s, self._save_rows(s, 0)) for s in pads if s in busy]
+        cols = list(columns) + [(0, 0, s) for s in pads]
+        host = torch.tensor([[c[0] for c in cols], [c[1] for c in cols], [c[2] for c in cols]], dtype=torch.int32)
+        runner.inputs["ids"].copy_(host[0])
+        runner.inputs["positions"].copy_(host[1])
+        runner.inputs["slots"].copy_(host[2])
+        replay_or_run(e, runner, self.use_graphs)
+        for s, rows in saved:
+            self._put_rows(s, 0, rows)
+        return runner.outputs["logits"][:a]
+
+    def _save_rows(self, slot: int, pos: int) -> list[torch.Tensor]:
+        return [(t[slot][pos].clone() if kind == "kv" else t[slot].clone()) for _, kind, t in self._layout]
+
+    def _put_rows(self, slot: int, pos: int, rows: list[torch.Tensor]) -> None:
+        for (_, kind, t), r in zip(self._layout, rows):
+            (t[slot][pos] if kind == "kv" else t[slot]).copy_(r)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def close(self) -> None:
+        self.engine.close()

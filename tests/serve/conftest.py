@@ -1,0 +1,39 @@
+"""The trained tiny model (examples/tiny-trained/) packed bf16 and compiled once per test session
+for the serve tests: 3 slots (decode extents C = 1 and 3), prefill chunk 16, max context 64."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+
+_TESTS = Path(__file__).resolve().parents[1]
+if str(_TESTS) not in sys.path:
+    sys.path.insert(0, str(_TESTS))
+
+SLOTS = 3
+MAX_CONTEXT = 64
+CHUNK = 16
+
+
+@pytest.fixture(scope="session")
+def tiny_served_plan(tmp_path_factory):
+    """(artifact, plan directory) of the trained tiny model; read-only."""
+    from ninfer_compile.compile_cli import compile_artifact
+    from ninfer_compile.ir.lower import LowerOptions
+    from ninfer_compile.plan.writer import write_plan
+    from quality import support as QS
+    from runtime import support as RS
+
+    d = tmp_path_factory.mktemp("serve_tiny")
+    art = QS.pack(d / "tiny-trained-bf16.ninfer", "bf16")
+    table = RS.interp_table(d / "interp90.yaml")
+    kw = dict(prefill_chunk=CHUNK, concurrency=(1, SLOTS), max_context=MAX_CONTEXT, mtp=False)
+    if "sampling" in {f.name for f in dataclasses.fields(LowerOptions)}:
+        kw["sampling"] = False  # the server samples on the host today (engine_adapter.sample)
+    c = compile_artifact(art, 90, routes=table, opts=LowerOptions(**kw), binaries=False)
+    plan = d / "tiny-trained-bf16.sm90.plan"
+    write_plan(plan, c.manifest, c.memory_txt, extra_files=c.kernel_files)
+    return art, plan
