@@ -178,9 +178,9 @@ def dims_from_hf_config(text_config: dict) -> tuple[dict[str, int], dict[str, An
     head_dim = cfg.get("head_dim") or hidden // heads
     # Newer configs group RoPE settings in rope_parameters; older ones use rope_scaling plus
     # top-level rope_theta / partial_rotary_factor.
-    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-    rope_theta = float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0)))
-    factor = float(rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
+    rope_cfg = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    rope_theta = float(rope_cfg.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    factor = float(rope_cfg.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
     rotary = head_dim * factor
     if abs(rotary - round(rotary)) > 1e-9:
         raise ContractError(f"Hugging Face config: head_dim {head_dim} × partial_rotary_factor {factor} "
@@ -228,10 +228,10 @@ def dims_from_hf_config(text_config: dict) -> tuple[dict[str, int], dict[str, An
         "partial_rotary_factor": factor,
         "token_ids": dims["vocab_rows"],  # the converter narrows this from the tokenizer
     }
-    if rope.get("mrope_section") is not None:
-        params["mrope_section"] = [int(x) for x in rope["mrope_section"]]
-    if rope.get("mrope_interleaved") is not None:
-        params["mrope_interleaved"] = bool(rope["mrope_interleaved"])
+    if rope_cfg.get("mrope_section") is not None:
+        params["mrope_section"] = [int(x) for x in rope_cfg["mrope_section"]]
+    if rope_cfg.get("mrope_interleaved") is not None:
+        params["mrope_interleaved"] = bool(rope_cfg["mrope_interleaved"])
     if cfg.get("max_position_embeddings"):
         params["max_positions"] = int(cfg["max_position_embeddings"])
     return dims, params, layer_kinds
