@@ -303,7 +303,7 @@ def route_arguments(route) -> list[dict[str, Any]] | None:
     if spec is None:
         return None
     out: list[dict[str, Any]] = [{"name": o.name, "kinds": _operand_kinds(o.roles), "optional": bool(o.optional),
-                                  "parts": bool(o.parts)} for o in spec.operands]
+                                  "parts": int(o.parts)} for o in spec.operands]
     out += [{"name": a.name, "kinds": ["scalar"], "optional": False, "parts": False}
             for a in spec.attrs if a.to_launcher]
     out += [{"name": k, "kinds": ["constexpr"], "optional": False, "parts": False} for k in sorted(route.params)]

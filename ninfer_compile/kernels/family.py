@@ -20,7 +20,7 @@ Launch bindings. A launch in `plan.json` lists its launcher's arguments by name
 attribute the spec marks `to_launcher` (a `scalar`), every route param (a `constexpr`), and, for
 a route with a workspace, `workspace` (its float32 element count). Launcher parameter names ARE the
 operand / attribute / param names: no aliases. An updated state (`io="inout"`) is one argument.
-An operand given as column ranges (`parts=True`: `x0`, `x1`, ...) binds each range by its own name.
+An operand given as column ranges (`parts=N`: `x0` .. `x{N-1}` at most) binds each range by its own name.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ class Operand:
     name in the op's inputs and outputs. `roles`: the tensor roles allowed (IR `TensorType.role`);
     `dtypes`: allowed dtypes (None = any; for weights the artifact format); `rank`: required rank
     (None = any). `optional`: may be absent (e.g. linear `residual` without that epilogue).
-    `parts`: may arrive as column ranges `<name>0, <name>1, ...` instead of `<name>`."""
+    `parts`: how many column ranges `<name>0, <name>1, ...` the family's launchers take instead of
+    `<name>` (0 = none; the fuse rule `concat_into` splits an input only as far as this)."""
 
     name: str
     io: Io = "in"
@@ -60,7 +61,7 @@ class Operand:
     dtypes: tuple[str, ...] | None = None
     rank: int | None = None
     optional: bool = False
-    parts: bool = False
+    parts: int = 0
     doc: str = ""
 
 

@@ -298,18 +298,18 @@ def _projections_into(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> in
 
 
 def _launchers_take(ctx: PassContext, family: str, names: list[str]) -> bool:
-    """Every registered route of `family` has a launcher taking all of `names` (keyword operands)."""
-    import inspect
+    """The family's spec lets its launchers take every one of `names` (`<operand>0 .. <operand>n`):
+    the operand is declared with `parts` >= n + 1 (a test holds every launcher to its spec)."""
+    from ..kernels.family import family_specs
 
-    routes = _family_routes(ctx, family)
-    if not routes:
+    spec = family_specs().get(family)
+    if spec is None or not _family_routes(ctx, family):
         return False
-    for r in routes:
-        try:
-            params = inspect.signature(r.load_launcher()).parameters
-        except Exception:  # noqa: BLE001 - a launcher that cannot be inspected cannot take parts
-            return False
-        if any(n not in params for n in names):
+    for n in names:
+        base = n.rstrip("0123456789")
+        idx = n[len(base):]
+        op = next((o for o in spec.operands if o.name == base), None)
+        if op is None or not idx or int(idx) >= op.parts:
             return False
     return True
 

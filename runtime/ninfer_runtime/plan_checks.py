@@ -150,7 +150,10 @@ def check_bind(where: str, L: dict, info: dict) -> None:
         e = by_name.get(arg)
         if e is None and isinstance(arg, str):  # a part x0, x1.. of an operand given as parts
             base = arg.rstrip("0123456789")
-            e = by_name.get(base) if base != arg and by_name.get(base, {}).get("parts") else None
+            nparts = by_name.get(base, {}).get("parts") if base != arg else 0
+            # the manifest records how many ranges the launcher takes (older manifests: true = any)
+            ok = nparts is True or (isinstance(nparts, int) and int(arg[len(base):]) < nparts)
+            e = by_name.get(base) if nparts and ok else None
         if e is None:
             raise PlanError(f"{where}: argument {arg!r} is not an argument of the route's launcher "
                             f"({', '.join(x['name'] for x in expected)})")

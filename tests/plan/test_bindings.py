@@ -13,6 +13,7 @@ from ninfer_compile.codegen.emit import route_arguments
 from ninfer_compile.errors import CompileError
 from ninfer_compile.ir.graph import Graph
 from ninfer_compile.ir.types import Extent, Op, RouteChoice, TensorType
+from ninfer_compile.kernels.family import family_spec
 from ninfer_compile.kernels.registry import default_registry
 from ninfer_compile.plan.manifest import extent_entry, launch_bind
 
@@ -36,10 +37,12 @@ def test_launcher_signature_is_the_spec_argument_list(route):
         f"{route.name}: the launcher's signature must list its arguments"
     names = set(params)
     expected = {a["name"] for a in args}
-    parts = {a["name"] for a in args if a["parts"]}
-    # an operand given as parts may also be bound as <name>0, <name>1, ...
-    extra_parts = {n for n in names - expected if any(re.fullmatch(rf"{re.escape(b)}\d+", n) for b in parts)}
-    assert names - extra_parts == expected, (route.name, sorted(names ^ expected))
+    spec = family_spec(route.family)
+    # an operand given as parts is also bound as <name>0 .. <name>{parts-1}: exactly those, all optional
+    extra_parts = {f"{o.name}{i}" for o in spec.operands for i in range(o.parts)}
+    assert names == expected | extra_parts, (route.name, sorted(names ^ (expected | extra_parts)))
+    for n in extra_parts:
+        assert params[n].default is None, (route.name, n)
     for a in args:  # an optional operand may be left out; the plan always binds every route param
         if a["optional"]:
             assert params[a["name"]].default is None, (route.name, a["name"])

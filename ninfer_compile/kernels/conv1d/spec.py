@@ -43,7 +43,7 @@ def _match(v: OpView) -> dict:
 SPECS = (FamilySpec(
     name="conv1d",
     operands=(
-        Operand("x", roles=VALUE, rank=2, parts=True, doc="[T, C], or channel ranges x0, x1, .. [T, C_i]"),
+        Operand("x", roles=VALUE, rank=2, parts=3, doc="[T, C], or up to 3 channel ranges x0, x1, x2 [T, C_i]"),
         Operand("weight", roles=("weight",), rank=2, doc="[K, C] tap-major"),
         Operand("conv_state", io="inout", roles=("state",), rank=3, doc="[slots, K-1, C] last K-1 inputs"),
         POSITIONS, SLOTS,

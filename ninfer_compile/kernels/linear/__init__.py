@@ -5,4 +5,4 @@ Importing this package is light (no triton): `weights` and `reference` are plain
 kernels and launchers live in `gemv`, `mma`, `dequant`, `epilogue`, `launch`.
 """
 
-from .weights import QuantWeight, from_payload  # noqa: F401
+
