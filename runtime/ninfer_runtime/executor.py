@@ -11,8 +11,6 @@ chunk; the same memory, so no copy) — the route's declared T domain is checked
 Launch kinds:
 - route families (`embedding`, `linear`, ...): the plan's emitted launcher for the route;
 - builtins (`add`, `concat`, `swiglu`, `select_rows`): small torch ops here (graph-capturable);
-- `sampling`: skipped; the runtime samples from the `logits` output itself (per-sequence
-  greedy / temperature / top-k / top-p with seeds, see sampling.py).
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i
           "i8": torch.int8, "u8": torch.uint8}
 ESIZE = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "i8": 1, "u8": 1}
 BUILTINS = ("add", "concat", "swiglu", "select_rows")
-SKIPPED = ("sampling",)
 
 
 @dataclass
@@ -153,8 +150,6 @@ class ExtentRunner:
         self._launch_specs = []
         for L in self.entry.get("launches", []):
             kind = L["kind"]
-            if kind in SKIPPED:
-                continue
             if L.get("route"):
                 info = self.engine.route_info(L["route"])
                 self._check_route(L, info)

@@ -119,7 +119,7 @@ def compile_plan(artifact: Path, out: Path, *, table: Path | None = None, chunk:
     from ninfer_compile.ir.lower import LowerOptions
     from ninfer_compile.plan.writer import write_plan
 
-    opts = LowerOptions(prefill_chunk=chunk, concurrency=tuple(concurrency), max_context=max_context, sampling=False)
+    opts = LowerOptions(prefill_chunk=chunk, concurrency=tuple(concurrency), max_context=max_context)
     c = compile_artifact(Path(artifact), sm, routes=table, opts=opts)
     write_plan(out, c.manifest, c.memory_txt, extra_files=c.kernel_files)
     assert (out / "kernels" / "manifest.json").is_file()
