@@ -2,7 +2,7 @@
 
 sample(logits, temperature, top_k, top_p, seed, sample_pos, ids, workspace): ids[R] int32, four
 Triton launches (kernels.py), no allocation and no host sync: CUDA-graph capturable. The float32
-workspace (spec.workspace_elems(R, V) elements) holds partials A [R, NB, 2], partials B
+workspace (sizing.workspace_elems(R, V) elements) holds partials A [R, NB, 2], partials B
 [R, NB, 2], then the row records [R, 2].
 """
 
@@ -14,7 +14,7 @@ import triton
 from ninfer_compile.errors import RouteError
 
 from .kernels import block_max_kernel, gumbel_block_kernel, gumbel_final_kernel, threshold_kernel
-from .spec import PARAM_DTYPES, block, workspace_elems
+from .sizing import PARAM_DTYPES, block, workspace_elems
 from ..pdl import pdl_launch
 
 _TORCH = {"f32": torch.float32, "i32": torch.int32}

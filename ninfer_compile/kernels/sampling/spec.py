@@ -12,22 +12,10 @@ key; `per_slot` is the one mode lowering emits). Light module: no torch / triton
 from __future__ import annotations
 
 from ..family import Attr, FamilySpec, Operand, OpView
+from .sizing import PARAM_DTYPES, block, workspace_elems  # noqa: F401  (re-exported)
 
 _M = "ninfer_compile.kernels.sampling"
-BLOCK = 4096  # logits per program of the block kernels (launch.py uses the same)
 PARAMS = ("temperature", "top_k", "top_p", "seed", "sample_pos")  # the per-row parameter inputs, in order
-PARAM_DTYPES = {"temperature": "f32", "top_k": "i32", "top_p": "f32", "seed": "i32", "sample_pos": "i32"}
-
-
-def block(V: int) -> int:
-    """Logits per program of the block kernels for a vocabulary of V."""
-    return min(BLOCK, max(64, 1 << max(0, int(V) - 1).bit_length()))
-
-
-def workspace_elems(R: int, V: int) -> int:
-    """float32 elements: partials A and B [R, NB, 2] each, then the row records [R, 2] (tau, argmax)."""
-    nb = -(-int(V) // block(V))
-    return int(R) * (4 * nb + 2)
 
 
 def workspace_numel(view: OpView, params) -> int:
