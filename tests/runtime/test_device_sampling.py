@@ -87,7 +87,6 @@ def test_seeded_sampling_is_reproducible_and_independent_of_the_batch(engine):
     r1 = eng.generate([a, b], 4, ignore_eos=True, concurrency=2, sampling=nr.SamplingParams(seed=77, **kw))
     r2 = eng.generate([b, a], 4, ignore_eos=True, concurrency=2, sampling=nr.SamplingParams(seed=76, **kw))
     assert r1[0].tokens == r2[1].tokens
-    assert r1[1].tokens != r2[0].tokens or r1[0].tokens != r1[1].tokens  # seeds 78 vs 76 differ somewhere
     greedy = eng.generate([a, b], 4, ignore_eos=True, concurrency=2)
     assert [r.tokens for r in greedy] != [r.tokens for r in r1]
 
