@@ -82,8 +82,10 @@ def test_threshold_is_exact():
 
 
 # (temperature, top_k, top_p) and near misses of it (a filter off by one, or ignored)
-CASES = [((1.0, 0, 1.0), [(0.6, 0, 1.0)]), ((0.6, 0, 1.0), [(1.0, 0, 1.0)]), ((1.0, 2, 1.0), [(1.0, 3, 1.0)]),
-         ((1.4, 0, 0.7), [(1.4, 0, 1.0)]), ((1.5, 3, 0.75), [(1.5, 4, 0.75), (1.5, 3, 1.0), (1.5, 0, 0.75)])]
+# (top-k / top-p alone: their exact kept sets are test_threshold_is_exact's; each filtered row costs
+# the interpreter ~65 passes, so one combined case here)
+CASES = [((1.0, 0, 1.0), [(0.6, 0, 1.0)]), ((0.6, 0, 1.0), [(1.0, 0, 1.0)]),
+         ((1.5, 3, 0.75), [(1.5, 4, 0.75), (1.5, 3, 1.0), (1.5, 0, 0.75)])]
 
 
 @pytest.mark.parametrize("case,misses", CASES)
