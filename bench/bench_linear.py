@@ -242,7 +242,7 @@ def main(argv=None):
                                      device="cuda")
                     try:
                         fns = [lambda w=w: launcher(x, w, out, epilogue=epi, residual=res, workspace=ws,
-                                                    params=params) for w in copies]
+                                                    **(params or {})) for w in copies]
                         us = time_graph(fns * max(1, 8 // len(fns)))
                         results.append({"params": params, "us": us})
                     except Exception as exc:

@@ -130,7 +130,7 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
         say(f"passes: extent {i}/{len(lowered)} ({g.extent.name})")
         graphs.append(run_pipeline(g, ctx, disabled_set, dump_dir))
     mem = memory_report(graphs, objects, spec, slots=opts.slots, max_context=opts.max_context,
-                        kv_dtype=opts.kv_dtype)
+                        kv_dtype=opts.kv_dtype, registry=ctx.registry)
     check_budget(mem, budget_gib)
     options = {"concurrency": sorted(set(opts.concurrency)), "draft_tokens": opts.draft_tokens,
                "prefill_chunk": opts.prefill_chunk, "max_context": opts.max_context, "kv_dtype": opts.kv_dtype,
@@ -144,7 +144,8 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
     manifest = build_manifest(
         graphs, model_id=model_id, artifact_file=Path(artifact_path).name, directory_sha256=directory_sha256,
         contract=contract_ref, sm=sm, table=table, table_ref=table_ref, options=options,
-        enabled=[p for p in PASS_NAMES if p not in disabled_set], disabled=sorted(disabled_set), memory=mem)
+        enabled=[p for p in PASS_NAMES if p not in disabled_set], disabled=sorted(disabled_set), memory=mem,
+        registry=ctx.registry)
     # emission: the route-library source of every launched route, standalone (runtime imports it)
     files = {}
     bins = None

@@ -19,7 +19,7 @@ mapping keys (which PyYAML would silently resolve to the last one) are reported 
 line of the first occurrence; the caller decides whether they are fatal.
 
 Errors are `YamlInputError` with `.line` (1-based) and `.problem`; callers wrap them in their own
-error class and format (`file:line: ...`).
+error class and format (`file:line: field: ...`, with `format_path` and `nearest_line`).
 """
 
 from __future__ import annotations
@@ -116,10 +116,29 @@ class LinedYaml:
 
     def line_of(self, path) -> int:
         """Line of `path`, or of its nearest ancestor that has one."""
-        p = tuple(path)
-        while p not in self.lines:
-            p = p[:-1]
-        return self.lines[p]
+        return nearest_line(self.lines, path)
+
+
+def format_path(path, top: str = "(top)") -> str:
+    """A field path for a message: ('inventory', 3, 'tensors', 0) -> 'inventory[3].tensors[0]'
+    (an int is an index, a bool a key); `top` for the empty path (callers keep their spelling)."""
+    out = ""
+    for part in path:
+        if isinstance(part, int) and not isinstance(part, bool):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or top
+
+
+def nearest_line(lines: dict, path, default: int = 1) -> int:
+    """The line of `path`, or of its nearest ancestor in `lines` (`default` if none has one)."""
+    p = tuple(path)
+    for end in range(len(p), -1, -1):
+        line = lines.get(p[:end])
+        if line is not None:
+            return line
+    return default
 
 
 def check_size(source: str, nbytes: int, max_bytes: int | None = None) -> None:

@@ -65,10 +65,6 @@ class FormatSpec:
     high_bytes_per_group: int
 
     @property
-    def is_grouped(self) -> bool:
-        return self.kind == "grouped"
-
-    @property
     def base_bytes_per_group(self) -> int:
         """Base-plane bytes of one group (32 for every grouped format; 0 for direct)."""
         return 32 if self.kind == "grouped" else 0
@@ -84,7 +80,6 @@ FORMATS: dict[str, FormatSpec] = {
     # W8 deliberately excludes -128: the interval is symmetric [-127, 127].
     "W8G32_F16S": FormatSpec("W8G32_F16S", "grouped", ROW_SPLIT, None, 8, 32, -127, 127, 0),
 }
-DIRECT_FORMATS = frozenset(n for n, f in FORMATS.items() if f.kind == "direct")
 GROUPED_FORMATS = frozenset(n for n, f in FORMATS.items() if f.kind == "grouped")
 
 
@@ -228,12 +223,6 @@ def encoded_size(format: str, shape: Sequence[int]) -> int:
             elements = _checked(elements * d, f"element count of {shape_text(dims)}")
         return _checked(elements * fmt.elem_bytes, f"encoded size of {fmt.name} {shape_text(dims)}")
     return row_split_geometry(fmt.name, dims[0], dims[1]).total
-
-
-def layout_accepts(format: str, layout: str) -> bool:
-    """True when (format, layout) is a registered combination."""
-    fmt = FORMATS.get(format)
-    return fmt is not None and fmt.layout == layout
 
 
 def object_alignment(kind: str) -> int:

@@ -20,7 +20,9 @@ to run a plan without importing `ninfer_compile`. Emission makes the kernels sel
   imports the registry, which the runtime never needs.
 - `kernels/manifest.json`: format, Triton version at compile time, the files (path -> sha256),
   and per route: family, launcher `"family.module:function"`, kernels, declared T domain, the
-  params used (defaults overlaid, one entry per distinct set) and the sha256 of its modules.
+  params used (defaults overlaid, one entry per distinct set), the sha256 of its modules, and
+  `args`: its launcher's argument list from the family spec (`route_arguments`: name, binding
+  kinds, optional, parts), which the runtime checks each launch's `bind` list against.
 
 All output is deterministic: files sorted, JSON with sorted keys, no timestamps or absolute paths.
 The manifest's `binaries` (None here) is filled by `aot.attach_binaries`: the kernels compiled ahead
@@ -43,7 +45,7 @@ from typing import Any
 from ..errors import CompileError
 
 __all__ = ["EmitError", "KERNELS_FORMAT", "KERNEL_DEPENDENCIES", "emit_kernels", "kernel_files",
-           "launches_from_manifest"]
+           "launches_from_manifest", "route_arguments"]
 
 KERNELS_FORMAT = "ninfer-kernels-v1"
 ROOT = "ninfer_compile"
@@ -285,6 +287,31 @@ def _emitted_path(mod: str, is_pkg: bool, vendor: frozenset[str]) -> str:
     return "/".join(["kernels", *parts, "__init__.py"]) if is_pkg else "/".join(["kernels", *parts]) + ".py"
 
 
+def _operand_kinds(roles) -> list[str]:
+    """The plan reference kinds an operand of these roles binds as (plan/manifest.py::_ref)."""
+    return sorted({"weight" if r == "weight" else "state" if r == "state" else "buffer" for r in roles})
+
+
+def route_arguments(route) -> list[dict[str, Any]] | None:
+    """The launcher argument list of `route`, from its family spec: per operand (spec order)
+    {name, kinds, optional, parts}, per launcher attribute {name, kinds: [scalar]}, per route param
+    {name, kinds: [constexpr]} (sorted), then {name: workspace, kinds: [workspace]} when the route
+    has a workspace hook. None: the family has no spec (its launches carry no `bind`)."""
+    from ..kernels.family import family_specs
+
+    spec = family_specs().get(route.family)
+    if spec is None:
+        return None
+    out: list[dict[str, Any]] = [{"name": o.name, "kinds": _operand_kinds(o.roles), "optional": bool(o.optional),
+                                  "parts": bool(o.parts)} for o in spec.operands]
+    out += [{"name": a.name, "kinds": ["scalar"], "optional": False, "parts": False}
+            for a in spec.attrs if a.to_launcher]
+    out += [{"name": k, "kinds": ["constexpr"], "optional": False, "parts": False} for k in sorted(route.params)]
+    if route.workspace is not None:
+        out.append({"name": "workspace", "kinds": ["workspace"], "optional": False, "parts": False})
+    return out
+
+
 def kernel_files(launches: Iterable[tuple[Any, Mapping[str, Any] | None]], *,
                  vendor: Iterable[str] = KERNEL_DEPENDENCIES) -> tuple[dict[str, str], dict[str, Any]]:
     """Render the emitted kernel package: ({relative path under the plan dir: text}, manifest).
@@ -357,6 +384,7 @@ def kernel_files(launches: Iterable[tuple[Any, Mapping[str, Any] | None]], *,
                        # launch of another phase: a route swapped by a plan edit)
                        **({"phase": list(dom.extra["phase"])} if "phase" in (dom.extra or {}) else {})},
             "params": [params_by_route[name][k] for k in sorted(params_by_route[name])],
+            "args": route_arguments(route),
             "modules": {_emitted_path(m, modules[m][1], vendor_set): shas[m] for m in mods},
             "sha256": _sha("".join(f"{m}:{shas[m]}\n" for m in mods)),
         }

@@ -15,7 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from ..errors import ContractError
-from ..yaml_lines import YamlInputError, parse_yaml_with_lines, read_yaml_text
+from ..yaml_lines import YamlInputError, nearest_line, parse_yaml_with_lines, read_yaml_text
 from .schema import PART_NAMES, Contract, Path_, format_field_path
 
 # graphs/ sits at the repository root, beside the package.
@@ -62,7 +62,7 @@ def _validation_message(exc: ValidationError, lines: dict[Path_, int], source: s
                     path.append(part)
                 break
         key = tuple(path)
-        line = next((lines[key[:end]] for end in range(len(key), -1, -1) if key[:end] in lines), 1)
+        line = nearest_line(lines, key)
         message = err["msg"]
         if err["type"] == "value_error":  # our own validators: drop pydantic's prefix
             message = message.removeprefix("Value error, ")

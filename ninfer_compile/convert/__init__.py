@@ -1,8 +1,10 @@
 """Hugging Face checkpoint → `.ninfer` conversion, and synthetic artifacts.
 
-- `hf.py`: source → NInfer logical tensors (`ninfer_tensors`, `convert_state_dict`, per-object
-  `ObjectRecipe`s), lazy checkpoint reading (`HFCheckpoint`), contracts for new checkpoints
-  (`build_contract`) and the streaming packer (`pack_hf`).
+- `mapping.py`: config geometry and source → NInfer logical tensors (`ninfer_tensors`,
+  `convert_state_dict`, per-object `ObjectRecipe`s);
+- `checkpoint.py`: lazy checkpoint reading (`HFCheckpoint`), tokenizer ids, the draft-head id map;
+- `hf.py`: contracts for new checkpoints (`build_contract`) and the streaming packer (`pack_hf`);
+  it re-exports the public names of mapping.py and checkpoint.py.
 - `synthetic.py`: a contract's exact inventory with random valid payloads (`pack_synthetic`).
 - `cli.py`: the `pack` subcommand.
 """

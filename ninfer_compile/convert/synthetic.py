@@ -23,65 +23,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..artifact.formats import FORMATS, GROUPED_FORMATS, RowSplitGeometry, row_split_geometry
 from ..errors import ConvertError
 
 CHUNK_BYTES = 64 << 20
 
-# code width, group size, base bytes per group, high bytes per group
-_GROUPED = {
-    "Q4G64_F16S": (4, 64, 32, 0),
-    "Q5G64_F16S": (5, 64, 32, 8),
-    "Q6G64_F16S": (6, 64, 32, 16),
-    "W8G32_F16S": (8, 32, 32, 0),
-}
+_GROUPED = GROUPED_FORMATS  # row-split formats; their geometry is artifact/formats.py's
 _DIRECT = {"BF16": 2, "FP32": 4, "I32": 4}
 # small positive binary16 normals: exponent field 4..8 → [2^-11, 2^-6)
 _SCALE_LO, _SCALE_HI = 0x1000, 0x2400
 
 
-def _align(x: int, a: int) -> int:
-    return (x + a - 1) // a * a
-
-
-@dataclass(frozen=True)
-class _Geom:
-    n: int
-    k: int
-    bits: int
-    group: int
-    gpr: int  # physical groups per row
-    logical_groups: int
-    base_row: int
-    high_row: int
-    scale_row: int
-    base_bytes: int
-    high_offset: int
-    high_bytes: int
-    scale_offset: int
-    total: int
-
-
-def _geometry(fmt: str, shape) -> _Geom:
+def _geometry(fmt: str, shape) -> RowSplitGeometry:
     if len(shape) != 2 or shape[0] <= 0 or shape[1] <= 0:
         raise ConvertError(f"{fmt}: row-split tensors must be positive [N,K], got {list(shape)}")
-    bits, g, b, h = _GROUPED[fmt]
-    n, k = int(shape[0]), int(shape[1])
-    gpr = _align(k, 128) // g
-    base = n * gpr * b
-    high = n * gpr * h
-    high_off = _align(base, 256)
-    scale_off = high_off + _align(high, 256)
-    return _Geom(n, k, bits, g, gpr, -(-k // g), gpr * b, gpr * h, gpr * 2, base, high_off, high,
-                 scale_off, scale_off + n * gpr * 2)
-
-
-def encoded_nbytes(fmt: str, shape) -> int:
-    if fmt in _GROUPED:
-        return _geometry(fmt, shape).total
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n * _DIRECT[fmt]
+    return row_split_geometry(fmt, int(shape[0]), int(shape[1]))
 
 
 def _row_chunks(n: int, row_bytes: int) -> Iterator[tuple[int, int]]:
@@ -109,9 +65,9 @@ def _random_u8(rng, rows: int, width: int) -> np.ndarray:
     return words.view(np.uint8)
 
 
-def _base_rows(rng, geo: _Geom, rows: int) -> np.ndarray:
-    a = _random_u8(rng, rows, geo.base_row)
-    if geo.bits == 8:
+def _base_rows(rng, geo: RowSplitGeometry, rows: int) -> np.ndarray:
+    a = _random_u8(rng, rows, geo.base_row_bytes)
+    if FORMATS[geo.format].bits == 8:
         a[a == 0x80] = 0  # -128 is outside W8's code language
         a[:, geo.k:] = 0
     else:
@@ -123,9 +79,9 @@ def _base_rows(rng, geo: _Geom, rows: int) -> np.ndarray:
     return a
 
 
-def _high_rows(rng, geo: _Geom, rows: int) -> np.ndarray:
-    a = _random_u8(rng, rows, geo.high_row)
-    hb = geo.bits - 4
+def _high_rows(rng, geo: RowSplitGeometry, rows: int) -> np.ndarray:
+    a = _random_u8(rng, rows, geo.high_row_bytes)
+    hb = FORMATS[geo.format].bits - 4
     used_bits = geo.k * hb  # lane-major bit stream within a row
     full = used_bits // 8
     if used_bits % 8:
@@ -135,8 +91,8 @@ def _high_rows(rng, geo: _Geom, rows: int) -> np.ndarray:
     return a
 
 
-def _scale_rows(rng, geo: _Geom, rows: int) -> np.ndarray:
-    s = np.zeros((rows, geo.gpr), dtype="<u2")
+def _scale_rows(rng, geo: RowSplitGeometry, rows: int) -> np.ndarray:
+    s = np.zeros((rows, geo.groups_per_row), dtype="<u2")
     s[:, :geo.logical_groups] = rng.integers(_SCALE_LO, _SCALE_HI, size=(rows, geo.logical_groups),
                                              dtype=np.uint16)
     return s.view(np.uint8)
@@ -145,14 +101,14 @@ def _scale_rows(rng, geo: _Geom, rows: int) -> np.ndarray:
 def grouped_chunks(fmt: str, shape, rng) -> Iterator[bytes | memoryview]:
     """The complete row-split-k128-v1 payload of a random valid tensor, in chunks."""
     geo = _geometry(fmt, shape)
-    for r0, r1 in _row_chunks(geo.n, geo.base_row):
+    for r0, r1 in _row_chunks(geo.n, geo.base_row_bytes):
         yield _bytes_of(_base_rows(rng, geo, r1 - r0))
     yield from _zeros(geo.high_offset - geo.base_bytes)
     if geo.high_bytes:
-        for r0, r1 in _row_chunks(geo.n, geo.high_row):
+        for r0, r1 in _row_chunks(geo.n, geo.high_row_bytes):
             yield _bytes_of(_high_rows(rng, geo, r1 - r0))
     yield from _zeros(geo.scale_offset - geo.high_offset - geo.high_bytes)
-    for r0, r1 in _row_chunks(geo.n, geo.scale_row):
+    for r0, r1 in _row_chunks(geo.n, geo.scale_row_bytes):
         yield _bytes_of(_scale_rows(rng, geo, r1 - r0))
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import networkx as nx
 
 from ..errors import CompileError
+from ..kernels.family import REQUIRED, FamilySpec, OpView, family_spec
 from .types import Extent, Op, TensorType
 
 
@@ -92,9 +93,6 @@ class Graph:
         if op.seq == 0.0:
             op = op.model_copy(update={"seq": old.seq})
         return self.add_op(op)
-
-    def update_op(self, name: str, **changes: Any) -> Op:
-        return self.replace_op(self.op(name).model_copy(update=changes))
 
     def _edge(self, u: str, v: str, t: str) -> None:
         if self.g.has_edge(u, v):
@@ -179,3 +177,24 @@ def _copy_meta(meta: dict[str, Any]) -> dict[str, Any]:
     for k, v in meta.items():
         out[k] = list(v) if isinstance(v, list) else (dict(v) if isinstance(v, dict) else v)
     return out
+
+
+def op_view(graph: Graph, op: Op, spec: FamilySpec | None = None) -> OpView:
+    """The `OpView` a family spec's hooks see of `op` in `graph`: operand shapes / dtypes / weight
+    formats, attributes with the spec's defaults filled in (raw when an attribute is invalid: the
+    verifier reports that), the extent's phase and T, and the graph's meta."""
+    spec = spec or family_spec(op.kind)
+    t = graph.tensors
+    attrs = dict(op.attrs)
+    for a in spec.attrs:
+        if a.name not in attrs and a.default is not REQUIRED:
+            attrs[a.name] = a.default
+    return OpView(
+        kind=op.kind, name=op.name,
+        shapes={n: tuple(t[v].shape) for n, v in op.inputs.items()},
+        dtypes={n: t[v].dtype for n, v in op.inputs.items()},
+        formats={n: t[v].format for n, v in op.inputs.items() if t[v].role == "weight"},
+        attrs=attrs, phase=graph.extent.phase, extent_t=graph.extent.t, meta=graph.meta,
+        outputs={n: tuple(t[v].shape) for n, v in op.outputs.items()},
+        output_dtypes={n: t[v].dtype for n, v in op.outputs.items()})
+

@@ -414,11 +414,5 @@ def lower_all(spec, opts: LowerOptions) -> list[Graph]:
     return [lower(spec, e, opts, dims) for e in plan_extents(spec, opts)]
 
 
-def extent_summary(g: Graph) -> dict[str, Any]:
-    e = g.extent
-    return {"graph": e.graph, "phase": e.phase, "t": e.t, "concurrency": e.concurrency,
-            "draft_tokens": e.draft_tokens}
-
-
 __all__ = ["Dims", "KV_DTYPES", "LowerOptions", "lower", "lower_all", "lower_mtp", "lower_text",
-           "plan_extents", "extent_summary"]
+           "plan_extents"]

@@ -11,9 +11,9 @@ A `TensorType` is a named value of concrete shape. Roles:
   state (before and after an update) names the same persistent `buffer`; an op that updates a
   state consumes the old version and produces the new one, which orders readers after writers.
 
-An `Op` names a route family (`linear`, `attention`, ...) or a structural op (`input`, `output`,
-`add`, `split`, `concat`, `reshape`, `swiglu`, `select_rows`). Operand names follow the family
-operand conventions of docs/ARCHITECTURE.md.
+An `Op` names a route family (a `FamilySpec` declared in `kernels/<family>/spec.py`; its operand
+names are the spec's) or a structural op (`input`, `output`, `add`, `split`, `concat`, `reshape`,
+`swiglu`, `select_rows`).
 """
 
 from __future__ import annotations
@@ -22,17 +22,21 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..kernels.family import family_names, is_family as _is_family
+
 Role = Literal["activation", "weight", "state", "input", "output"]
 
 # Element sizes of activation / state dtypes. Weight dtypes are artifact formats (sized by the
 # artifact's encoded object size, not here).
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "i8": 1, "u8": 1}
 
-FAMILIES: tuple[str, ...] = (
-    "embedding", "rmsnorm", "linear", "head_rmsnorm", "rope", "kv_append", "attention", "conv1d",
-    "gdn_gating", "gated_delta_rule", "gated_rmsnorm", "sampling", "qk_norm_rope", "l2norm",
-    "gdn_gating_proj",
-)
+
+def __getattr__(name: str) -> Any:
+    # FAMILIES: the declared families (kernels/*/spec.py), loaded on first use.
+    if name == "FAMILIES":
+        return family_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 STRUCTURAL: tuple[str, ...] = (
     "input", "output", "add", "split", "concat", "reshape", "swiglu", "select_rows",
 )
@@ -113,7 +117,7 @@ class Op(_Frozen):
 
     @property
     def is_family(self) -> bool:
-        return self.kind in FAMILIES
+        return _is_family(self.kind)
 
     def parts(self, base: str) -> list[str]:
         """Operand names `<base>0, <base>1, ..` in order: an input given as ranges along its last

@@ -133,7 +133,10 @@ class FamilySpec:
       output, or a tuple in the order of the spec's outputs (`io` out / inout).
     `match_keys`: the family-specific keys a table row may use (beyond format / n / k / epilogue);
     `int_match_keys`: those of them that are integers. `layer_kind`: the contract layer kind whose
-    presence makes a model need the family (`routes` CLI), None = every model."""
+    presence makes a model need the family (`routes` CLI), None = every model.
+    `model_matches(contract, tables) -> [(match, note), ...]`: the matches a model's ops present,
+    read from its resolved contract's weight objects (`routes diff --artifact`; `tables`: the
+    compared RouteTables); None = the tables' own match groups stand for the model's ops."""
 
     name: str
     operands: tuple[Operand, ...]
@@ -146,6 +149,7 @@ class FamilySpec:
     int_match_keys: tuple[str, ...] = ()
     layer_kind: str | None = None
     doc: str = ""
+    model_matches: Callable[[Any, tuple], list[tuple[dict[str, Any], str]]] | None = None
 
     def operand(self, name: str) -> Operand:
         for o in self.operands:

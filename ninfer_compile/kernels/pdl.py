@@ -26,6 +26,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from .interpret import interpreting
+
 _ARCH: dict[int, int] = {}  # id(active driver) -> its target's arch (the AOT compiler swaps the driver)
 _ALLOWED = [False]  # set by the caller around a launch (allow); launches are single-threaded
 
@@ -56,7 +58,7 @@ def enabled() -> bool:
 
 def available() -> bool:
     """Whether this process could launch with PDL at all (sm_90+, no interpreter, NINFER_PDL != 0)."""
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") or os.environ.get("NINFER_PDL", "1") == "0":
+    if interpreting() or os.environ.get("NINFER_PDL", "1") == "0":
         return False
     from triton.runtime import driver
 

@@ -1,26 +1,28 @@
 """Route registry: every concrete kernel schedule the compiler may select.
 
-A `Route` is one schedule of an op family (e.g. linear `q4_gemv_splitk`). It declares, as data,
+A `Route` is one schedule of an op family (e.g. linear `q4_gemv`). It declares, as data,
 the domain it supports (`RouteDomain`: weight formats, epilogues, the column range
 `min_t..max_t`, family-specific match keys such as `kv_dtype`, and shape rules such as
 `k_multiple`) and its tunable parameters (`ParamSpec`). Route tables (`routes/smNN.yaml`) may
 only hand a route a T range and a match that its domain covers: a kernel given more columns than
 it supports corrupts memory or silently computes one column (see DESIGN §5).
 
-Family modules register at import time::
+Family modules register at import time (linear/routes.py builds its routes in a loop; written
+out, its `q4_gemv` is, params shortened)::
 
     # ninfer_compile/kernels/linear/routes.py
     from ninfer_compile.kernels.registry import ParamSpec, Route, RouteDomain, register
 
     register(Route(
-        name="q4_gemv_splitk", family="linear",
-        domain=RouteDomain(formats=("Q4G64_F16S",), max_t=4, epilogues=("none", "residual"),
-                           k_multiple=64),
-        params={"BLOCK_N": ParamSpec("BLOCK_N", (32, 64, 128), 64)},
+        name="q4_gemv", family="linear",
+        domain=RouteDomain(formats=("Q4G64_F16S",), min_t=1, max_t=4,
+                           epilogues=("none", "swiglu", "residual")),
+        params={"BLOCK_N": ParamSpec("BLOCK_N", (1, 2, 4, 8, 16, 32, 64), 8),
+                "SPLIT_K": ParamSpec("SPLIT_K", (1, 2, 4, 8, 16), 1)},
         reference="ninfer_compile.kernels.linear.reference:linear",
-        launcher="ninfer_compile.kernels.linear.launch:q4_gemv_splitk",
-        kernels=("ninfer_compile.kernels.linear.q4_gemv:_q4_gemv_kernel",),
-        doc="decode GEMV, split over K",
+        launcher="ninfer_compile.kernels.linear.launch:q4_gemv",
+        kernels=("ninfer_compile.kernels.linear.gemv:qlinear_gemv_kernel",),
+        doc="Q4G64_F16S decode GEMV (T<=4), CUDA-core fp32 FMA, magic-number unpack, split-K two-phase",
     ))
 
 Registration modules must not import torch kernels or triton at import time: `reference`,

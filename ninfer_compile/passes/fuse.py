@@ -6,9 +6,8 @@ Guarantees: the graph computes the same values with fewer launches:
     linear over those rows + a `split` (a column view, no copy);
   - epilogue_through_split: linear → split → swiglu → one linear with `epilogue: swiglu`;
   - epilogue: linear → add → one linear with `epilogue: residual` and a `residual` operand;
-  - share_input: an activation read by >= min_consumers quantized linears carries
-    `attrs.staged_input = {tensor, group, first}` on each (staged once, by the first);
-  - prologue: only where a registered route of the consumer family declares the prologue;
+  - norm_rope_pair: the q and k chains head norm -> rope of one layer become one fused op, where
+    a route of that family is registered;
   - projections_into: the two linears (one input, one weight format) feeding a consumer's two
     operands, and the consumer, become one op of a fused family — only where a registered route of
     that family covers the op (T, format, phase) and, when the context has a route table, the table
@@ -32,8 +31,8 @@ from .context import PassContext
 
 NAME = "fuse"
 RULES_PATH = Path(__file__).with_name("fuse_rules.yaml")
-_KINDS = ("concat_into", "merge_views", "epilogue_through_split", "epilogue", "share_input", "prologue",
-          "norm_rope_pair", "projections_into")
+_KINDS = ("concat_into", "merge_views", "epilogue_through_split", "epilogue", "norm_rope_pair",
+          "projections_into")
 
 
 def load_rules(path: Path = RULES_PATH) -> tuple[dict, ...]:
@@ -188,27 +187,6 @@ def _epilogue(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
     return n
 
 
-def _share_input(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
-    fam = rule.get("family", "linear")
-    formats = set(rule.get("formats") or [])
-    by_input: dict[str, list[Op]] = defaultdict(list)
-    for op in g.ops_of([fam]):
-        w = g.tensors[op.inputs["weight"]]
-        if formats and w.dtype not in formats:
-            continue
-        by_input[op.inputs["x"]].append(op)
-    n = 0
-    for x, ops in sorted(by_input.items()):
-        if len(ops) < int(rule.get("min_consumers", 2)):
-            continue
-        group = [o.name for o in ops]
-        for i, o in enumerate(ops):
-            g.replace_op(o.model_copy(update={"attrs": {
-                **o.attrs, "staged_input": {"tensor": x, "group": group, "first": i == 0}}}))
-        n += 1
-    return n
-
-
 def _family_routes(ctx: PassContext, family: str) -> list | None:
     """The registered routes of `family` (the context's registry, else the default one); None when
     no registry is importable or the family is unknown."""
@@ -228,33 +206,7 @@ def _family_routes(ctx: PassContext, family: str) -> list | None:
 
 def _route_supports(ctx: PassContext, req: Mapping[str, Any]) -> bool:
     routes = _family_routes(ctx, req["family"])
-    if routes is None:
-        return False
-    if "key" not in req:
-        return bool(routes)
-    return any(req["value"] in tuple(r.domain.extra.get(req["key"], ())) for r in routes)
-
-
-def _prologue(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
-    req = rule.get("requires_route_support")
-    if req and not _route_supports(ctx, req):
-        return 0
-    n = 0
-    for op in g.ops_of([rule["producer"]]):
-        out = op.outputs["out"]
-        cons = g.consumers(out)
-        if not cons or any(c.kind != rule["consumer"] or c.inputs.get("x") != out or "prologue" in c.attrs
-                           for c in cons):
-            continue
-        if any(g.tensors[t].role == "output" for t in op.outputs.values()):
-            continue
-        g.remove_op(op.name)
-        for c in cons:
-            g.replace_op(c.model_copy(update={
-                "inputs": {**c.inputs, "x": op.inputs["x"], "norm_weight": op.inputs["weight"]},
-                "attrs": {**c.attrs, "prologue": rule["prologue"], "eps": op.attrs.get("eps")}}))
-        n += 1
-    return n
+    return bool(routes)
 
 
 def _norm_rope_pair(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
@@ -287,7 +239,7 @@ def _norm_rope_pair(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
         g.add_op(Op(name=name, kind=rule["into"], seq=qn.seq,
                     inputs={"q": qn.inputs["x"], "k": kn.inputs["x"], "q_weight": qn.inputs["weight"],
                             "k_weight": kn.inputs["weight"], "positions": qr.inputs["positions"]},
-                    outputs={"q": qr.outputs["out"], "k": kr.outputs["out"]},
+                    outputs={"q_out": qr.outputs["out"], "k_out": kr.outputs["out"]},
                     attrs={"eps": qn.attrs.get("eps"), **qr.attrs}))
         n += 1
     return n
@@ -319,8 +271,7 @@ def _projections_into(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> in
     for op in g.ops_of([rule["consumer"]]):
         lins = [g.producer(op.inputs[a_op]), g.producer(op.inputs[b_op])]
         if any(lin is None or lin.kind != rule["producer"] or set(lin.inputs) != {"x", "weight"}
-               or lin.attrs.get("epilogue", "none") != "none" or "prologue" in lin.attrs
-               or "staged_input" in lin.attrs for lin in lins):
+               or lin.attrs.get("epilogue", "none") != "none" for lin in lins):
             continue
         la, lb = lins
         if la is lb or la.name == lb.name or la.inputs["x"] != lb.inputs["x"]:
@@ -400,6 +351,4 @@ _REWRITERS = {
     "merge_views": _merge_views,
     "epilogue_through_split": _epilogue_through_split,
     "epilogue": _epilogue,
-    "share_input": _share_input,
-    "prologue": _prologue,
 }

@@ -5,13 +5,11 @@
   (bf16: 2 B/value; int8: 1 B/value + one fp16 scale per 64 values);
 - S: GDN conv state [slots, kernel-1, C] bf16 and recurrent state [slots, Hv, Dk, Dv] fp32;
 - A: the activation arena = max over extents of each extent's high-water mark;
-- R: route workspaces — the runtime allocates one float32 buffer per extent, sized for the largest
-  need among that extent's launches (a launcher with a `workspace` parameter); counted here (sum
-  over extents of each extent's max) with the same sizing functions the runtime calls on the
-  launcher's module: linear `linear_workspace_numel` (split-K partials, the `<f>_dequant_gemm`
-  routes' bf16 W_hat + swiglu scratch), split-KV decode attention `decode_workspace_numel`,
-  chunked GDN prefill `chunked_workspace_numel`, sampling `select_workspace_numel`
-  (tests/runtime/test_runtime_e2e.py checks the two agree extent by extent).
+- R: route workspaces — one float32 buffer per extent, sized for the largest need among that
+  extent's launches: each route's `Route.workspace` hook (`op_workspace_numel`, e.g. linear split-K
+  partials / dequant-GEMM W_hat, split-KV decode attention, chunked GDN prefill, sampling). The plan
+  writes the same numbers (`extents.X.workspace.numel`, each launch's `workspace` binding) and the
+  runtime allocates what the plan says (tests/runtime/test_runtime_e2e.py checks all three agree).
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CompileError, RouteError
-from ..ir.graph import Graph
+from ..ir.graph import Graph, op_view
 
 GIB = 1 << 30
 
@@ -80,63 +78,46 @@ def state_buffers(graphs: list[Graph]) -> dict[str, dict[str, Any]]:
     return dict(sorted(out.items()))
 
 
-def _shape(g: Graph, op, operand: str) -> tuple[int, ...]:
-    return tuple(int(d) for d in g.tensors[op.inputs[operand]].shape)
+def op_workspace_numel(g: Graph, op, registry=None) -> int | None:
+    """float32 elements of the workspace one routed op's route needs (its `Route.workspace` hook
+    on the op's view and the route's params, defaults overlaid); None: the route takes none.
+    The ONE sizing: the plan's launch bindings and extent workspace (manifest.py), the memory
+    report and (through the plan) the runtime all read it."""
+    if registry is None:
+        from ..kernels.registry import default_registry as registry
+    route = registry.get_route(op.route.route)
+    if route.workspace is None:
+        return None
+    try:
+        n = route.workspace_numel(op_view(g, op), route.resolve_params(dict(op.route.params or {})))
+    except (KeyError, TypeError, ValueError, RouteError) as exc:
+        raise CompileError(f"{g.extent.name}: op {op.name} (route {op.route.route}): cannot size its workspace: "
+                           f"{type(exc).__name__}: {exc}") from None
+    if n < 0:
+        raise CompileError(f"{g.extent.name}: op {op.name} (route {op.route.route}): workspace hook returned {n}")
+    return n
 
 
-def op_workspace_numel(g: Graph, op) -> int:
-    """float32 elements of the workspace the runtime sizes for one routed op (0: none), through the
-    sizing function of the route launcher's own module (as the runtime does)."""
-    import inspect
-
-    from ..kernels.registry import get_route
-
-    fn = get_route(op.route.route).load_launcher()
-    sig = inspect.signature(fn).parameters
-    if "workspace" not in sig:
-        return 0
-    mod = inspect.getmodule(fn)
-    p = dict(op.route.params or {})
-    if op.kind == "linear":
-        from ..kernels.linear.routes import linear_workspace_numel
-
-        w = _shape(g, op, "weight")
-        return int(linear_workspace_numel(op.route.route, _shape(g, op, "x")[0], w[0], w[1],
-                                          op.attrs.get("epilogue", "none"), p))
-    if op.kind == "attention":
-        if "split_tokens" not in sig or not hasattr(mod, "decode_workspace_numel"):
-            return 0
-        t, hq, d = _shape(g, op, "q")
-        st = int(p.get("split_tokens", sig["split_tokens"].default))
-        return int(mod.decode_workspace_numel(t, hq, d, _shape(g, op, "k_cache")[1], st))
-    if op.kind == "gated_delta_rule":
-        if not hasattr(mod, "chunked_workspace_numel"):
-            return 0
-        q, v = _shape(g, op, "q"), _shape(g, op, "v")
-        return int(mod.chunked_workspace_numel(q[0], v[1], q[2], v[2]))
-    if op.kind == "sampling":
-        rows, vocab = _shape(g, op, "logits")[:2]
-        return int(mod.select_workspace_numel(rows, vocab))
-    raise CompileError(f"{g.extent.name}: op {op.name} ({op.kind}, route {op.route.route}) takes a workspace "
-                       f"the memory report cannot size")
-
-
-def route_workspace_bytes(g: Graph) -> int:
-    """Bytes of the float32 workspace the runtime allocates for extent `g`: the max over its routed
-    ops of `op_workspace_numel` x 4."""
+def extent_workspace_numel(g: Graph, registry=None) -> int:
+    """float32 elements of extent `g`'s one workspace buffer: the max over its routed ops
+    (`registry`: the compile's route registry, default the library's)."""
     need = 0
     for op in g.ops():
         if op.route is None:
             continue
-        try:
-            need = max(need, op_workspace_numel(g, op) * 4)
-        except RouteError:  # a route the linear hook does not know: not counted
-            continue
+        n = op_workspace_numel(g, op, registry)
+        if n:
+            need = max(need, n)
     return need
 
 
+def route_workspace_bytes(g: Graph, registry=None) -> int:
+    """Bytes of the float32 workspace of extent `g` (the plan's `extents.X.workspace.numel` x 4)."""
+    return extent_workspace_numel(g, registry) * 4
+
+
 def memory_report(graphs: list[Graph], objects: Mapping[str, Any] | None, spec, *, slots: int,
-                  max_context: int, kv_dtype: str) -> MemoryReport:
+                  max_context: int, kv_dtype: str, registry=None) -> MemoryReport:
     used: set[str] = set()
     for g in graphs:
         for t in g.tensors.values():
@@ -148,7 +129,7 @@ def memory_report(graphs: list[Graph], objects: Mapping[str, Any] | None, spec, 
     st = sum(b["bytes"] for b in bufs.values() if b["kind"] == "gdn")
     arenas = {g.extent.name: int(g.meta.get("memory", {}).get("arena_bytes", 0)) for g in graphs}
     per_token = kv // max(1, slots * max_context)
-    rws = {g.extent.name: route_workspace_bytes(g) for g in graphs}
+    rws = {g.extent.name: route_workspace_bytes(g, registry) for g in graphs}
     rws = {k: v for k, v in rws.items() if v}
     return MemoryReport(weights=weights, kv=kv, state=st, workspace=max(arenas.values(), default=0),
                         kv_bytes_per_token=per_token, slots=slots, max_context=max_context, kv_dtype=kv_dtype,

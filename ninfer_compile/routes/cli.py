@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import NinferError, RouteError
+from ..kernels.family import family_specs
 from .schema import TableErrors
 from .table import RouteTable, UnsupportedRange, effective_match, fmt_match, load_table, table_for_sm
 
@@ -101,8 +102,10 @@ def summary(table: RouteTable) -> str:
 
 # --------------------------------------------------------------------------- show
 def _show_match(family: str, eff: dict) -> str:
-    """The effective match for display; `epilogue: none` is only shown for linear."""
-    if family != "linear" and eff.get("epilogue") == "none":
+    """The effective match for display; `epilogue: none` is only shown for a family with an
+    `epilogue` attribute (linear)."""
+    spec = family_specs().get(family)
+    if (spec is None or not any(a.name == "epilogue" for a in spec.attrs)) and eff.get("epilogue") == "none":
         eff = {k: v for k, v in eff.items() if k != "epilogue"}
     return fmt_match(eff) if eff else "{} (every op)"
 
@@ -134,15 +137,15 @@ def render_table(table: RouteTable) -> str:
         out.append("")
         out.append(f"{fam}:")
         for g in groups:
-            out.append(f"  match {_show_match(fam, g.eff)}   [{table.name}:{g.line}]")
+            out.append(f"  match {_show_match(fam, g.eff)}   [{table.where(g)}]")
             width = max(len(r.route.name) if r.route else 11 for r in g.rows)
             for r in g.rows:
                 if r.route is None:
                     out.append(f"    {_fmt_range(r.lo, r.hi):<14} {'UNSUPPORTED':<{width}}  "
-                               f"{r.unsupported}   {table.name}:{r.line}")
+                               f"{r.unsupported}   {table.where(r)}")
                     continue
                 out.append(f"    {_fmt_range(r.lo, r.hi):<14} {r.route.name:<{width}}  "
-                           f"{_fmt_params(r.resolved, r.params):<40} {table.name}:{r.line}")
+                           f"{_fmt_params(r.resolved, r.params):<40} {table.where(r)}")
                 if r.evidence:
                     for t, cands in sorted(r.evidence.items()):
                         ev = ", ".join(f"{c} {us:g}us" for c, us in sorted(cands.items(), key=lambda x: x[1]))
@@ -196,21 +199,6 @@ def _table_matches(a: RouteTable, b: RouteTable, family: str) -> list[dict]:
     return seen
 
 
-# Contract roles (qwen3_5_hybrid) of 2-D tensors that are not linear weights.
-EMBEDDING_ROLES = {"token_embedding"}
-NOT_LINEAR_ROLES = {"gdn_convolution", "vision_other", "draft_head_token_ids", "text_norm",
-                    "mtp_norm", "gdn_decay"}
-
-
-def _not_linear_name(name: str) -> bool:
-    leaf = name.rsplit("/", 1)[-1]
-    return any(w in leaf for w in ("norm", "bias", "convolution", "position", "token_ids"))
-
-
-_ATTN_FAMILIES = ("head_rmsnorm", "rope", "kv_append", "attention")
-_GDN_FAMILIES = ("conv1d", "gdn_gating", "gated_delta_rule", "gated_rmsnorm")
-
-
 def model_ops(a: RouteTable, b: RouteTable, artifact: Path, contract: Path | None) -> list[tuple[str, dict, str]]:
     """(family, op match, note) for the ops the artifact's model presents."""
     try:
@@ -220,58 +208,24 @@ def model_ops(a: RouteTable, b: RouteTable, artifact: Path, contract: Path | Non
         raise RouteError(f"routes diff --artifact needs the artifact and contracts packages: {exc}") from None
     with Artifact.open(artifact) as art:
         model_id = art.model_id
-    spec = find_contract(artifact, model_id, contract).resolve()
+    contract_spec = find_contract(artifact, model_id, contract).resolve()
+    kinds = set(getattr(contract_spec, "layer_kinds", []) or [])
     ops: list[tuple[str, dict, str]] = []
-
-    def epilogues(fmt: str) -> list[str]:
-        eps = {"none"}
-        for table in (a, b):
-            for g in table.groups.get("linear", []):
-                if g.eff.get("format") in (None, fmt):
-                    eps.add(g.eff["epilogue"])
-        return sorted(eps)
-
-    shapes: dict[tuple, list[str]] = {}
-    embed: dict[tuple, list[str]] = {}
-    for obj in spec.objects.values():
-        if obj.kind != "tensor" or obj.shape is None or obj.format is None or len(obj.shape) != 2:
+    specs = family_specs()
+    families = set(a.groups) | set(b.groups) | {n for n, s in specs.items() if s.model_matches is not None}
+    # families whose ops the contract's weights describe (e.g. one linear per weight shape) first
+    for fam in sorted(families, key=lambda f: (specs[f].model_matches is None, f) if f in specs else (True, f)):
+        spec = specs.get(fam)
+        if spec is not None and spec.model_matches is not None:
+            ops += [(fam, m, note) for m, note in spec.model_matches(contract_spec, (a, b))]
             continue
-        role = obj.role or ""
-        n, k = obj.shape
-        if role in EMBEDDING_ROLES or (not role and "embedding" in obj.name and "patch" not in obj.name):
-            embed.setdefault((obj.format, n, k), []).append(obj.name)
-        elif role in NOT_LINEAR_ROLES or _not_linear_name(obj.name):
-            continue
-        else:
-            shapes.setdefault((obj.format, n, k), []).append(obj.name)
-    for (fmt, n, k), names in sorted(shapes.items()):
-        note = _objects_note(names)
-        for ep in epilogues(fmt):
-            ops.append(("linear", {"format": fmt, "n": n, "k": k, "epilogue": ep}, note))
-    for (fmt, n, k), names in sorted(embed.items()):
-        ops.append(("embedding", {"format": fmt, "n": n, "k": k}, _objects_note(names)))
-    kinds = set(getattr(spec, "layer_kinds", []) or [])
-    families = set(a.groups) | set(b.groups)
-    for fam in sorted(families - {"linear", "embedding"}):
-        if fam in _ATTN_FAMILIES and "attention" not in kinds:
-            continue
-        if fam in _GDN_FAMILIES and "gdn" not in kinds:
+        if spec is not None and spec.layer_kind is not None and spec.layer_kind not in kinds:
             continue
         for m in _table_matches(a, b, fam):
             ops.append((fam, m, ""))
     return ops
 
 
-def _objects_note(names: list[str]) -> str:
-    names = sorted(names)
-    if len(names) <= 2:
-        return ", ".join(names)
-    return f"{names[0]} … ({len(names)} objects)"
-
-
-def render_diff(a: RouteTable, b: RouteTable, artifact: Path | None = None,
-                contract: Path | None = None) -> str:
-    return diff_tables(a, b, artifact, contract)[0]
 
 
 def diff_tables(a: RouteTable, b: RouteTable, artifact: Path | None = None,

@@ -1,6 +1,6 @@
 """Route table schema: YAML with line marks, pydantic models, error formatting.
 
-`parse_table_file(path)` reads a `routes/smNN.yaml` through `ninfer_compile/yaml_lines.py` (every
+`read_table_file(path)` + `parse_table_text(...)` read a `routes/smNN.yaml` through `yaml_lines.py` (every
 node's line kept; aliases, oversized files and too many nodes refused), refuses duplicate keys, builds plain data, and validates the structure with pydantic
 (`extra="forbid"` everywhere). Every error is `FILE:LINE: FIELD: MESSAGE`, LINE being the line of
 the offending key / row. Semantic checks against the route registry live in `table.py`.
@@ -23,6 +23,11 @@ Shape of a table (DESIGN §5)::
 
 A row names either a `route` or, explicitly, `unsupported: REASON` (selection there is always a
 RouteError quoting the reason) — so every T from 1 to max has a stated outcome.
+
+A table may say `extends: base.yaml` (a path relative to it): it inherits the base's family
+sections, and each of its own groups replaces the base group with the same match (or adds one).
+A base file has the family sections and a `provenance` header only (`BaseHeader`). The merge is
+table.py's (`load_table`).
 """
 
 from __future__ import annotations
@@ -36,38 +41,31 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from pydantic import TypeAdapter, ValidationError, field_validator, model_validator
 
 from ..errors import RouteError
-from ..yaml_lines import YamlInputError, parse_yaml_with_lines, read_yaml_bytes
+from ..kernels.family import family_names, family_specs
+from ..yaml_lines import YamlInputError, format_path, parse_yaml_with_lines, read_yaml_bytes
 
-# Families named in ARCHITECTURE.md. A table may also hold a section for any family that has
-# registered routes (e.g. a fused family); anything else is an unknown key.
-KNOWN_FAMILIES: tuple[str, ...] = (
-    "linear",
-    "embedding",
-    "rmsnorm",
-    "head_rmsnorm",
-    "rope",
-    "kv_append",
-    "attention",
-    "conv1d",
-    "gdn_gating",
-    "gated_delta_rule",
-    "gated_rmsnorm",
-    "sampling",
-)
+HEADER_KEYS = ("sm", "provenance", "miss", "extends")
 
-HEADER_KEYS = ("sm", "provenance", "miss")
-
-# Match keys every family accepts; family-specific keys below, plus every key a registered route
-# of the family restricts in `RouteDomain.extra`.
+# Match keys every family accepts (integers: n, k); a family's own keys come from its spec
+# (`FamilySpec.match_keys` / `int_match_keys`), plus every key a registered route of the family
+# restricts in `RouteDomain.extra`.
 BASE_MATCH_KEYS: tuple[str, ...] = ("format", "n", "k", "epilogue")
-FAMILY_MATCH_KEYS: dict[str, tuple[str, ...]] = {
-    "attention": ("phase", "kv_dtype", "head_dim"),
-    "kv_append": ("kv_dtype", "head_dim"),
-    "conv1d": ("phase",),
-    "gated_delta_rule": ("phase",),
-    "sampling": ("mode",),
-}
-INT_MATCH_KEYS = ("n", "k", "head_dim")
+BASE_INT_MATCH_KEYS: tuple[str, ...] = ("n", "k")
+
+
+def known_families() -> tuple[str, ...]:
+    """The families a table may have a section for: every declared family (kernels/*/spec.py)."""
+    return family_names()
+
+
+def family_match_keys(family: str) -> tuple[str, ...]:
+    spec = family_specs().get(family)
+    return tuple(spec.match_keys) if spec is not None else ()
+
+
+def int_match_keys(family: str) -> tuple[str, ...]:
+    spec = family_specs().get(family)
+    return BASE_INT_MATCH_KEYS + (tuple(spec.int_match_keys) if spec is not None else ())
 
 
 class TableErrors(RouteError):
@@ -100,13 +98,7 @@ class _NodeData:
 
 
 def fmt_path(path: tuple | list) -> str:
-    out = ""
-    for part in path:
-        if isinstance(part, int) and not isinstance(part, bool):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top)"
+    return format_path(path, top="(top)")
 
 
 def _real_loc(data: Any, loc: tuple) -> tuple:
@@ -206,6 +198,14 @@ class Header(_Strict):
     sm: StrictInt = Field(ge=1)
     provenance: Provenance
     miss: Literal["error", "nearest"]
+    extends: StrictStr | None = None  # a base table (path relative to this file) whose rows this one inherits
+
+
+class BaseHeader(_Strict):
+    """The header of a base table (`extends:` target): provenance only. A base is for several sm,
+    so `sm`/`miss` belong to the tables that extend it; a base extends nothing."""
+
+    provenance: Provenance
 
 
 class RowModel(_Strict):
@@ -275,14 +275,15 @@ class ParsedGroup:
 @dataclass
 class ParsedTable:
     name: str
-    header: Header
+    header: Header | BaseHeader
     families: dict[str, list[ParsedGroup]] = field(default_factory=dict)
     family_lines: dict[str, int] = field(default_factory=dict)
     doc: _NodeData | None = None
 
 
-def parse_table_text(name: str, text: str, family_ok) -> tuple[ParsedTable | None, list[str]]:
-    """Structural parse. `family_ok(key) -> bool` says whether a top-level key is a family.
+def parse_table_text(name: str, text: str, family_ok, *, base: bool = False) -> tuple[ParsedTable | None, list[str]]:
+    """Structural parse. `family_ok(key) -> bool` says whether a top-level key is a family;
+    `base`: the file is a base table (`BaseHeader`: provenance only).
     Returns (table, errors): the table holds the family sections that parsed (None when the
     header itself is invalid), so semantic checks can still report on them."""
     doc = _NodeData(name, text)
@@ -294,7 +295,7 @@ def parse_table_text(name: str, text: str, family_ok) -> tuple[ParsedTable | Non
     header_data = {k: data[k] for k in HEADER_KEYS if k in data}
     header = None
     try:
-        header = Header.model_validate(header_data)
+        header = (BaseHeader if base else Header).model_validate(header_data)
     except ValidationError as exc:
         errors += pydantic_errors(doc, exc, (), header_data)
     parsed = ParsedTable(name=name, header=header, doc=doc)  # type: ignore[arg-type]

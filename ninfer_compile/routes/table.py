@@ -14,6 +14,13 @@ route registry, collecting every error as `file:line: field: message`:
 
 A match without `epilogue` means `epilogue: none` (for table rows and ops alike).
 
+`extends: FILE` (a base table, path relative to the table): the base's groups are inherited and
+each group of the table replaces the base group with the same effective match (in its place) or
+is added after the base's. Every row keeps its own file (`TableRow.file`), so errors, `source`
+and `--explain` cite `base.yaml:LINE` for an inherited row; `sha256` covers both files' bytes.
+One level: a base extends nothing, and a table extending an unmeasured base cannot say measured.
+The merge is inherit.py's.
+
 `RouteTable.select(family, t, match)` returns the `Selection` of the most specific group whose
 match is a subset of the op's match, at the row covering T. The chosen route's domain is checked
 again against the op's concrete match (shape rules on n/k). On a miss, `miss: error` raises a
@@ -32,11 +39,12 @@ from typing import Any, Mapping
 
 from ..errors import RouteError
 from ..kernels.registry import Registry, Route, default_registry
+from .inherit import base_hint, load_table_data, merge_families, read_base  # noqa: F401  (load_table_data re-exported)
 from .schema import (
     BASE_MATCH_KEYS,
-    FAMILY_MATCH_KEYS,
-    INT_MATCH_KEYS,
-    KNOWN_FAMILIES,
+    family_match_keys,
+    int_match_keys,
+    known_families,
     ParsedGroup,
     TableErrors,
     parse_table_text,
@@ -94,6 +102,7 @@ class TableRow:
     evidence: dict | None
     line: int
     unsupported: str | None = None
+    file: str = ""  # the file the row is written in (the table's, or its base's)
 
     def contains(self, t: int) -> bool:
         return self.lo <= t and (self.hi is None or t <= self.hi)
@@ -106,6 +115,7 @@ class TableGroup:
     eff: dict  # effective (epilogue defaulted)
     rows: tuple[TableRow, ...]
     line: int
+    file: str = ""  # the file the group is written in (the table's, or its base's)
 
     def row_at(self, t: int) -> TableRow:
         for row in self.rows:
@@ -127,10 +137,11 @@ class RouteTable:
     """A validated route table. Use `load_table` / `table_for_sm` to build one."""
 
     def __init__(self, path: Path, raw: bytes, sm: int, provenance: dict, miss: str,
-                 groups: dict[str, list[TableGroup]]):
+                 groups: dict[str, list[TableGroup]], base: Path | None = None, base_raw: bytes = b""):
         self.path = Path(path)
         self.name = self.path.name
-        self.sha256 = hashlib.sha256(raw).hexdigest()
+        self.base = None if base is None else Path(base)  # the `extends:` file, if any
+        self.sha256 = hashlib.sha256(raw + base_raw).hexdigest()
         self.sm = sm
         self.provenance = provenance
         self.miss = miss
@@ -144,8 +155,11 @@ class RouteTable:
     def families(self) -> list[str]:
         return list(self.groups)
 
-    def _src(self, row: TableRow) -> str:
-        return f"{self.name}:{row.line}"
+    def where(self, item: TableRow | TableGroup) -> str:
+        """`file:line` of a row or group: its own file (the base's for an inherited one)."""
+        return f"{item.file or self.name}:{item.line}"
+
+    _src = where
 
     def select(self, family: str, t: int, match: Mapping[str, Any] | None = None) -> Selection:
         match = dict(match or {})
@@ -215,13 +229,14 @@ def _closeness(row_eff: Mapping[str, Any], op: Mapping[str, Any]) -> tuple:
 
 # --------------------------------------------------------------------------- loading
 def _allowed_match_keys(family: str, routes: list[Route]) -> set[str]:
-    keys = set(BASE_MATCH_KEYS) | set(FAMILY_MATCH_KEYS.get(family, ()))
+    keys = set(BASE_MATCH_KEYS) | set(family_match_keys(family))
     for r in routes:
         keys |= set(r.domain.extra)
     return keys
 
 
 def _check_group(name: str, g: ParsedGroup, registry: Registry, errors: list[str]) -> TableGroup | None:
+    """Semantic checks of one group written in file `name` (errors cite it)."""
     fam = g.family
     where = f"{fam}[{g.index}]"
     fam_routes = registry.routes_for(fam)
@@ -232,7 +247,7 @@ def _check_group(name: str, g: ParsedGroup, registry: Registry, errors: list[str
             errors.append(f"{name}:{g.match_line}: {where}.match.{key}: unknown match key for "
                           f"{fam} (known: {', '.join(sorted(allowed))})")
             ok = False
-        elif key in INT_MATCH_KEYS and (not isinstance(value, int) or isinstance(value, bool)):
+        elif key in int_match_keys(fam) and (not isinstance(value, int) or isinstance(value, bool)):
             errors.append(f"{name}:{g.match_line}: {where}.match.{key}: must be an integer, got {value!r}")
             ok = False
         elif key in ("format", "epilogue", "phase", "kv_dtype") and not isinstance(value, str):
@@ -267,7 +282,7 @@ def _check_group(name: str, g: ParsedGroup, registry: Registry, errors: list[str
             ok = False
         prev_hi = r.hi if prev_hi is not None else None
         if r.route is None:  # explicit unsupported range
-            rows.append(TableRow(r.lo, r.hi, None, {}, {}, None, r.line, r.unsupported))
+            rows.append(TableRow(r.lo, r.hi, None, {}, {}, None, r.line, r.unsupported, file=name))
             continue
         # route
         route = registry.find(r.route)
@@ -297,27 +312,27 @@ def _check_group(name: str, g: ParsedGroup, registry: Registry, errors: list[str
                     errors.append(f"{name}:{r.line}: {rwhere}.evidence: sample T {sample_t} must be >= 1")
                     ok = False
         rows.append(TableRow(r.lo, r.hi, route, dict(r.params), route.resolve_params(r.params),
-                             r.evidence, r.line))
+                             r.evidence, r.line, file=name))
     if not ok:
         return None
-    return TableGroup(fam, dict(g.match), eff, tuple(rows), g.line)
+    return TableGroup(fam, dict(g.match), eff, tuple(rows), g.line, file=name)
 
 
-def _check_ambiguity(name: str, fam: str, groups: list[tuple[ParsedGroup, TableGroup]],
-                     errors: list[str]) -> None:
+def _check_ambiguity(fam: str, groups: list[tuple[ParsedGroup, TableGroup]], errors: list[str]) -> None:
     for i, (pa, a) in enumerate(groups):
         for pb, b in groups[:i]:
             shared = a.eff.keys() & b.eff.keys()
             if not all(_eq(a.eff[k], b.eff[k]) for k in shared):
                 continue  # disjoint: no op matches both
+            other = f"line {pb.match_line}" if b.file == a.file else f"{b.file}:{pb.match_line}"
             if a.eff == b.eff:
-                errors.append(f"{name}:{pa.match_line}: {fam}[{pa.index}].match: duplicate match "
-                              f"{fmt_match(a.eff)} (same as line {pb.match_line})")
+                errors.append(f"{a.file}:{pa.match_line}: {fam}[{pa.index}].match: duplicate match "
+                              f"{fmt_match(a.eff)} (same as {other})")
             elif not (a.eff.items() <= b.eff.items() or b.eff.items() <= a.eff.items()):
                 union = dict(a.eff)
                 union.update(b.eff)
-                errors.append(f"{name}:{pa.match_line}: {fam}[{pa.index}].match: ambiguous with line "
-                              f"{pb.match_line}: an op {fmt_match(union)} matches both and neither "
+                errors.append(f"{a.file}:{pa.match_line}: {fam}[{pa.index}].match: ambiguous with "
+                              f"{other}: an op {fmt_match(union)} matches both and neither "
                               f"is more specific")
 
 
@@ -329,39 +344,56 @@ def _error_line(err: str) -> int:
 
 
 def load_table(path: str | Path, registry: Registry | None = None) -> RouteTable:
-    """Load and fully validate a route table; RouteError (all errors, one per line) if invalid."""
+    """Load and fully validate a route table (with its `extends:` base); RouteError (all errors,
+    one per line, each naming the file it is in) if invalid."""
     reg = registry or default_registry
     path = Path(path)
     name, raw, text = read_table_file(path)
-    registered_families = set(reg.families())
+    registered_families = set(reg.families()) | set(known_families())
 
     def family_ok(key: str) -> bool:
-        return key in KNOWN_FAMILIES or key in registered_families
+        return key in registered_families
 
     parsed, errors = parse_table_text(name, text, family_ok)
     if parsed is None:
-        raise TableErrors(errors)
+        hint = base_hint(name, text)
+        raise TableErrors([hint] if hint else errors)
     errors = list(errors)
+    families = {fam: [(name, pg) for pg in pgs] for fam, pgs in parsed.families.items()}
+    files = [name]
+    bpath, braw = None, b""
+    if parsed.header.extends is not None:
+        bpath, braw, bparsed, berrors = read_base(path, name, parsed, family_ok)
+        files.insert(0, bpath.name)
+        errors = berrors + errors
+        if bparsed is None:
+            raise TableErrors(errors)
+        if parsed.header.provenance.source == "measured" and bparsed.header.provenance.source != "measured":
+            errors.append(f"{name}:{parsed.doc.line_of(('provenance',))}: provenance: source measured, but "
+                          f"the rows of {bpath.name} are {bparsed.header.provenance.source}")
+        families = merge_families({fam: [(bpath.name, pg) for pg in pgs]
+                                    for fam, pgs in bparsed.families.items()}, families)
     groups: dict[str, list[TableGroup]] = {}
-    for fam, pgroups in parsed.families.items():
+    for fam, pgroups in families.items():
         checked = []
-        for pg in pgroups:
-            tg = _check_group(name, pg, reg, errors)
+        for gname, pg in pgroups:
+            tg = _check_group(gname, pg, reg, errors)
             if tg is not None:
                 checked.append((pg, tg))
-        _check_ambiguity(name, fam, checked, errors)
+        _check_ambiguity(fam, checked, errors)
         groups[fam] = [tg for _, tg in checked]
     if errors:
-        raise TableErrors(sorted(errors, key=_error_line))
+        order = {f: i for i, f in enumerate(files)}
+        raise TableErrors(sorted(errors, key=lambda e: (order.get(e.split(":", 1)[0], len(files)), _error_line(e))))
     prov = parsed.header.provenance.model_dump(exclude_none=True)
     if "date" in prov:
         prov["date"] = str(prov["date"])
-    return RouteTable(path, raw, parsed.header.sm, prov, parsed.header.miss, groups)
+    return RouteTable(path, raw, parsed.header.sm, prov, parsed.header.miss, groups, bpath, braw)
 
 
 def shipped_tables() -> dict[int, Path]:
     out = {}
-    for p in sorted(ROUTES_DIR.glob("sm*.yaml")):
+    for p in sorted(ROUTES_DIR.glob("sm*.yaml")):  # base.yaml (a base, not a table) is not one
         stem = p.stem[2:]
         if stem.isdigit():
             out[int(stem)] = p

@@ -5,9 +5,10 @@
 
 1. Refuses (exit 2) without a CUDA GPU, or when the local GPU's sm differs from --sm.
 2. Derives the match set from the model (shapes.py): the ops `compile` would select routes for.
-3. Times every candidate (route whose declared domain covers the match and T, x params) cold on
-   the GPU (measure.py), after checking it once against the route's reference.
-4. Picks crossovers (crossover.py) per match (a row group pinned to the shape) and per generic
+3. Times every candidate (route whose declared domain covers the match and T, x the params its
+   family's TuneSpec proposes) cold on the GPU (measure.py + the TuneSpec's builder), after
+   checking it once against the route's reference at the family's tolerance.
+4. Picks crossovers (crossover.py, picking.py) per match (a row group pinned to the shape) and per generic
    match (format/epilogue/phase/kv_dtype: the sum over the model's shapes), carries every other
    group of the base table over unchanged, validates the table and writes it atomically, plus a
    markdown report with the whole timing grid.
@@ -25,15 +26,16 @@ import shlex
 import subprocess
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 
 from ..errors import NinferError, RouteError
 from . import crossover as X
-from .shapes import (KV_DTYPES, MatchCase, derive_match_set, describe, generic_match, load_model,
-                     match_text, parse_families)
+from ..kernels.tuning import context_families
+from .picking import (all_candidates, grids_from_records, merge_measurements, pick_groups,  # noqa: F401
+                      render_report, route_candidates)
+from .shapes import KV_DTYPES, MatchCase, derive_match_set, describe, load_model, parse_families
 
 DEFAULT_T_POINTS = (1, 2, 3, 4, 5, 8, 12, 16, 24, 32, 48, 64, 128, 256, 512, 1024)
 QUICK_T_POINTS = (1, 2, 4, 5, 8, 16, 32, 64, 128, 512, 1024)
@@ -176,18 +178,20 @@ def candidates_for(case: MatchCase, t: int, quick: bool, only: tuple[str, ...] =
     """[(route, params)] whose declared domain covers the case's match and T (and, when `only` is
     given, whose name contains one of its substrings)."""
     from ..kernels.registry import routes_for
+    from ..kernels.tuning import find_tune_spec
     from ..routes.table import effective_match
     from .measure import param_candidates
 
     eff = effective_match(case.match)
+    spec = find_tune_spec(case.family)
     out = []
     for r in routes_for(case.family):
         if r.covers(t, t, eff) is not None:
             continue
         if only and not any(o in r.name for o in only):
             continue
-        if quick and r.family == "linear" and r.name.endswith("_wide_mma") and t < 16:
-            continue  # pruned: the wide schedule pads T to its tile
+        if spec is not None and spec.pruned(r, t, quick):
+            continue  # the family's TuneSpec prunes the route at this T (e.g. --quick)
         for p in param_candidates(r, t, quick):
             out.append((r, p))
     return out
@@ -198,7 +202,12 @@ def _only(args) -> tuple[str, ...]:
 
 
 def contexts_for(case: MatchCase, args) -> list:
-    if case.family != "attention":
+    """The context depths a case is measured at: [None] unless its TuneSpec says `contexts`; then the
+    decode contexts for a decode case, the prefill cached prefixes otherwise."""
+    from ..kernels.tuning import find_tune_spec
+
+    spec = find_tune_spec(case.family)
+    if spec is None or not spec.contexts:
         return [None]
     if case.phase == "decode":
         return list(_ints(args.decode_contexts, QUICK_DECODE_CONTEXTS if args.quick else DECODE_CONTEXTS,
@@ -272,7 +281,7 @@ def measure_all(cases, plan, args, warn) -> list[dict]:
     import torch
     from tqdm import tqdm
 
-    from .measure import DEFAULT_TOL, FAMILY_TOL, build, time_launches
+    from .measure import build, time_launches, tolerance
 
     reps = args.reps or (5 if args.quick else 10)
     total = sum(len(c) for *_, c in plan)
@@ -290,7 +299,7 @@ def measure_all(cases, plan, args, warn) -> list[dict]:
                 warn(f"{describe(case)} T={t} ctx={ctx}: cannot build operands: {type(exc).__name__}: {exc}")
                 bar.update(len(cands))
                 continue
-            tol = args.tol if args.tol is not None else FAMILY_TOL.get(case.family, DEFAULT_TOL)
+            tol = args.tol if args.tol is not None else tolerance(case.family)
             for route, params in cands:
                 ck = (ci, route.name, json.dumps(params, sort_keys=True, default=str))
                 rec = {"case": ci, "family": case.family, "match": dict(case.match), "t": t, "ctx": ctx,
@@ -328,203 +337,6 @@ def measure_all(cases, plan, args, warn) -> list[dict]:
             del bench
             torch.cuda.empty_cache()
     return records
-
-
-# --------------------------------------------------------------------------- picking
-def grids_from_records(cases, records) -> dict[int, dict[int, dict[X.Candidate, float]]]:
-    """Per case: T -> {candidate: µs}, summed over contexts (a candidate missing at one context
-    is not a candidate at that T)."""
-    per_ctx: dict[tuple, dict[int, dict[X.Candidate, float]]] = defaultdict(lambda: defaultdict(dict))
-    ctxs: dict[int, set] = defaultdict(set)
-    for r in records:
-        ctxs[r["case"]].add(r["ctx"])
-        if "us" not in r:
-            continue
-        c = X.Candidate.make(r["route"], r["params"], r.get("min_t", 1), r.get("max_t"))
-        per_ctx[(r["case"], r["ctx"])][r["t"]][c] = float(r["us"])
-    out = {}
-    for ci in range(len(cases)):
-        grids = [per_ctx[(ci, ctx)] for ctx in sorted(ctxs.get(ci, ()), key=lambda v: (v is None, v or 0))]
-        grids = [g for g in grids if g]
-        out[ci] = X.sum_grids(grids) if grids else {}
-    return out
-
-
-def all_candidates(records) -> dict[str, list[X.Candidate]]:
-    fam: dict[str, set] = defaultdict(set)
-    for r in records:
-        fam[r["family"]].add(X.Candidate.make(r["route"], r["params"], r.get("min_t", 1), r.get("max_t")))
-    return {k: sorted(v, key=lambda c: (c.route, repr(c.params))) for k, v in fam.items()}
-
-
-def route_candidates(family: str, match) -> list[X.Candidate]:
-    """Default-params candidates of every registered route covering the match (for coverage)."""
-    from ..kernels.registry import routes_for
-    from ..routes.table import effective_match
-
-    eff = effective_match(match)
-    return [X.Candidate.make(r.name, {}, r.domain.min_t, r.domain.max_t) for r in routes_for(family)
-            if r.domain.covers_match(eff) is None]
-
-
-def _measured_points(seen: set[int], t_points) -> list[int]:
-    """The T points at which this match has any record (a timing or a failure). A merge of runs
-    with different T points (--replay) must not turn a point that only another match was measured
-    at into an `unsupported` hole here (2026-11-29: T=12, measured for the tensor-core GEMVs only,
-    left BF16 T 12..15 unsupported). A point where every candidate failed stays a point."""
-    return [t for t in t_points if t in seen]
-
-
-def pick_groups(cases, records, t_points, hysteresis: float, generic: bool = True) -> list[X.Group]:
-    from ..kernels.registry import routes_for
-    from ..routes.table import effective_match
-
-    grids = grids_from_records(cases, records)
-    seen: dict[int, set[int]] = defaultdict(set)  # case -> T points with any record
-    for r in records:
-        seen[r["case"]].add(r["t"])
-    groups: list[X.Group] = []
-    gen_members: dict[tuple, list[int]] = defaultdict(list)
-    for ci, case in enumerate(cases):
-        grid = grids.get(ci) or {}
-        if not any(grid.values()):
-            continue
-        cands = route_candidates(case.family, case.match)
-        rows = X.pick_rows(grid, cands, _measured_points(seen[ci], t_points), hysteresis,
-                           what=f"{case.family} {match_text(case.match)}")
-        ops = ", ".join(case.ops[:4]) + (f", ... ({len(case.ops)} ops)" if len(case.ops) > 4 else "")
-        groups.append(X.Group(case.family, dict(case.match), rows, comment=f"measured: {ops}"))
-        gm = generic_match(case.family, case.match, routes_for(case.family))
-        gen_members[(case.family, json.dumps(gm, sort_keys=True))].append(ci)
-    if generic:
-        for (fam, gm_text), members in gen_members.items():
-            gm = json.loads(gm_text)
-            if any(effective_match(gm) == effective_match(cases[ci].match) for ci in members):
-                continue  # the pinned group already is the generic one
-            grid = X.sum_grids([grids[ci] for ci in members if grids.get(ci)])
-            pts = _measured_points(set().union(*(seen[ci] for ci in members)), t_points)
-            rows = X.pick_rows(grid, route_candidates(fam, gm), pts, hysteresis,
-                               what=f"{fam} {match_text(gm)}")
-            shapes = "; ".join(describe(cases[ci]).split(" (")[0] for ci in members)
-            groups.append(X.Group(fam, gm, rows, comment=f"fallback for other shapes; evidence = sum over: {shapes}"))
-    return groups
-
-
-# --------------------------------------------------------------------------- report
-def _fmt_us(v) -> str:
-    return "" if v is None else f"{v:.1f}"
-
-
-def render_report(cases, records, groups, prov: dict, dropped: list[str], carried: list[str],
-                  t_points, elapsed: float | None) -> str:
-    lines = [f"# Route tuning, sm{prov.get('sm', '?')} on {prov.get('device', '?')}", "",
-             f"- command: `{prov.get('command', '')}`", f"- date: {prov.get('date', '')}",
-             f"- driver {prov.get('driver', '?')}, CUDA {prov.get('cuda', '?')}, torch {prov.get('torch', '?')}, "
-             f"triton {prov.get('triton', '?')}, power limit {prov.get('power_w', '?')} W",
-             "- method: cold (cold operands rotate over copies > 3x L2), CUDA-graph replay, median µs per launch; "
-             "attention rows sum the contexts measured"]
-    if elapsed is not None:
-        lines.append(f"- measured in {elapsed:.0f} s, {sum('us' in r for r in records)} timings")
-    lines.append("")
-    # choice summary
-    lines += ["## Chosen rows", "", "| family | match | T | route | params |", "|---|---|---|---|---|"]
-    for g in groups:
-        if g.raw is not None:
-            continue
-        for r in g.rows:
-            t = f"{r.lo}..{'max' if r.hi is None else r.hi}"
-            if r.candidate is None:
-                lines.append(f"| {g.family} | `{match_text(g.match)}` | {t} | unsupported | |")
-            else:
-                lines.append(f"| {g.family} | `{match_text(g.match)}` | {t} | {r.candidate.route} | "
-                             f"{json.dumps(r.candidate.params_dict) if r.candidate.params else ''} |")
-    # timing grids
-    lines += ["", "## Timing grid (µs)", ""]
-    by_case: dict[tuple, list[dict]] = defaultdict(list)
-    for r in records:
-        by_case[(r["case"], r["ctx"])].append(r)
-    for (ci, ctx), recs in sorted(by_case.items(), key=lambda kv: (kv[0][0], kv[0][1] is None, kv[0][1] or 0)):
-        case = cases[ci]
-        ts = [t for t in t_points if any(r["t"] == t for r in recs)]
-        keys = []
-        for r in recs:
-            k = X.Candidate.make(r["route"], r["params"]).key
-            if k not in keys:
-                keys.append(k)
-        title = describe(case) + (f", context {ctx}" if ctx is not None else "")
-        lines += [f"### {title}", "", "| candidate | " + " | ".join(f"T={t}" for t in ts) + " |",
-                  "|---|" + "---:|" * len(ts)]
-        cell = {}
-        for r in recs:
-            k = X.Candidate.make(r["route"], r["params"]).key
-            cell[(k, r["t"])] = _fmt_us(r.get("us")) if "us" in r else "fail"
-        best = {}
-        for t in ts:
-            vals = [(r["us"], X.Candidate.make(r["route"], r["params"]).key) for r in recs if r["t"] == t and "us" in r]
-            if vals:
-                best[t] = min(vals)[1]
-        for k in keys:
-            row = []
-            for t in ts:
-                v = cell.get((k, t), "")
-                row.append(f"**{v}**" if best.get(t) == k and v not in ("", "fail") else v)
-            lines.append(f"| `{k}` | " + " | ".join(row) + " |")
-        lines.append("")
-    if dropped:
-        lines += ["## Dropped candidates", ""] + [f"- {d}" for d in dropped] + [""]
-    if carried:
-        lines += ["## Groups carried over unmeasured from the base table", ""] + [f"- {c}" for c in carried] + [""]
-    return "\n".join(lines) + "\n"
-
-
-# --------------------------------------------------------------------------- main
-def merge_measurements(paths, sm: int) -> dict:
-    """Saved measurement files (`--save-measurements`) merged into one: cases are matched by
-    (family, match); a later file's record of the same (op, T, context, route, params) replaces an
-    earlier one; T points are the union; environment and command come from the last file, with the
-    merge recorded in the command."""
-    merged: dict | None = None
-    case_keys: list[str] = []
-    by_key: dict[str, dict] = {}
-    t_points: set[int] = set()
-    warnings: list[str] = []
-    commands: list[str] = []
-    for path in paths:
-        try:
-            saved = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise NinferError(f"--replay {path}: cannot read saved measurements: {exc}") from None
-        if not isinstance(saved, dict) or not isinstance(saved.get("cases"), list) \
-                or not isinstance(saved.get("records"), list):
-            raise NinferError(f"--replay {path}: not a measurement file (no cases / records)")
-        if int(saved.get("sm", -1)) != sm:
-            raise NinferError(f"--replay {path}: measured on sm{saved.get('sm')}, not --sm {sm}")
-        local = []
-        for c in saved["cases"]:
-            key = json.dumps([c.get("family"), sorted((c.get("match") or {}).items())], default=str)
-            if key not in case_keys:
-                case_keys.append(key)
-                if merged is None:
-                    merged = {"cases": []}
-                merged["cases"].append(c)
-            local.append(case_keys.index(key))
-        for r in saved["records"]:
-            r = dict(r)
-            r["case"] = local[int(r["case"])]
-            rk = json.dumps([r["case"], r.get("t"), r.get("ctx"), r.get("route"),
-                             sorted((r.get("params") or {}).items())], default=str)
-            by_key[rk] = r
-        t_points |= {int(t) for t in saved.get("t_points", [])}
-        warnings += list(saved.get("warnings", []))
-        commands.append(str(saved.get("command", "")))
-        last = saved
-    assert merged is not None
-    merged.update(sm=sm, source=last.get("source", ""), environment=last.get("environment", {}),
-                  t_points=sorted(t_points), warnings=warnings, records=list(by_key.values()),
-                  elapsed_s=last.get("elapsed_s"),
-                  command=commands[0] if len(commands) == 1 else
-                  "merged measurements of: " + " | ".join(commands))
-    return merged
 
 
 def run(args) -> int:
@@ -623,10 +435,11 @@ def run(args) -> int:
     if not args.no_base:
         base = args.base or (out if out.is_file() else ROUTES_DIR / f"sm{args.sm}.yaml")
         if base.is_file():
-            from ..yaml_lines import YamlInputError, read_yaml_text, safe_load
+            from ..routes.table import load_table_data
+            from ..yaml_lines import YamlInputError
 
             try:
-                data = safe_load(read_yaml_text(base), str(base))
+                data = load_table_data(base)  # with its `extends:` base merged in
             except YamlInputError as exc:
                 raise NinferError(f"--base {base}: {str(exc).splitlines()[0]}") from None
             except OSError as exc:
@@ -642,7 +455,8 @@ def run(args) -> int:
              "rows pinned to a shape (n/k/head_dim) carry that op's evidence; fallback groups (format/epilogue/"
              "phase/kv_dtype only) were picked on the sum of µs over the model's shapes",
              "evidence: µs per route (best params) at each measured T inside the row; `selected` = the row's own "
-             "params when they are not that route's best there; attention sums its contexts",
+             "params when they are not that route's best there"
+             + "".join(f"; {f} sums its contexts" for f in context_families()),
              f"hysteresis {args.hysteresis:g}; cold = operands rotated over copies > 3x L2, CUDA graph replay, median"]
     if quick:
         notes.append("--quick: pruned params / T points / contexts")

@@ -11,7 +11,8 @@ rest of the range goes to the best candidate whose domain covers it (or becomes 
 its domain is unbounded; otherwise the best unbounded candidate there takes `max`.
 
 `render_table` writes the routes/ schema (DESIGN §5) with `source: measured` provenance and per
-row the `evidence` (µs per route at the T points inside the row); `write_table` validates the
+row the `evidence` (µs per route at the T points inside the row), families in the order their
+TuneSpecs give (`kernels/tuning.py: table_order`); `write_table` validates the
 text with `ninfer_compile.routes.load_table` before atomically replacing the output.
 """
 
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import yaml
+
+from ..kernels.tuning import table_order
 
 HYSTERESIS = 0.03
 
@@ -188,11 +191,6 @@ def sum_grids(grids: Sequence[Mapping[int, Mapping[Candidate, float]]]) -> dict[
 
 
 # --------------------------------------------------------------------------- table text
-FAMILY_ORDER = ("linear", "embedding", "rmsnorm", "head_rmsnorm", "rope", "qk_norm_rope", "l2norm",
-                "kv_append", "attention", "conv1d", "gdn_gating", "gated_delta_rule", "gated_rmsnorm",
-                "sampling")
-
-
 @dataclass
 class Group:
     family: str
@@ -257,8 +255,7 @@ def render_table(sm: int, provenance: Mapping[str, Any], groups: Sequence[Group]
     fams: dict[str, list[Group]] = {}
     for g in groups:
         fams.setdefault(g.family, []).append(g)
-    order = [f for f in FAMILY_ORDER if f in fams] + sorted(f for f in fams if f not in FAMILY_ORDER)
-    for fam in order:
+    for fam in table_order(fams):  # the TuneSpecs' `order`, then undeclared families by name
         lines.append("")
         lines.append(f"{fam}:")
         for g in fams[fam]:

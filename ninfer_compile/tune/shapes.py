@@ -19,20 +19,6 @@ from ..errors import NinferError
 DEFAULT_MODEL = "qwen3.6-27b"
 KV_DTYPES = ("bf16", "int8")
 
-# Families the tuner can build on the GPU (measure.py has a builder for each).
-TUNABLE = ("linear", "attention", "gated_delta_rule", "gdn_gating", "gdn_gating_proj", "conv1d", "rmsnorm",
-           "gated_rmsnorm", "head_rmsnorm", "qk_norm_rope", "kv_append")
-
-# --families accepts family names and these groups (the kernel folder names).
-FAMILY_ALIASES: dict[str, tuple[str, ...]] = {
-    "gdn": ("gated_delta_rule", "gdn_gating", "gdn_gating_proj", "conv1d"),
-    "norms": ("rmsnorm", "gated_rmsnorm", "head_rmsnorm"),
-    "rope": ("qk_norm_rope",),
-    "kv_cache": ("kv_append",),
-    "all": TUNABLE,
-}
-
-
 @dataclass
 class MatchCase:
     """One match to measure. `match` is the op's full match (op_match: format, n, k, epilogue,
@@ -59,19 +45,36 @@ def match_text(match: Mapping[str, Any]) -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in sorted(match.items())) + "}"
 
 
-def parse_families(text: str | None, available: Iterable[str] = TUNABLE) -> tuple[str, ...]:
-    """`linear,gdn,attention` -> family names (aliases expanded); unknown names are an error."""
+def tunable() -> tuple[str, ...]:
+    """The families the tuner can build on the GPU: those whose `kernels/<folder>/tune.py` declares
+    a TuneSpec with a builder (table order)."""
+    from ..kernels.tuning import tunable_families
+
+    return tunable_families()
+
+
+def family_aliases() -> dict[str, tuple[str, ...]]:
+    """`--families` groups (TuneSpec `group`: the kernel folder names, e.g. `gdn`, `norms`) and `all`."""
+    from ..kernels.tuning import family_groups
+
+    return family_groups()
+
+
+def parse_families(text: str | None) -> tuple[str, ...]:
+    """`linear,gdn,attention` -> family names (groups expanded); unknown names are an error."""
+    names_all = tunable()
     if not text:
-        return tuple(TUNABLE)
+        return names_all
+    groups = family_aliases()
     out: list[str] = []
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
-        names = FAMILY_ALIASES.get(part, (part,))
+        names = groups.get(part, (part,))
         for n in names:
-            if n not in TUNABLE:
+            if n not in names_all:
                 raise NinferError(f"--families: {part!r} is not a tunable family (tunable: "
-                                  f"{', '.join(TUNABLE)}; groups: {', '.join(FAMILY_ALIASES)})")
+                                  f"{', '.join(names_all)}; groups: {', '.join(groups)})")
             if n not in out:
                 out.append(n)
     if not out:

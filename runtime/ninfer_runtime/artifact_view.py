@@ -22,14 +22,9 @@ MAGIC = b"NINFER\x00\x01"
 PREFIX_BYTES = 16
 PAYLOAD_ALIGN = 4096
 
-DIRECT_DTYPES = {"BF16": ("bfloat16", 2), "FP32": ("float32", 4), "I32": ("int32", 4)}
-# format -> (code bits, group size, base bytes / group, high bytes / group)
-GROUPED = {
-    "Q4G64_F16S": (4, 64, 32, 0),
-    "Q5G64_F16S": (5, 64, 32, 8),
-    "Q6G64_F16S": (6, 64, 32, 16),
-    "W8G32_F16S": (8, 32, 32, 0),
-}
+# The row-split formats. Their plane geometry is not repeated here: the loader binds them with the
+# plan's kernel library (`linear.weights` + the emitted `_ext/artifact/formats.py`).
+GROUPED = frozenset({"Q4G64_F16S", "Q5G64_F16S", "Q6G64_F16S", "W8G32_F16S"})
 
 
 class ArtifactViewError(NinferRuntimeError):
@@ -49,38 +44,6 @@ class ObjectEntry:
     shape: tuple[int, ...] | None = None
     format: str | None = None
     layout: str | None = None
-
-
-@dataclass(frozen=True)
-class Planes:
-    """Row-split geometry of one grouped [N, K] tensor (storage-layouts §3.6)."""
-
-    n: int
-    k: int
-    k_pad: int
-    groups_per_row: int
-    base_offset: int
-    base_bytes: int
-    high_offset: int
-    high_bytes: int
-    scale_offset: int
-    scale_bytes: int
-    total: int
-
-
-def row_split_planes(fmt: str, n: int, k: int) -> Planes:
-    if fmt not in GROUPED:
-        raise ArtifactViewError(f"format {fmt} is not a row-split format")
-    _bits, group, b, h = GROUPED[fmt]
-    k_pad = _align(k, 128)
-    gpr = k_pad // group
-    base_bytes = n * gpr * b
-    high_bytes = n * gpr * h
-    scale_bytes = n * gpr * 2
-    high_off = _align(base_bytes, 256)
-    scale_off = high_off + _align(high_bytes, 256)
-    return Planes(n, k, k_pad, gpr, 0, base_bytes, high_off, high_bytes, scale_off, scale_bytes,
-                  scale_off + scale_bytes)
 
 
 class ArtifactView:
@@ -173,9 +136,6 @@ class ArtifactView:
         if e.kind != "resource":
             raise ArtifactViewError(f"{self.path}: object {name!r} is a {e.kind}, not a resource")
         return bytes(self.span(name))
-
-    def tensor_bytes(self) -> int:
-        return sum(e.bytes for e in self.objects.values() if e.kind == "tensor")
 
     def close(self) -> None:
         # Tensors made with torch.frombuffer may still reference the map; closing it then raises

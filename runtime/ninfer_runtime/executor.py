@@ -1,10 +1,10 @@
 """Execute one extent's ordered launch list.
 
-An `ExtentRunner` turns the plan's launch entries into bound Python callables once (tensors
-resolved: weights on the device, arena views, per-slot state, per-step input buffers; params and
-attributes matched to the launcher's signature; workspaces preallocated: one float32 buffer per
-extent, the max over its launches of the route module's sizing hook — for linear,
-`linear_workspace_numel(route, T, N, K, epilogue, params)` when the emitted module exports it), then `run(n)` calls them
+An `ExtentRunner` turns the plan's launch entries into bound Python callables once: each routed
+launch's `bind` list, exactly (buffer -> arena view, weight -> the device weight, state -> the
+per-slot state, scalar / constexpr -> the value, workspace -> the extent's float32 workspace,
+allocated once at the size the plan's `workspace.numel` gives), after checking it against the
+route's argument list in kernels/manifest.json (plan_checks.check_bind). Then `run(n)` calls them
 in order. `n` < the extent's T narrows every per-column value to its first n rows (a prefill tail
 chunk; the same memory, so no copy) — the route's declared T domain is checked for n.
 
@@ -16,7 +16,6 @@ Launch kinds:
 from __future__ import annotations
 
 import importlib
-import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -24,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import PlanError
+from .plan_checks import check_bind
 
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32,
           "i8": torch.int8, "u8": torch.uint8}
@@ -148,23 +148,28 @@ class ExtentRunner:
     # ------------------------------------------------------------------------- binding
     def _bind_all(self) -> None:
         self._launch_specs = []
-        for L in self.entry.get("launches", []):
+        for i, L in enumerate(self.entry.get("launches", [])):
             kind = L["kind"]
             if L.get("route"):
                 info = self.engine.route_info(L["route"])
                 self._check_route(L, info)
+                check_bind(f"extent {self.name}: launch {i} ({L['op']}, route {L['route']})", L, info)
                 fn = self.engine.launcher(L["route"])
-                self._launch_specs.append((L, info, fn, self._signature(fn, L)))
+                self._launch_specs.append((L, info, fn))
             elif kind in BUILTINS:
-                self._launch_specs.append((L, None, None, None))
+                self._launch_specs.append((L, None, None))
             else:
                 raise PlanError(f"extent {self.name}: launch {L.get('op')} of kind {kind!r} has no route and is "
                                 f"not a runtime builtin")
-        # workspaces: one float32 buffer per extent, sized for its largest need
-        need = 0
-        for L, info, fn, sig in self._launch_specs:
-            if sig is not None and "workspace" in sig:
-                need = max(need, self._workspace_numel(L, fn))
+        # the workspace: one float32 buffer per extent, of the size the plan gives (the compiler's
+        # max over the extent's launches; each launch's `workspace` binding is <= it)
+        ws = self.entry.get("workspace") or {}
+        need = int(ws.get("numel", 0))
+        for i, L in enumerate(self.entry.get("launches", [])):
+            for b in L.get("bind") or ():
+                if "workspace" in b and int(b["workspace"]) > need:
+                    raise PlanError(f"extent {self.name}: launch {i} ({L['op']}, route {L.get('route')}): argument "
+                                    f"'workspace' needs {b['workspace']} elements, the extent's workspace has {need}")
         if need:
             self.workspace = torch.zeros(need, dtype=torch.float32, device=self.engine.device)
         self._ws_numel = need
@@ -189,51 +194,6 @@ class ExtentRunner:
             raise PlanError(f"{where}: params {params} are not among the parameter sets the kernels were emitted "
                             f"for ({sets})")
 
-    @staticmethod
-    def _signature(fn, L) -> dict[str, inspect.Parameter]:
-        try:
-            return dict(inspect.signature(fn).parameters)
-        except (TypeError, ValueError):
-            raise PlanError(f"launcher of route {L['route']} has no inspectable signature") from None
-
-    def _workspace_numel(self, L, fn) -> int:
-        kind = L["kind"]
-        mod = inspect.getmodule(fn)
-        p = dict(L.get("params") or {})
-        t = self.t
-        try:
-            if kind == "linear":
-                epi = (L.get("attrs") or {}).get("epilogue", "none")
-                out = self.tensors_spec[L["outs"]["out"]["buffer"]]
-                hook = getattr(mod, "linear_workspace_numel", None)
-                if hook is not None:  # route-aware: (route, T, weight rows N, K, epilogue, params)
-                    w = self._resolve(L["args"]["weight"], None)
-                    n, k = (int(w.n), int(w.k)) if hasattr(w, "n") else (int(w.shape[0]), int(w.shape[1]))
-                    return int(hook(L["route"], int(out["shape"][0]), n, k, epi, p))
-                split = int(p.get("SPLIT_K", 1))  # kernels emitted before the hook existed
-                return int(mod.workspace_numel(int(out["shape"][0]), int(out["shape"][1]), epi, split))
-            if kind == "attention":
-                if not hasattr(mod, "decode_workspace_numel") or "split_tokens" not in _params_of(fn):
-                    return 0
-                q = self.tensors_spec[L["args"]["q"]["buffer"]]["shape"]
-                cache = self.engine.state(L["args"]["k_cache"]["state"])
-                sig = _params_of(fn)
-                st = int(p.get("split_tokens", sig["split_tokens"].default))
-                return int(mod.decode_workspace_numel(int(q[0]), int(q[1]), int(q[2]), int(cache.shape[1]), st))
-            if kind == "gated_delta_rule":
-                if not hasattr(mod, "chunked_workspace_numel"):
-                    return 0
-                q = self.tensors_spec[L["args"]["q"]["buffer"]]["shape"]
-                v = self.tensors_spec[L["args"]["v"]["buffer"]]["shape"]
-                return int(mod.chunked_workspace_numel(int(q[0]), int(v[1]), int(q[2]), int(v[2])))
-            if kind == "sampling":
-                lg = self.tensors_spec[L["args"]["logits"]["buffer"]]["shape"]
-                return int(mod.select_workspace_numel(int(lg[0]), int(lg[1])))
-        except (KeyError, AttributeError, TypeError) as exc:
-            raise PlanError(f"extent {self.name}: cannot size the workspace of {L['op']} ({L['route']}): {exc}") from None
-        raise PlanError(f"extent {self.name}: route {L['route']} takes a workspace, but the runtime does not know "
-                        f"how to size one for family {kind}")
-
     def bound(self, n: int | None = None) -> list[Bound]:
         """The bound launches for n columns (None = the extent's T). Cached per n."""
         key = self.t if n is None else n
@@ -242,12 +202,12 @@ class ExtentRunner:
             return out
         nn = None if key == self.t else key
         out = []
-        for L, info, fn, sig in self._launch_specs:
+        for L, info, fn in self._launch_specs:
             try:
                 if fn is None:
                     out.append(self._bind_builtin(L, nn))
                 else:
-                    out.append(self._bind_route(L, info, fn, sig, nn))
+                    out.append(self._bind_route(L, info, fn, nn))
             except PlanError:
                 raise
             except (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
@@ -256,7 +216,10 @@ class ExtentRunner:
         self._cache[key] = out
         return out
 
-    def _bind_route(self, L, info, fn, sig, n) -> Bound:
+    def _bind_route(self, L, info, fn, n) -> Bound:
+        """Exactly the plan's `bind` list: buffer -> the arena view (narrowed to n columns),
+        weight -> engine.weight, state -> engine.state, scalar / constexpr -> the value, workspace ->
+        the extent's workspace (None when the launch needs none)."""
         t_op = int(L.get("t", self.t))
         t_eff = t_op if n is None or t_op != self.t else n
         dom = (info or {}).get("domain") or {}
@@ -265,46 +228,16 @@ class ExtentRunner:
             raise PlanError(f"extent {self.name}: op {L['op']}: {t_eff} columns are outside route {L['route']}'s "
                             f"domain [{lo}, {hi if hi is not None else 'max'}]")
         kwargs: dict[str, Any] = {}
-        names = set(sig)
-        var_kw = any(p.kind == p.VAR_KEYWORD for p in sig.values())
-        for group in ("args", "outs"):
-            for operand, ref in (L.get(group) or {}).items():
-                target = operand
-                if group == "outs" and f"{operand}_out" in names:
-                    target = f"{operand}_out"  # e.g. qk_norm_rope: outs q, k -> q_out, k_out
-                elif target not in names and not var_kw:
-                    alias = {"out": "o"}.get(operand)
-                    if alias in names:
-                        target = alias
-                    else:
-                        raise PlanError(f"extent {self.name}: op {L['op']}: launcher of route {L['route']} takes no "
-                                        f"operand {operand!r}")
-                value = self._resolve(ref, n)
-                if target in kwargs:
-                    if kwargs[target] is not value:  # an updated state is both an argument and an output
-                        raise PlanError(f"extent {self.name}: op {L['op']}: output {operand!r} is not the tensor of "
-                                        f"argument {target!r} and launcher of route {L['route']} has no "
-                                        f"{operand}_out")
-                    continue
-                kwargs[target] = value
-        for k, v in (L.get("attrs") or {}).items():
-            if k in names and k not in kwargs:
-                kwargs[k] = v
-        params = dict(L.get("params") or {})
-        if "params" in names:
-            kwargs["params"] = params
-        else:
-            for k, v in params.items():
-                if k not in names and not var_kw:
-                    raise PlanError(f"extent {self.name}: op {L['op']}: launcher of route {L['route']} takes no "
-                                    f"param {k!r}")
-                kwargs[k] = v
-        if "workspace" in names and self.workspace is not None:
-            kwargs["workspace"] = self.workspace
-        attrs = L.get("attrs") or {}
-        if attrs.get("prologue"):
-            raise PlanError(f"extent {self.name}: op {L['op']}: prologue {attrs['prologue']!r} is not supported "
-                            f"by the runtime")
+        for b in L["bind"]:
+            arg = b["arg"]
+            if "scalar" in b:
+                kwargs[arg] = b["scalar"]
+            elif "constexpr" in b:
+                kwargs[arg] = b["constexpr"]
+            elif "workspace" in b:
+                kwargs[arg] = self.workspace[: int(b["workspace"])] if int(b["workspace"]) else None
+            else:
+                kwargs[arg] = self._resolve(b, n)
         return Bound(L["op"], L["kind"], L["route"], fn, kwargs, self._pdl)
 
     def _bind_builtin(self, L, n) -> Bound:
@@ -391,8 +324,4 @@ def coalesce_adjacent(parts: list[torch.Tensor], axis: int) -> list[torch.Tensor
                 continue
         out.append(p)
     return out
-
-
-def _params_of(fn) -> dict[str, inspect.Parameter]:
-    return dict(inspect.signature(fn).parameters)
 

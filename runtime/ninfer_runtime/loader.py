@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from .artifact_view import GROUPED, ArtifactView, ArtifactViewError, row_split_planes
+from .artifact_view import GROUPED, ArtifactView, ArtifactViewError
 from .errors import NinferRuntimeError, PlanError, PlanMismatch
 from .integrity import check_plan_integrity, verify_weights
 from .plan_checks import check_plan_shape
@@ -51,7 +51,7 @@ _DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "
 _counter = itertools.count()
 
 
-def _interpreting() -> bool:
+def _interpreting() -> bool:  # = the kernels' interpret.py; needed before the plan's package (and triton) is imported
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
@@ -145,7 +145,7 @@ def import_kernels(plan_dir: Path, kernels: dict):
 
 class Engine:
     """A loaded plan: weights, arena, state, bound extents. Generation: `generate`, `stream`
-    (generate.py); low-level: `prefill(tokens, slot)`, `decode(columns)`."""
+    (generate.py); low-level: generate.py's `prefill(engine, tokens, slot)`, `decode_step(engine, columns)`."""
 
     def _pdl_note(self) -> str:
         """'; programmatic dependent launch ...' for a plan whose extents ask for it (plan_dependent_launch)."""
@@ -348,10 +348,10 @@ class Engine:
         if e.format in GROUPED:
             if len(e.shape) != 2:
                 raise PlanMismatch(f"object {e.name}: {e.format} must be rank 2")
-            g = row_split_planes(e.format, int(e.shape[0]), int(e.shape[1]))
+            cls = self.quant_weight_cls()  # plane geometry: the plan's kernels' (artifact/formats.py, emitted)
+            g = sys.modules[cls.__module__].row_split_geometry(e.format, int(e.shape[0]), int(e.shape[1]))
             if g.total != e.bytes:
                 raise PlanMismatch(f"object {e.name}: {e.bytes} bytes, {e.format} {list(e.shape)} needs {g.total}")
-            cls = self.quant_weight_cls()
             return cls(format=e.format, n=g.n, k=g.k, k_pad=g.k_pad, groups_per_row=g.groups_per_row,
                        base=dev[g.base_offset:g.base_offset + g.base_bytes],
                        high=dev[g.high_offset:g.high_offset + g.high_bytes] if g.high_bytes else None,

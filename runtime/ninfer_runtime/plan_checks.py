@@ -98,3 +98,75 @@ def check_plan_shape(pj: Path, plan: dict) -> None:
                         rows = ref["rows"]
                         need(isinstance(rows, list) and len(rows) == 2 and all(_is_int(r) for r in rows)
                              and rows[0] >= 0 and rows[1] >= 1, f"{rw}.rows", "must be [begin >= 0, count >= 1]")
+            bind = L.get("bind")
+            if bind is not None:
+                need(isinstance(bind, list), f"{lw}.bind", "must be a list")
+                for j, b in enumerate(bind):
+                    bw = f"{lw}.bind[{j}]"
+                    need(isinstance(b, dict) and isinstance(b.get("arg"), str) and len(set(b) - {"arg", "format", "rows"}) == 1
+                         and (set(b) - {"arg", "format", "rows"}) <= set(BIND_KINDS), bw,
+                         f"must be {{arg, one of {'/'.join(BIND_KINDS)}}}")
+                    kind = next(iter(set(b) - {"arg", "format", "rows"}))
+                    if kind in ("buffer", "state", "weight"):
+                        need(isinstance(b[kind], str), f"{bw}.{kind}", "must be a string")
+                    if kind == "workspace":
+                        need(_is_int(b[kind]) and 0 <= b[kind] <= 2**42, f"{bw}.workspace", "must be an integer in [0, 2^42]")
+                    if "rows" in b:
+                        rows = b["rows"]
+                        need(kind == "weight" and isinstance(rows, list) and len(rows) == 2 and all(_is_int(r) for r in rows)
+                             and rows[0] >= 0 and rows[1] >= 1, f"{bw}.rows", "must be [begin >= 0, count >= 1] of a weight")
+        ws = x.get("workspace", {"numel": 0})
+        need(isinstance(ws, dict) and _is_int(ws.get("numel")) and 0 <= ws["numel"] <= 2**42
+             and ws.get("dtype", "f32") == "f32", f"{where}.workspace", "must be {numel: integer in [0, 2^42], dtype: f32}")
+
+
+BIND_KINDS = ("buffer", "weight", "state", "scalar", "constexpr", "workspace")
+
+
+def check_bind(where: str, L: dict, info: dict) -> None:
+    """The launch's `bind` list matches the route's argument list recorded in kernels/manifest.json
+    (`args`: name, kinds, optional, parts): every argument is one of the route's, bound as a kind it
+    takes, at most once, an operand to the same reference as the launch's `args` / `outs` (which
+    the loader reads to load weights); every required argument is bound; the constexprs are one of
+    the param sets the kernels were emitted for. `where` names the extent, the launch index and the
+    route."""
+    expected = info.get("args")
+    if not isinstance(expected, list):
+        raise PlanError(f"{where}: kernels/manifest.json records no argument list for the route (recompile the plan)")
+    bind = L.get("bind")
+    if not isinstance(bind, list):
+        raise PlanError(f"{where}: the launch has no bind list (recompile the plan)")
+    by_name = {e["name"]: e for e in expected}
+    seen: dict[str, str] = {}
+    for b in bind:
+        arg = b.get("arg")
+        kinds = sorted(set(b) & set(BIND_KINDS))
+        e = by_name.get(arg)
+        if e is None and isinstance(arg, str):  # a part x0, x1.. of an operand given as parts
+            base = arg.rstrip("0123456789")
+            e = by_name.get(base) if base != arg and by_name.get(base, {}).get("parts") else None
+        if e is None:
+            raise PlanError(f"{where}: argument {arg!r} is not an argument of the route's launcher "
+                            f"({', '.join(x['name'] for x in expected)})")
+        if len(kinds) != 1 or kinds[0] not in e["kinds"]:
+            raise PlanError(f"{where}: argument {arg!r} is bound as {'/'.join(kinds) or 'nothing'}, the launcher takes "
+                            f"a {'/'.join(e['kinds'])}")
+        if arg in seen:
+            raise PlanError(f"{where}: argument {arg!r} is bound twice")
+        seen[arg] = e["name"]
+        if kinds[0] in ("buffer", "state", "weight"):  # the launch's operand lists say the same
+            ref = {k: v for k, v in b.items() if k != "arg"}
+            if ref not in ((L.get("args") or {}).get(arg), (L.get("outs") or {}).get(arg)):
+                raise PlanError(f"{where}: argument {arg!r} binds {ref}, not the launch's operand {arg}")
+    given = set(seen.values())
+    for e in expected:
+        if not e.get("optional") and e["name"] not in given:
+            raise PlanError(f"{where}: argument {e['name']!r} of the route's launcher is not bound")
+    consts = {b["arg"]: b["constexpr"] for b in bind if "constexpr" in b}
+    sets = info.get("params")
+    if isinstance(sets, list) and not any(isinstance(s, dict) and set(s) == set(consts) and all(
+            s[k] == v and type(s[k]) is type(v) for k, v in consts.items()) for s in sets):
+        arg = next((k for k in sorted(consts) if not any(isinstance(s, dict) and k in s and s[k] == consts[k]
+                                                        for s in sets)), sorted(consts)[0] if consts else "-")
+        raise PlanError(f"{where}: argument {arg!r}: constexprs {consts} are not a parameter set the kernels were "
+                        f"emitted for")

@@ -11,15 +11,15 @@ from pathlib import Path
 from ninfer_compile.kernels.registry import ParamSpec, Registry, Route, RouteDomain
 
 FAMILIES = ("embedding", "rmsnorm", "linear", "head_rmsnorm", "rope", "kv_append", "attention", "conv1d",
-            "gdn_gating", "gated_delta_rule", "gated_rmsnorm", "sampling", "qk_norm_rope", "l2norm")
+            "gdn_gating", "gated_delta_rule", "gated_rmsnorm", "sampling", "qk_norm_rope")
 QFORMATS = ("Q4G64_F16S", "Q5G64_F16S", "Q6G64_F16S", "W8G32_F16S", "BF16")
 EPIS = ("none", "swiglu", "residual")
 
 
 def _ref(family: str) -> str:
-    if family == "linear":
-        return "ninfer_compile.kernels.linear.reference:linear"
-    return f"ninfer_compile.ir.execute:b_{family}"
+    from ninfer_compile.kernels.family import family_spec
+
+    return family_spec(family).reference
 
 
 def make_registry() -> Registry:

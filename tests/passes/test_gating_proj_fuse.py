@@ -124,7 +124,7 @@ def test_gating_proj_needs_a_registered_route():
     ctx = _ctx(registry=reg)
     assert fuse.run(_bound(ctx), ctx).meta["fusions"]["gdn_gating_proj"] == 0
     reg.register(Route("t_gp", "gdn_gating_proj", RouteDomain(formats=("BF16",), max_t=8),
-                       {"B": ParamSpec("B", (1, 2), 1)}, "ninfer_compile.ir.execute:b_gdn_gating_proj"))
+                       {"B": ParamSpec("B", (1, 2), 1)}, "ninfer_compile.kernels.gdn.reference:gdn_gating_proj"))
     assert fuse.run(_bound(ctx, t=8), ctx).meta["fusions"]["gdn_gating_proj"] == 1
     assert fuse.run(_bound(ctx, t=9), ctx).meta["fusions"]["gdn_gating_proj"] == 0
 

@@ -65,17 +65,15 @@ def test_fuse_before_after(ctx):
     kinds = [o.kind for o in after.ops()]
     assert "add" not in kinds and "swiglu" not in kinds
     assert after.meta["fusions"] == {"merge_row_views": 2, "swiglu_epilogue": 1, "residual_epilogue": 1,
-                                     "shared_staging": 1, "gdn_gating_proj": 0, "rmsnorm_prologue": 0,
-                                     "qk_norm_rope": 0, "conv_input_parts": 0}
+                                     "gdn_gating_proj": 0, "qk_norm_rope": 0, "conv_input_parts": 0}
     lin = {o.name: o for o in after.ops_of(["linear"])}
     qk = lin["fused.qk"]
     assert after.tensors[qk.inputs["weight"]].view is None  # the whole parent p/qk
     assert qk.attrs["merged"] == ["q_proj", "k_proj"]
     assert lin["o_proj"].attrs["epilogue"] == "residual" and lin["o_proj"].inputs["residual"] == "x"
     assert lin["fused.gate_up"].attrs["epilogue"] == "swiglu" and lin["fused.gate_up"].outputs["out"] == "act"
-    # one activation, two quantized parents: staged once
-    assert qk.attrs["staged_input"] == {"tensor": "h", "group": ["fused.qk", "v_proj"], "first": True}
-    assert lin["v_proj"].attrs["staged_input"]["first"] is False
+    # no attribute that no kernel reads (the old shared_staging rule's staged_input is gone)
+    assert all("staged_input" not in o.attrs for o in lin.values())
     assert len(after) < n_before and len(before) == n_before
 
 

@@ -113,13 +113,14 @@ def quant_plan_with_rows(d: Path, rows, *, concurrency, skip=("bf16",)) -> tuple
 
 
 def compile_plan(artifact: Path, out: Path, *, table: Path | None = None, chunk: int = 8, max_context: int = 64,
-                 concurrency=(1, 2), sm: int = 90) -> Path:
+                 concurrency=(1, 2), sm: int = 90, sampling: bool = True) -> Path:
     """Compile `artifact` into `out` and make sure it carries emitted kernels."""
     from ninfer_compile.compile_cli import compile_artifact
     from ninfer_compile.ir.lower import LowerOptions
     from ninfer_compile.plan.writer import write_plan
 
-    opts = LowerOptions(prefill_chunk=chunk, concurrency=tuple(concurrency), max_context=max_context)
+    opts = LowerOptions(prefill_chunk=chunk, concurrency=tuple(concurrency), max_context=max_context,
+                        sampling=sampling)
     c = compile_artifact(Path(artifact), sm, routes=table, opts=opts)
     write_plan(out, c.manifest, c.memory_txt, extra_files=c.kernel_files)
     assert (out / "kernels" / "manifest.json").is_file()

@@ -60,19 +60,65 @@ def test_bf16_greedy_matches_transformers(tiny, bf16_engine):
     assert isinstance(r.text, str) and r.text == eng.frontend.decode(r.tokens)
 
 
-def test_memory_report_counts_every_route_workspace(bf16, bf16_engine):
-    """The compiler's memory report (plan.json memory) counts each extent's route workspace exactly
-    as the runtime allocates it: every family that takes one (linear split-K / dequant-GEMM,
-    split-KV decode attention, chunked GDN prefill, sampling)."""
-    _, plan = bf16
-    mem = json.loads((plan / "plan.json").read_text())["memory"]
-    got = {name: r._ws_numel * 4 for name, r in bf16_engine.extents.items() if r._ws_numel}
-    assert got, "the tiny plan allocates no route workspace: the test checks nothing"
-    kinds = {L["kind"] for name, r in bf16_engine.extents.items() if r._ws_numel
-             for L, _i, fn, sig in r._launch_specs if sig is not None and "workspace" in sig}
-    assert {"gated_delta_rule", "linear"} <= kinds, kinds  # (tiny context: attention decode runs unsplit)
+def _workspace_agreement(plan, eng) -> dict[str, int]:
+    """Per extent: the plan's workspace numel == what the runtime allocated == the memory report's
+    route workspace (plan.json memory and memory.txt); every launch's workspace binding fits it and
+    the largest one equals it. Returns {extent: bytes} of the extents that have one."""
+    pj = json.loads((plan / "plan.json").read_text())
+    mem, txt = pj["memory"], (plan / "memory.txt").read_text()
+    got = {}
+    for name, x in pj["extents"].items():
+        numel = x["workspace"]["numel"]
+        assert x["workspace"]["dtype"] == "f32"
+        r = eng.extents[name]
+        assert r._ws_numel == numel and (r.workspace is None) == (numel == 0)
+        if numel:
+            assert r.workspace.numel() == numel and r.workspace.dtype.itemsize == 4
+            got[name] = numel * 4
+            assert f"  {name:<24} {numel * 4:>14,d} B" in txt
+        ws = [b["workspace"] for L in x["launches"] for b in L.get("bind", []) if "workspace" in b]
+        assert max(ws, default=0) == numel, (name, ws, numel)
     assert mem["route_workspace_by_extent"] == got
     assert mem["route_workspace_bytes"] == sum(got.values())
+    return got
+
+
+def test_memory_report_counts_every_route_workspace(bf16, bf16_engine):
+    """One source for workspaces: the compiler writes each extent's workspace (the max over its
+    launches' route workspace hooks), the runtime allocates exactly that, and the memory report
+    reads the same numbers (linear split-K / dequant-GEMM, split-KV decode attention, chunked GDN
+    prefill, sampling)."""
+    _, plan = bf16
+    got = _workspace_agreement(plan, bf16_engine)
+    assert got, "the tiny plan allocates no route workspace: the test checks nothing"
+    pj = json.loads((plan / "plan.json").read_text())
+    kinds = {L["kind"] for x in pj["extents"].values() for L in x["launches"]
+             for b in L.get("bind", []) if "workspace" in b}
+    # every family whose routes take one is bound a workspace (0 elements for an unsplit linear /
+    # attention decode at the tiny context); the chunked GDN prefill needs a real one
+    assert {"gated_delta_rule", "linear", "attention"} <= kinds, kinds
+    assert any(b.get("workspace") for x in pj["extents"].values() for L in x["launches"]
+               if L["kind"] == "gated_delta_rule" for b in L["bind"])
+
+
+def test_workspaces_agree_with_sampling_compiled(tiny):
+    """The same agreement for a plan compiled WITH the sampling op (its launches are written with
+    their bindings; the runtime runs them and allocates what the plan says)."""
+    import ninfer_runtime as nr
+
+    d, _, table = tiny
+    art = d / "tiny-bf16.ninfer"
+    if not art.exists():
+        S.pack(d / "hf", art, "bf16")
+    plan = S.compile_plan(art, d / "tiny-bf16-sampling.sm90.plan", table=table, concurrency=(1,), sampling=True)
+    pj = json.loads((plan / "plan.json").read_text())
+    samp = [L for x in pj["extents"].values() for L in x["launches"] if L["kind"] == "sampling"]
+    assert samp and all(L["route"] and L["bind"] for L in samp)
+    eng = nr.load(plan, art, progress=False)
+    try:
+        assert _workspace_agreement(plan, eng)
+    finally:
+        eng.close()
 
 
 def test_concurrent_sequences_and_slot_reuse(tiny, bf16_engine):

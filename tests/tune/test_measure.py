@@ -55,7 +55,12 @@ def test_attention_int8_decode_builder(device):
 def test_gdn_gating_proj_builder(device):
     """Every tunable family has a builder; the fused GDN gating projection checks against its
     reference with its bf16 weight pair rotated as the cold operand."""
-    assert set(M.BUILDERS) >= set(__import__("ninfer_compile.tune.shapes", fromlist=["TUNABLE"]).TUNABLE)
+    from ninfer_compile.kernels.tuning import tune_specs
+
+    tunable = {f for f, s in tune_specs().items() if s.tunable}
+    assert tunable >= {"linear", "attention", "gated_delta_rule", "gdn_gating", "gdn_gating_proj", "conv1d",
+                       "rmsnorm", "gated_rmsnorm", "head_rmsnorm", "qk_norm_rope", "kv_append"}
+    assert all(callable(tune_specs()[f].load_builder()) for f in tunable)
     case = MatchCase("gdn_gating_proj", {"format": "BF16", "n": 6, "k": 200, "phase": "decode"},
                      {"x": (1, 200), "a_weight": (6, 200), "b_weight": (6, 200)})
     bench = M.build(case, 3, copies=2)
@@ -122,3 +127,46 @@ def test_replay_merge_keeps_points_measured_for_other_matches_out_of_a_match():
     groups = tcli.pick_groups([a, b], recs + [rec(0, "bf16_tiled", 12)], (1, 8, 12, 16), 0.03, generic=False)
     assert [(r.lo, r.hi, r.route) for r in groups[0].rows] == [(1, 11, "bf16_tiled"), (12, 15, None),
                                                               (16, None, "bf16_tiled")]
+
+
+def _tiny_cases():
+    from ninfer_compile.tune.shapes import derive_match_set, load_model
+
+    spec, objs, _ = load_model(contract="tiny-qwen3.5")
+    cases, seen = [], set()
+    for c in derive_match_set(spec, objs):
+        key = (c.family, c.match.get("phase"), c.match.get("kv_dtype"))
+        if key not in seen:
+            seen.add(key)
+            cases.append(c)
+    # families / variants the tiny model lacks (its head_dim 32 refuses the int8 KV cache)
+    cases.append(MatchCase("head_rmsnorm", {}, {"x": (1, 4, 64), "weight": (64,)}, {"eps": 1e-6}))
+    cases.append(MatchCase("kv_append", {"kv_dtype": "int8_g64", "head_dim": 64},
+                           {"k": (1, 2, 64), "v": (1, 2, 64)}))
+    return cases
+
+
+def test_every_tunable_family_builds_and_checks_through_its_tune_spec(device):
+    """Each TuneSpec builder (kernels/<family>/tune.py) builds its operands and every covering
+    route's launcher passes its reference check at the family's tolerance: the GPU path's
+    builders and launcher calls, under the interpreter."""
+    from ninfer_compile.kernels.registry import routes_for
+    from ninfer_compile.kernels.tuning import tune_spec
+    from ninfer_compile.routes.table import effective_match
+    from ninfer_compile.tune.shapes import parse_families
+
+    args = argparse.Namespace(quick=True, decode_contexts="40", prefill_contexts="16")
+    tunable = set(parse_families(None))
+    built: set[str] = set()
+    for case in _tiny_cases():
+        if case.family not in tunable:
+            continue
+        for ctx in tcli.contexts_for(case, args):
+            bench = M.build(case, 2, ctx, copies=1)
+            for r in routes_for(case.family):
+                if r.covers(2, 2, effective_match(case.match)) is not None:
+                    continue
+                err = bench.check(r, {})
+                assert err <= tune_spec(case.family).tol, (case.key, r.name, err)
+                built.add(case.family)
+    assert built == tunable

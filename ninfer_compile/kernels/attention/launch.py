@@ -10,7 +10,6 @@ attention_prefill  any T columns of ONE sequence (slot slots[0], consecutive pos
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import triton
@@ -20,12 +19,10 @@ from ninfer_compile.errors import RouteError
 from ..kv_cache.launch import check_cache
 from .kernels import LOG2E, attn_decode_kernel, attn_decode_reduce_kernel, attn_prefill_kernel
 from ..pdl import pdl_launch
+from ..interpret import interpreting as _interpreting
+from .routes import decode_workspace_numel  # noqa: F401  (the route's sizing; the launcher checks it)
 
 DECODE_MAX_T = 64
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def _check(name, q, gate, k_cache, v_cache, k_scale, v_scale, positions, slots, out):
@@ -45,12 +42,6 @@ def _check(name, q, gate, k_cache, v_cache, k_scale, v_scale, positions, slots, 
 
 def decode_splits(max_ctx: int, split_tokens: int) -> int:
     return triton.cdiv(max_ctx, split_tokens)
-
-
-def decode_workspace_numel(T: int, Hq: int, D: int, max_ctx: int, split_tokens: int = 512) -> int:
-    """float32 elements of the split-KV partials: [T, Hq, NSPLIT, D + 2]."""
-    ns = decode_splits(max_ctx, split_tokens)
-    return 0 if ns == 1 else T * Hq * ns * (D + 2)
 
 
 def attention_decode(q, gate, k_cache, v_cache, positions, slots, out, scale=None, workspace=None,

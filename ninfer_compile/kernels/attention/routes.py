@@ -17,6 +17,7 @@ register(Route(
         "num_warps": ParamSpec("num_warps", (2, 4, 8), 4),
     },
     reference=f"{_M}.reference:attention", launcher=f"{_M}.launch:attention_decode",
+    workspace=f"{_M}.routes:decode_workspace",
     kernels=(f"{_M}.kernels:attn_decode_kernel", f"{_M}.kernels:attn_decode_reduce_kernel"),
     doc="flash-decoding: per (column, KV head, split) with the GQA group as dot rows; split merge + sigmoid gate; "
         "float32 workspace decode_workspace_numel(T, Hq, D, max_ctx, split_tokens) when max_ctx > split_tokens",
@@ -33,3 +34,19 @@ register(Route(
     kernels=(f"{_M}.kernels:attn_prefill_kernel",),
     doc="one sequence per launch, any T: causal flash attention over the slot's cached prefix + the chunk",
 ))
+
+
+# ------------------------------------------------------------------ workspace sizing (pure arithmetic)
+
+def decode_workspace_numel(T: int, Hq: int, D: int, max_ctx: int, split_tokens: int = 512) -> int:
+    """float32 elements of the split-KV decode workspace (0 when one split covers the cache): the
+    per-split partial outputs [T, Hq, splits, D] and their running max / sum [T, Hq, splits, 2]."""
+    ns = -(-int(max_ctx) // int(split_tokens))
+    return 0 if ns == 1 else int(T) * int(Hq) * ns * (int(D) + 2)
+
+
+def decode_workspace(view, params) -> int:
+    """Route workspace hook of attention_decode_splitkv (`Route.workspace`): q [T, Hq, D], the cache's
+    max context (k_cache [slots, ctx, Hkv, D]) and the route's `split_tokens`."""
+    T, Hq, D = view.shape("q")
+    return decode_workspace_numel(T, Hq, D, view.shape("k_cache")[1], int(params.get("split_tokens", 512)))

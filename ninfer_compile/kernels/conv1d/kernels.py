@@ -87,6 +87,7 @@ def conv1d_kernel(
     x1_ptr, stride_x1, x2_ptr, stride_x2, C0, C01,
     K: tl.constexpr, KP: tl.constexpr, BLOCK_C: tl.constexpr, FUSE_STATE: tl.constexpr,
     PARTS: tl.constexpr = 1,
+    SILU: tl.constexpr = True,
     PDL: tl.constexpr = False,
 ):
     pdl_enter(PDL)
@@ -105,7 +106,10 @@ def conv1d_kernel(
     vals = _lagged(xp, state_ptr, t, s, p, n_prev, d, cols, cmask, stride_ss, stride_sk, K, PARTS)
     w = tl.load(w_ptr + j[:, None] * C + cols[None, :], mask=(j < K)[:, None] & cmask[None, :], other=0.0)
     acc = tl.sum(vals * w.to(tl.float32), axis=0)  # [BLOCK_C]
-    y = acc / (1.0 + tl.exp(-acc))
+    if SILU:
+        y = acc / (1.0 + tl.exp(-acc))
+    else:
+        y = acc
     tl.store(out_ptr + t * stride_ot + cols, y.to(out_ptr.dtype.element_ty), mask=cmask)
     if FUSE_STATE:
         _roll_state(xp, state_ptr, t, s, p, n_prev, cols, cmask, stride_ss, stride_sk, K, KP, PARTS)

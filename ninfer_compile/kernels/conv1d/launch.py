@@ -17,6 +17,13 @@ from ..pdl import pdl_launch
 
 DECODE_MAX_T = 64
 BLOCK_C = 256
+ACTIVATIONS = ("silu", "none")  # the kernel's SILU constexpr: SiLU(conv) or the plain conv
+
+
+def _silu(name: str, activation) -> bool:
+    if activation not in ACTIVATIONS:
+        raise RouteError(f"{name}: activation {activation!r} is not supported (supported: {', '.join(ACTIVATIONS)})")
+    return activation == "silu"
 
 
 def _parts(name, x, x0, x1, x2):
@@ -75,9 +82,11 @@ def conv1d_decode(
     x: torch.Tensor | None = None, weight: torch.Tensor = None, conv_state: torch.Tensor = None,
     positions: torch.Tensor = None, slots: torch.Tensor = None, out: torch.Tensor = None,
     x0: torch.Tensor | None = None, x1: torch.Tensor | None = None, x2: torch.Tensor | None = None,
+    activation: str = "silu",
 ) -> None:
     """x[T,C] (T distinct slots; or its channel ranges x0 | x1 | x2), weight[K,C],
-    conv_state[slots,K-1,C] (rolled in place) -> out[T,C]."""
+    conv_state[slots,K-1,C] (rolled in place) -> out[T,C] = activation(conv) (silu | none)."""
+    silu = _silu("conv1d_decode", activation)
     T, C, K, (xa, xb, xc), (sa, sb, sc, c0, c01), parts = _inputs(
         "conv1d_decode", x, x0, x1, x2, weight, conv_state, out, positions, slots)
     if not 1 <= T <= DECODE_MAX_T:
@@ -86,7 +95,7 @@ def conv1d_decode(
     conv1d_kernel[grid](
         xa, weight, conv_state, out, positions, slots,
         C, sa, out.stride(0), conv_state.stride(0), conv_state.stride(1), xb, sb, xc, sc, c0, c01,
-        K=K, KP=triton.next_power_of_2(K), BLOCK_C=BLOCK_C, FUSE_STATE=True, PARTS=parts, num_warps=2,
+        K=K, KP=triton.next_power_of_2(K), BLOCK_C=BLOCK_C, FUSE_STATE=True, PARTS=parts, SILU=silu, num_warps=2,
         **pdl_launch(conv1d_kernel),
     )
 
@@ -95,9 +104,11 @@ def conv1d_prefill(
     x: torch.Tensor | None = None, weight: torch.Tensor = None, conv_state: torch.Tensor = None,
     positions: torch.Tensor = None, slots: torch.Tensor = None, out: torch.Tensor = None,
     x0: torch.Tensor | None = None, x1: torch.Tensor | None = None, x2: torch.Tensor | None = None,
+    activation: str = "silu",
 ) -> None:
     """x[T,C] (contiguous per-slot runs; or its channel ranges x0 | x1 | x2), weight[K,C],
-    conv_state[slots,K-1,C] (updated) -> out[T,C]."""
+    conv_state[slots,K-1,C] (updated) -> out[T,C] = activation(conv) (silu | none)."""
+    silu = _silu("conv1d_prefill", activation)
     T, C, K, (xa, xb, xc), (sa, sb, sc, c0, c01), parts = _inputs(
         "conv1d_prefill", x, x0, x1, x2, weight, conv_state, out, positions, slots)
     grid = (T, triton.cdiv(C, BLOCK_C))
@@ -105,7 +116,7 @@ def conv1d_prefill(
     conv1d_kernel[grid](
         xa, weight, conv_state, out, positions, slots,
         C, sa, out.stride(0), conv_state.stride(0), conv_state.stride(1), xb, sb, xc, sc, c0, c01,
-        K=K, KP=kp, BLOCK_C=BLOCK_C, FUSE_STATE=False, PARTS=parts, num_warps=2,
+        K=K, KP=kp, BLOCK_C=BLOCK_C, FUSE_STATE=False, PARTS=parts, SILU=silu, num_warps=2,
         **pdl_launch(conv1d_kernel),
     )
     conv1d_state_kernel[grid](

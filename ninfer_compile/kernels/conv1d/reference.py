@@ -8,8 +8,9 @@ Operands:
   slots:      [T] int          sequence slot of each column
 Columns of one slot form one contiguous run with consecutive positions. An input at a negative
 position is zero (so a sequence starting at position 0 ignores whatever its slot's state holds).
-Returns out [T, C] float32 = SiLU(sum_j weight[j] * in(t - (K-1-j))) and the new state
-[slots, K-1, C] float32 (untouched slots copied): the run's last K-1 inputs.
+Returns out [T, C] float32 = act(sum_j weight[j] * in(t - (K-1-j))) and the new state
+[slots, K-1, C] float32 (untouched slots copied): the run's last K-1 inputs. act: SiLU
+(`activation="silu"`, the default) or the identity (`"none"`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ import torch
 
 def conv1d(
     x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor,
-    positions: torch.Tensor, slots: torch.Tensor,
+    positions: torch.Tensor, slots: torch.Tensor, activation: str = "silu",
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    if activation not in ("silu", "none"):
+        raise ValueError(f"conv1d: activation {activation!r} is not silu or none")
     T, C = x.shape
     K = weight.shape[0]
     xf, wf = x.float(), weight.float()
@@ -40,7 +43,8 @@ def conv1d(
         seq = torch.cat([hist, xf[t:e + 1]], 0)  # [K-1 + n, C]
         for i in range(e - t + 1):
             window = seq[i:i + K]  # [K, C]
-            out[t + i] = torch.nn.functional.silu((window * wf).sum(0))
+            y = (window * wf).sum(0)
+            out[t + i] = torch.nn.functional.silu(y) if activation == "silu" else y
         new_state[s] = seq[-(K - 1):]
         t = e + 1
     return out, new_state

@@ -24,6 +24,7 @@ from ninfer_compile.errors import RouteError
 from .kernels import (gdn_chunk_prep_kernel, gdn_chunk_state_kernel, gdn_decode_kernel, gdn_gating_kernel,
                       gdn_gating_proj_kernel)
 from ..pdl import pdl_launch
+from .routes import chunked_workspace_numel  # noqa: F401  (the route's sizing; the launcher checks it)
 
 DECODE_MAX_T = 64
 GATING_PROJ_MAX_T = 64
@@ -90,7 +91,19 @@ def gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias, g, beta, BLOCK_H: int
     )
 
 
-def _check_core(name, q, k, v, g, beta, state, positions, slots, o):
+def check_scale_eps(name: str, Dk: int, scale, l2_eps) -> tuple[float, float]:
+    """The launcher's `scale` (None = 1/sqrt(Dk)) and `l2_eps` as the kernels take them; a value
+    the kernels cannot honour (not a finite number, scale <= 0, eps < 0) is a RouteError."""
+    s = 1.0 / math.sqrt(Dk) if scale is None else scale
+    for n_, v_ in (("scale", s), ("l2_eps", l2_eps)):
+        if isinstance(v_, bool) or not isinstance(v_, (int, float)) or not math.isfinite(v_):
+            raise RouteError(f"{name}: {n_}={v_!r} must be a finite number")
+    if s <= 0 or l2_eps < 0:
+        raise RouteError(f"{name}: scale={s!r} must be > 0 and l2_eps={l2_eps!r} >= 0")
+    return float(s), float(l2_eps)
+
+
+def _check_core(name, q, k, v, g, beta, state, positions, slots, out):
     T, Hk, Dk = q.shape
     Hv, Dv = v.shape[1], v.shape[2]
     if k.shape != q.shape or v.shape[0] != T or Hv % Hk:
@@ -100,9 +113,9 @@ def _check_core(name, q, k, v, g, beta, state, positions, slots, o):
     if state.dim() != 4 or state.shape[1:] != (Hv, Dk, Dv) or state.dtype != torch.float32 \
             or state.stride(3) != 1 or state.stride(2) != Dv:
         raise RouteError(f"{name}: state must be float32 [slots, {Hv}, {Dk}, {Dv}] with contiguous [Dk, Dv] blocks")
-    if o.shape != (T, Hv, Dv) or positions.shape != (T,) or slots.shape != (T,):
-        raise RouteError(f"{name}: o must be [T, Hv, Dv] and positions/slots [T] int32")
-    for n_, t_ in (("q", q), ("k", k), ("v", v), ("o", o)):
+    if out.shape != (T, Hv, Dv) or positions.shape != (T,) or slots.shape != (T,):
+        raise RouteError(f"{name}: out must be [T, Hv, Dv] and positions/slots [T] int32")
+    for n_, t_ in (("q", q), ("k", k), ("v", v), ("out", out)):
         if t_.stride(2) != 1:
             raise RouteError(f"{name}: operand {n_} must have a contiguous last axis")
     if not (16 <= Dk <= 256 and 1 <= Dv <= 256):
@@ -110,42 +123,41 @@ def _check_core(name, q, k, v, g, beta, state, positions, slots, o):
     return T, Hk, Dk, Hv, Dv
 
 
-def gated_delta_rule_decode(q, k, v, g, beta, state, positions, slots, o, block_v: int | None = None,
-                            num_warps: int = 4) -> None:
+def gated_delta_rule_decode(q, k, v, g, beta, state, positions, slots, out, scale: float | None = None,
+                            l2_eps: float = L2_EPS, block_v: int | None = None, num_warps: int = 4) -> None:
     """One recurrent step per column; columns must use distinct slots.
 
     q, k: [T, Hk, Dk] (raw conv outputs; L2 norm fused), v: [T, Hv, Dv], g, beta: [T, Hv] f32,
-    state: [slots, Hv, Dk, Dv] f32 (updated in place), o: [T, Hv, Dv].
+    state: [slots, Hv, Dk, Dv] f32 (updated in place), out: [T, Hv, Dv]; q is scaled by `scale`
+    (None = 1/sqrt(Dk)) after its L2 norm, q and k are L2-normalised with epsilon `l2_eps`.
     """
-    T, Hk, Dk, Hv, Dv = _check_core("gated_delta_rule_decode", q, k, v, g, beta, state, positions, slots, o)
+    T, Hk, Dk, Hv, Dv = _check_core("gated_delta_rule_decode", q, k, v, g, beta, state, positions, slots, out)
+    scale, l2_eps = check_scale_eps("gated_delta_rule_decode", Dk, scale, l2_eps)
     if not 1 <= T <= DECODE_MAX_T:
         raise RouteError(f"gated_delta_rule_decode: T={T} outside the route domain [1, {DECODE_MAX_T}]")
     bk = max(16, triton.next_power_of_2(Dk))
     bv = block_v or min(32, triton.next_power_of_2(Dv))
     grid = (T, Hv, triton.cdiv(Dv, bv))
     gdn_decode_kernel[grid](
-        q, k, v, g, beta, state, o, positions, slots,
-        Hv, Hv // Hk, Dk, Dv, 1.0 / math.sqrt(Dk), L2_EPS,
+        q, k, v, g, beta, state, out, positions, slots,
+        Hv, Hv // Hk, Dk, Dv, scale, l2_eps,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        state.stride(0), state.stride(1), o.stride(0), o.stride(1),
+        state.stride(0), state.stride(1), out.stride(0), out.stride(1),
         BK=bk, BV=bv, num_warps=num_warps,
         **pdl_launch(gdn_decode_kernel),
     )
 
 
-def chunked_workspace_numel(T: int, Hv: int, Dk: int, Dv: int) -> int:
-    """float32 elements of the chunked prefill workspace: W [T,Hv,Dk], U [T,Hv,Dv], gc [T,Hv]."""
-    return T * Hv * (Dk + Dv + 1)
-
-
-def gated_delta_rule_chunked(q, k, v, g, beta, state, positions, slots, o, workspace,
+def gated_delta_rule_chunked(q, k, v, g, beta, state, positions, slots, out, workspace,
+                             scale: float | None = None, l2_eps: float = L2_EPS,
                              block_v: int | None = None, chunk: int = CHUNK) -> None:
     """Chunked (chunk 64, UT transform) prefill of one sequence (slot slots[0]), any T.
 
     Operands as gated_delta_rule_decode; workspace: float32 with >= chunked_workspace_numel(...)
     elements (contents are scratch).
     """
-    T, Hk, Dk, Hv, Dv = _check_core("gated_delta_rule_chunked", q, k, v, g, beta, state, positions, slots, o)
+    T, Hk, Dk, Hv, Dv = _check_core("gated_delta_rule_chunked", q, k, v, g, beta, state, positions, slots, out)
+    scale, l2_eps = check_scale_eps("gated_delta_rule_chunked", Dk, scale, l2_eps)
     need = chunked_workspace_numel(T, Hv, Dk, Dv)
     if workspace.dtype != torch.float32 or workspace.numel() < need or not workspace.is_contiguous():
         raise RouteError(f"gated_delta_rule_chunked: workspace must be contiguous float32 with >= {need} elements")
@@ -160,8 +172,8 @@ def gated_delta_rule_chunked(q, k, v, g, beta, state, positions, slots, o, works
     while True:
         bt = chunk if T > chunk // 2 else max(16, triton.next_power_of_2(T))
         try:
-            _chunked_launch(q, k, v, g, beta, state, positions, slots, o, w_ws, u_ws, gc_ws,
-                            T, Hk, Dk, Hv, Dv, bt, bk, bvf, bv)
+            _chunked_launch(q, k, v, g, beta, state, positions, slots, out, w_ws, u_ws, gc_ws,
+                            T, Hk, Dk, Hv, Dv, bt, bk, bvf, bv, scale, l2_eps)
             return
         except OutOfResources:
             # Shared memory of the chunk tiles exceeded on this device: halve the chunk (once per
@@ -176,18 +188,18 @@ _CHUNK_FOR: dict[tuple[int, int, int], int] = {}
 
 
 def _chunked_launch(q, k, v, g, beta, state, positions, slots, o, w_ws, u_ws, gc_ws,
-                    T, Hk, Dk, Hv, Dv, bt, bk, bvf, bv) -> None:
+                    T, Hk, Dk, Hv, Dv, bt, bk, bvf, bv, scale, l2_eps) -> None:
     prec = _precision()
     gdn_chunk_prep_kernel[(triton.cdiv(T, bt), Hv)](
         k, v, g, beta, w_ws, u_ws, gc_ws,
-        T, Hv, Hv // Hk, Dk, Dv, L2_EPS,
+        T, Hv, Hv // Hk, Dk, Dv, l2_eps,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         BT=bt, BK=bk, BVF=bvf, PRECISION=prec, num_warps=4, num_stages=1,
         **pdl_launch(gdn_chunk_prep_kernel),
     )
     gdn_chunk_state_kernel[(Hv, triton.cdiv(Dv, bv))](
         q, k, w_ws, u_ws, gc_ws, state, o, positions, slots,
-        T, Hv, Hv // Hk, Dk, Dv, 1.0 / math.sqrt(Dk), L2_EPS,
+        T, Hv, Hv // Hk, Dk, Dv, scale, l2_eps,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         state.stride(0), state.stride(1), o.stride(0), o.stride(1),
         BT=bt, BK=bk, BV=bv, PRECISION=prec, num_warps=4,

@@ -12,18 +12,17 @@ runtime sizes a route's workspace with the function of the launcher's own module
 
 from __future__ import annotations
 
-import math
-import os
-
 import torch
 import triton
 
 from ninfer_compile.errors import RouteError
 
 from .kernels_fast import gdn_fast_out_kernel, gdn_fast_prep_kernel, gdn_fast_state_kernel
-from .launch import L2_EPS, _check_core
+from .launch import L2_EPS, _check_core, check_scale_eps
+from .routes import FAST_CHUNK, fast_sections, fast_workspace_numel
+from ..interpret import interpreting as _interpreting
 
-CHUNK = 64
+CHUNK = FAST_CHUNK
 
 # (block_v, num_warps, num_stages) of the state / output kernels that fault with an illegal memory
 # access on a GPU: measured on the H200 (sm_90, triton 3.6, 2026-11-29) by
@@ -33,38 +32,34 @@ CHUNK = 64
 KNOWN_FAULTS = {(32, 4, 1)}
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def _sections(T: int, Hv: int, Dk: int, Dv: int) -> tuple[int, int, int, int]:
-    """float32-element sizes of the workspace sections: gc, rk f32 [Hv, T], W bf16 [Hv, T, Dk],
-    U/V' bf16 [Hv, T, Dv], H bf16 [Hv, n_chunks, Dk, Dv] (bf16 sections rounded up to whole floats)."""
-    nt = triton.cdiv(T, CHUNK)
-    half = lambda n: (n + 1) // 2  # noqa: E731
-    return 2 * T * Hv, half(Hv * T * Dk), half(Hv * T * Dv), half(Hv * nt * Dk * Dv)
+    """float32-element sizes of the workspace sections (routes.fast_sections, CHUNK = 64)."""
+    return fast_sections(T, Hv, Dk, Dv)
 
 
 def chunked_workspace_numel(T: int, Hv: int, Dk: int, Dv: int) -> int:
-    """float32 elements of the workspace of gated_delta_rule_chunked_fast."""
-    return sum(_sections(T, Hv, Dk, Dv))
+    """float32 elements this route's launcher needs (routes.fast_workspace_numel)."""
+    return fast_workspace_numel(T, Hv, Dk, Dv)
 
 
-def gated_delta_rule_chunked_fast(q, k, v, g, beta, state, positions, slots, o, workspace,
+def gated_delta_rule_chunked_fast(q, k, v, g, beta, state, positions, slots, out, workspace,
+                                  scale: float | None = None, l2_eps: float = L2_EPS,
                                   chunk: int = CHUNK, block_v: int = 64, num_warps: int = 4,
                                   num_stages: int = 2) -> None:
     """Chunked (chunk 64) prefill of one sequence (slot slots[0]), any T.
 
     q, k: [T, Hk, Dk] (raw; L2 norm fused), v: [T, Hv, Dv], g, beta: [T, Hv] f32 contiguous,
-    state: [slots, Hv, Dk, Dv] f32 (slot slots[0] updated in place), o: [T, Hv, Dv],
+    state: [slots, Hv, Dk, Dv] f32 (slot slots[0] updated in place), out: [T, Hv, Dv],
     workspace: contiguous float32 with >= chunked_workspace_numel(T, Hv, Dk, Dv) elements (scratch).
     block_v: Dv columns per state / output program; num_warps, num_stages: those two kernels'.
+    scale (None = 1/sqrt(Dk)) and l2_eps: as gated_delta_rule_decode.
     """
     if (block_v, num_warps, num_stages) in KNOWN_FAULTS and not _interpreting():
         raise RouteError(f"gated_delta_rule_chunked_fast: block_v={block_v}, num_warps={num_warps}, "
                          f"num_stages={num_stages} is refused on a GPU (illegal memory access measured on "
                          f"the H200 with triton 3.6; see launch_fast.KNOWN_FAULTS)")
-    T, Hk, Dk, Hv, Dv = _check_core("gated_delta_rule_chunked_fast", q, k, v, g, beta, state, positions, slots, o)
+    T, Hk, Dk, Hv, Dv = _check_core("gated_delta_rule_chunked_fast", q, k, v, g, beta, state, positions, slots, out)
+    scale, l2_eps = check_scale_eps("gated_delta_rule_chunked_fast", Dk, scale, l2_eps)
     if chunk != CHUNK:
         raise RouteError(f"gated_delta_rule_chunked_fast: chunk={chunk} unsupported (only {CHUNK})")
     if block_v not in (16, 32, 64, 128):
@@ -91,7 +86,7 @@ def gated_delta_rule_chunked_fast(q, k, v, g, beta, state, positions, slots, o, 
     f32 = _interpreting()
     gdn_fast_prep_kernel[(nt, Hv)](
         k, v, g, beta, gc_ws, rk_ws, w_ws, u_ws,
-        T, Hv, rep, Dk, Dv, L2_EPS,
+        T, Hv, rep, Dk, Dv, l2_eps,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         BK=bk, BVF=bvf, PRECISION="ieee" if f32 else "tf32", F32=f32, num_warps=4, num_stages=1,
     )
@@ -102,8 +97,8 @@ def gated_delta_rule_chunked_fast(q, k, v, g, beta, state, positions, slots, o, 
         BK=bk, BV=bv, F32=f32, NUM_STAGES=num_stages, num_warps=num_warps,
     )
     gdn_fast_out_kernel[(triton.cdiv(Dv, bv), nt, Hv)](
-        q, k, gc_ws, rk_ws, u_ws, h_ws, o,
-        T, nt, Hv, rep, Dk, Dv, 1.0 / math.sqrt(Dk), L2_EPS,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), o.stride(0), o.stride(1),
+        q, k, gc_ws, rk_ws, u_ws, h_ws, out,
+        T, nt, Hv, rep, Dk, Dv, scale, l2_eps,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), out.stride(0), out.stride(1),
         BK=bk, BV=bv, F32=f32, num_warps=num_warps, num_stages=num_stages,
     )

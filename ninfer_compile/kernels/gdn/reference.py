@@ -44,20 +44,21 @@ def _l2(x, eps=1e-6):
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
 
 
-def gated_delta_rule(q, k, v, g, beta, state, positions, slots):
+def gated_delta_rule(q, k, v, g, beta, state, positions, slots, scale=None, l2_eps=1e-6):
     """Sequential recurrence over the columns in order (the oracle for every route).
 
     q, k: [T, Hk, Dk]; v: [T, Hv, Dv]; g, beta: [T, Hv]; state: [slots, Hv, Dk, Dv];
-    positions, slots: [T] int. Returns (o [T, Hv, Dv] f32, new state [slots, Hv, Dk, Dv] f32).
+    positions, slots: [T] int; scale: the output scale (None: 1/sqrt(Dk)); l2_eps: the q / k L2
+    normalisation eps. Returns (o [T, Hv, Dv] f32, new state [slots, Hv, Dk, Dv] f32).
     Columns of one slot are processed in column order (each slot's columns are consecutive
     positions of one sequence).
     """
     T, Hk, Dk = q.shape
     Hv = v.shape[1]
     rep = Hv // Hk
-    scale = 1.0 / math.sqrt(Dk)
-    qn = _l2(q.float()).repeat_interleave(rep, dim=1)  # [T, Hv, Dk]
-    kn = _l2(k.float()).repeat_interleave(rep, dim=1)
+    scale = 1.0 / math.sqrt(Dk) if scale is None else float(scale)
+    qn = _l2(q.float(), l2_eps).repeat_interleave(rep, dim=1)  # [T, Hv, Dk]
+    kn = _l2(k.float(), l2_eps).repeat_interleave(rep, dim=1)
     vf, gf, bf = v.float(), g.float(), beta.float()
     S_all = state.float().clone()
     o = torch.empty(T, Hv, v.shape[2], dtype=torch.float32)

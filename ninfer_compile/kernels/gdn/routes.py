@@ -45,6 +45,7 @@ register(Route(
         "chunk": ParamSpec("chunk", (16, 32, 64), 64, "chunk length (halved automatically on shared-memory overflow)"),
     },
     reference=f"{_M}.reference:gated_delta_rule", launcher=f"{_M}.launch:gated_delta_rule_chunked",
+    workspace=f"{_M}.routes:chunked_workspace",
     kernels=(f"{_M}.kernels:gdn_chunk_prep_kernel", f"{_M}.kernels:gdn_chunk_state_kernel"),
     doc="one sequence per launch, any T; chunk 64 UT transform (chunk-parallel) + sequential state passing; "
         "float32 workspace chunked_workspace_numel(T, Hv, Dk, Dv)",
@@ -59,9 +60,47 @@ register(Route(
         "num_stages": ParamSpec("num_stages", (1, 2, 3), 2, "software pipelining of the state / output loads"),
     },
     reference=f"{_M}.reference:gated_delta_rule", launcher=f"{_M}.launch_fast:gated_delta_rule_chunked_fast",
+    workspace=f"{_M}.routes:chunked_fast_workspace",
     kernels=(f"{_M}.kernels_fast:gdn_fast_prep_kernel", f"{_M}.kernels_fast:gdn_fast_state_kernel",
              f"{_M}.kernels_fast:gdn_fast_out_kernel"),
     doc="one sequence per launch, any T; chunk 64 WY/UT prep (blocked 16x16 inverse, chunk-parallel) + "
         "bf16 tensor-core state passing (heads x Dv blocks) storing per-chunk states + chunk-parallel output; "
         "float32 workspace launch_fast.chunked_workspace_numel(T, Hv, Dk, Dv)",
 ))
+
+
+# ------------------------------------------------------------------ workspace sizing (pure arithmetic)
+FAST_CHUNK = 64  # gdn_chunked_prefill_fast's chunk (launch_fast.CHUNK)
+
+
+def chunked_workspace_numel(T: int, Hv: int, Dk: int, Dv: int) -> int:
+    """float32 elements of gdn_chunked_prefill's workspace: W [T,Hv,Dk], U [T,Hv,Dv], gc [T,Hv]."""
+    return int(T) * int(Hv) * (int(Dk) + int(Dv) + 1)
+
+
+def fast_sections(T: int, Hv: int, Dk: int, Dv: int) -> tuple[int, int, int, int]:
+    """float32-element sizes of gdn_chunked_prefill_fast's workspace sections: gc, rk f32 [Hv, T],
+    W bf16 [Hv, T, Dk], U bf16 [Hv, T, Dv], H bf16 [Hv, NT, Dk, Dv] (bf16 pairs rounded up)."""
+    nt = -(-int(T) // FAST_CHUNK)
+    half = lambda n: (n + 1) // 2  # noqa: E731
+    return 2 * T * Hv, half(Hv * T * Dk), half(Hv * T * Dv), half(Hv * nt * Dk * Dv)
+
+
+def fast_workspace_numel(T: int, Hv: int, Dk: int, Dv: int) -> int:
+    return sum(fast_sections(T, Hv, Dk, Dv))
+
+
+def _dims(view) -> tuple[int, int, int, int]:
+    T, _hk, Dk = view.shape("q")
+    _t, Hv, Dv = view.shape("v")
+    return T, Hv, Dk, Dv
+
+
+def chunked_workspace(view, params) -> int:
+    """Route workspace hook of gdn_chunked_prefill (`Route.workspace`)."""
+    return chunked_workspace_numel(*_dims(view))
+
+
+def chunked_fast_workspace(view, params) -> int:
+    """Route workspace hook of gdn_chunked_prefill_fast (`Route.workspace`)."""
+    return fast_workspace_numel(*_dims(view))

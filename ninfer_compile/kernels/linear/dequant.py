@@ -32,45 +32,6 @@ def magic_f32(v, OFF: tl.constexpr):
 
 
 # ---------------------------------------------------------------------------------------------
-# 3-D unpack for the CUDA-core GEMV: codes [BN, KW, LPW] fp32 (unscaled) and scales [BN, KW].
-# ---------------------------------------------------------------------------------------------
-@triton.jit
-def codes3d(base_ptr, high_ptr, rows, rmask, wi, wmask, base_row, high_row, FMT: tl.constexpr):
-    m = rmask[:, None] & wmask[None, :]
-    w = tl.load(base_ptr + rows[:, None] * base_row + wi[None, :], mask=m, other=0)
-    if FMT == 8:
-        j = tl.arange(0, 4)
-        v = (((w ^ XOR_W8)[:, :, None] >> (j * 8)[None, None, :]) & 0xFF)
-        q = magic_f32(v, 128)
-    elif FMT == 4:
-        j = tl.arange(0, 8)
-        v = (((w ^ XOR_Q4)[:, :, None] >> (j * 4)[None, None, :]) & 0xF)
-        q = magic_f32(v, 8)
-    elif FMT == 5:
-        j = tl.arange(0, 8)
-        u = (w[:, :, None] >> (j * 4)[None, None, :]) & 0xF
-        h = tl.load(high_ptr + rows[:, None] * high_row + (wi // 4)[None, :], mask=m, other=0)
-        sh = ((wi % 4) * 8)[None, :, None] + j[None, None, :]
-        v = (u | (((h[:, :, None] >> sh) & 1) << 4)) ^ 16
-        q = magic_f32(v, 16)
-    else:  # FMT == 6
-        j = tl.arange(0, 8)
-        u = (w[:, :, None] >> (j * 4)[None, None, :]) & 0xF
-        h = tl.load(high_ptr + rows[:, None] * high_row + (wi // 2)[None, :], mask=m, other=0)
-        sh = ((wi % 2) * 16)[None, :, None] + (j * 2)[None, None, :]
-        v = (u | (((h[:, :, None] >> sh) & 3) << 4)) ^ 32
-        q = magic_f32(v, 32)
-    return q
-
-
-@triton.jit
-def scales2d(scale_ptr, rows, rmask, wi, wmask, scale_row):
-    """Group scale of every word [BN, KW] fp32 (8 words per group for every grouped format)."""
-    m = rmask[:, None] & wmask[None, :]
-    return tl.load(scale_ptr + rows[:, None] * scale_row + (wi // 8)[None, :], mask=m, other=0.0).to(tl.float32)
-
-
-# ---------------------------------------------------------------------------------------------
 # 2-D dequant for the tensor-core schedules: bf16 W_hat tile [BN, BK] (lane order k0..k0+BK).
 # Each lane l of a word is its own [BN, KW] tensor; a fixed join tree interleaves them.
 # ---------------------------------------------------------------------------------------------

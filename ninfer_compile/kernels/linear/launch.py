@@ -3,23 +3,24 @@
 Convention (docs/ARCHITECTURE.md): every tensor is preallocated by the caller; launchers never
 allocate device memory and return None.
 
-    <route>(x, weight, out, *, epilogue="none", residual=None, workspace=None, params=None)
+    <route>(x, weight, out, *, residual=None, epilogue="none", workspace=None, <route params>)
+
+(the route's params each by its own name, e.g. `BLOCK_N=16, SPLIT_K=2`; `launch(route, ...,
+params={...})` is the same call by route name).
 
 - x: bf16 [T, K] (unit stride along K); weight: QuantWeight (row-split planes, maybe a row view)
   or bf16 [N, K]; out: bf16 [T, N_out] (N_out = N/2 for swiglu, else N); residual: [T, N_out]
   (may alias out); workspace: fp32 with >= `workspace_numel(...)` elements when SPLIT_K > 1.
 - `linear_workspace_numel(route, T, N, K, epilogue, params)` (from routes.py, re-exported): the
-  family's route-aware sizing hook (float32 elements; N = weight rows). The runtime calls it on the
-  launcher's module, the compiler's memory report on routes.py. The `<f>_dequant_gemm` routes'
-  launchers live in `dequant_gemm.py` (which re-exports the same hook); `launch(...)` forwards
-  them there.
+  route-aware sizing (float32 elements; N = weight rows), the same arithmetic as the routes'
+  `Route.workspace` hooks (routes.py `splitk_workspace` / `dequant_gemm_workspace`), which the
+  compiler writes into the plan. The `<f>_dequant_gemm` routes' launchers live in
+  `dequant_gemm.py` (which re-exports the same function); `launch(...)` forwards them there.
 - T outside the route's declared domain, a format / epilogue the route does not declare, an
   undeclared param value, or mismatched shapes raise `RouteError` naming the route.
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 import triton
@@ -28,9 +29,10 @@ from ...errors import RouteError
 from .epilogue import EPI_CODES, splitk_reduce_kernel
 from .gemv import qlinear_gemv_kernel
 from .mma import qlinear_mma_kernel
-from .routes import LINEAR_ROUTES, linear_workspace_numel  # noqa: F401  (the runtime sizes workspaces through the launcher module)
+from .routes import LINEAR_ROUTES, linear_workspace_numel  # noqa: F401  (re-exported for direct callers)
 from .weights import QuantWeight, as_linear_weight
 from ..pdl import pdl_launch
+from ..interpret import interpreting  # noqa: F401  (gemv_lowreg / dequant_gemm import it from here)
 
 # routes whose launcher lives in another module of this family (e.g. dequant_gemm.py)
 _HERE = __name__.rpartition(".")[2]
@@ -39,10 +41,6 @@ __all__ = ["launch", "workspace_numel", "linear_workspace_numel", "asm_supported
 
 _FMT_CODE = {"Q4G64_F16S": 4, "Q5G64_F16S": 5, "Q6G64_F16S": 6, "W8G32_F16S": 8, "BF16": 16}
 _ASM_CACHE: dict = {}
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def asm_supported(device: torch.device) -> bool:
@@ -208,11 +206,31 @@ def launch(route_name: str, x, weight, out, *, epilogue: str = "none", residual=
 
 
 def named_launcher(launch_fn, name: str, doc: str):
-    """The per-route launcher `name(x, weight, out, *, epilogue, residual, workspace, params)` of a
-    module-level `launch_fn(route_name, x, weight, out, ...)` (the launcher convention above)."""
-    def launcher(x, weight, out, *, epilogue="none", residual=None, workspace=None, params=None):
+    """The per-route launcher of a module-level `launch_fn(route_name, x, weight, out, ...)`:
+    `name(x, weight, out, *, residual=None, epilogue="none", workspace=None, <each route param>=default)`
+    — the family's operand / attribute names and the route's params, each by its own name (the
+    plan's launch bindings). Its `__signature__` lists exactly those; an unknown keyword is a
+    RouteError naming the route."""
+    import inspect
+
+    from .routes import ALL_LINEAR_ROUTES
+
+    route = ALL_LINEAR_ROUTES[name]
+    declared = tuple(route.params)
+
+    def launcher(x, weight, out, *, residual=None, epilogue="none", workspace=None, **params):
+        unknown = sorted(set(params) - set(declared))
+        if unknown:
+            raise RouteError(f"route {name} has no param {unknown[0]!r} (declared: {sorted(declared) or 'none'})")
         return launch_fn(name, x, weight, out, epilogue=epilogue, residual=residual,
                          workspace=workspace, params=params)
+
+    P = inspect.Parameter
+    launcher.__signature__ = inspect.Signature(
+        [P(n, P.POSITIONAL_OR_KEYWORD) for n in ("x", "weight", "out")]
+        + [P("residual", P.KEYWORD_ONLY, default=None), P("epilogue", P.KEYWORD_ONLY, default="none"),
+           P("workspace", P.KEYWORD_ONLY, default=None)]
+        + [P(k, P.KEYWORD_ONLY, default=spec.default) for k, spec in route.params.items()])
     launcher.__name__ = name
     launcher.__qualname__ = name
     launcher.__doc__ = doc

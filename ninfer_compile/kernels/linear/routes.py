@@ -1,6 +1,6 @@
 """Linear-family route registrations (data only: no torch / triton import here).
 
-Per weight format three schedules, each with its own declared domain:
+Per weight format four schedules (bf16: two), each with its own declared domain:
 - `<f>_gemv`          decode GEMV, T in [1, 4]: CUDA-core fp32 FMAs, magic-number unpack,
                       optional deterministic split-K (two-phase, workspace).
 - `<f>_small_t_mma`   T in [1, 64]: tl.dot on dequantized bf16 tiles, BLOCK_T 16/32/64,
@@ -15,6 +15,8 @@ Per weight format three schedules, each with its own declared domain:
 `<f>` in q4, q5, q6, w8 (row-split planes read in place) and bf16 (`bf16_gemv`, `bf16_tiled`:
 GDN a/b projections and bf16-recipe artifacts). Every route supports the epilogues none /
 swiglu / residual. Launchers: `ninfer_compile.kernels.linear.launch:<route name>`.
+More decode GEMVs register from their own modules: routes_lowreg.py (`q4_gemv_lowreg`,
+`q5/q6_gemv_packed`) and routes_tc.py (`<f>_gemv_tc`, q4/q5/q6).
 """
 
 from __future__ import annotations
@@ -84,10 +86,16 @@ def _dequant_gemm_params():
 DEQUANT_GEMM_MIN_T = 1
 
 
+# the route workspace hooks (`Route.workspace`, defined below): split-K partials / dequant W_hat
+SPLITK_WORKSPACE = f"{_MOD}.routes:splitk_workspace"
+DEQUANT_GEMM_WORKSPACE = f"{_MOD}.routes:dequant_gemm_workspace"
+
+
 def _route(name, fmt, kernel, domain, params, doc, launcher_mod="launch"):
     return Route(
         name=name, family="linear", domain=domain, params=params, reference=REFERENCE,
         launcher=f"{_MOD}.{launcher_mod}:{name}", kernels=(f"{_MOD}.{kernel}",), doc=doc,
+        workspace=DEQUANT_GEMM_WORKSPACE if launcher_mod == "dequant_gemm" else SPLITK_WORKSPACE,
     )
 
 
@@ -163,10 +171,32 @@ def linear_workspace_numel(route: str, t: int, n: int, k: int, epilogue: str = "
         total = dequant_gemm_layout(t, n, k, epilogue)[3]
         return (total + 1) // 2
     split = int(r.resolve_params({kk: v for kk, v in dict(params or {}).items() if kk in r.params}).get("SPLIT_K", 1))
+    return splitk_numel(t, n, epilogue, split)
+
+
+def splitk_numel(t: int, n: int, epilogue: str, split: int) -> int:
+    """float32 split-K partials [SPLIT_K, t, N_out (x2 for swiglu)] of a weight of n rows; 0 for SPLIT_K 1."""
     if split <= 1:
         return 0
     n_out = int(n) // 2 if epilogue == "swiglu" else int(n)
-    return split * int(t) * n_out * (2 if epilogue == "swiglu" else 1)
+    return int(split) * int(t) * n_out * (2 if epilogue == "swiglu" else 1)
+
+
+def _tnk(view) -> tuple[int, int, int, str]:
+    n, k = view.shape("weight")[:2]
+    return view.shape("x")[0], n, k, view.attr("epilogue", "none")
+
+
+def splitk_workspace(view, params) -> int:
+    """Route workspace hook of the split-K routes (`Route.workspace`): x [T, K], weight [N, K]."""
+    t, n, _k, epi = _tnk(view)
+    return splitk_numel(t, n, epi, int(params.get("SPLIT_K", 1)))
+
+
+def dequant_gemm_workspace(view, params) -> int:
+    """Route workspace hook of the `<f>_dequant_gemm` routes: W_hat (+ the swiglu scratch)."""
+    t, n, k, epi = _tnk(view)
+    return (dequant_gemm_layout(t, n, k, epi)[3] + 1) // 2
 
 for _r in LINEAR_ROUTES.values():
     if default_registry._routes.get(_r.name) is not _r:  # idempotent on re-import

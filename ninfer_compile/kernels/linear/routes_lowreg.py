@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from ..registry import ParamSpec, Route, RouteDomain, default_registry
 
+SPLITK_WORKSPACE = "ninfer_compile.kernels.linear.routes:splitk_workspace"  # the split-K partials hook
+
 EPILOGUES = ("none", "swiglu", "residual")
 REFERENCE = "ninfer_compile.kernels.linear.reference:linear"
 _MOD = "ninfer_compile.kernels.linear.gemv_lowreg"
@@ -61,6 +63,7 @@ def _build() -> dict[str, Route]:
             name=name, family="linear",
             domain=RouteDomain(formats=(fmt,), min_t=1, max_t=4, epilogues=EPILOGUES),
             params=_params(), reference=REFERENCE, launcher=f"{_MOD}:{name}",
+            workspace=SPLITK_WORKSPACE,
             kernels=(f"{_MOD}:gemv_lowreg_kernel",), doc=doc)
     return out
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from ..registry import ParamSpec, Route, RouteDomain, default_registry
 
+SPLITK_WORKSPACE = "ninfer_compile.kernels.linear.routes:splitk_workspace"  # the split-K partials hook
+
 EPILOGUES = ("none", "swiglu", "residual")
 REFERENCE = "ninfer_compile.kernels.linear.reference:linear"
 _MOD = "ninfer_compile.kernels.linear.gemv_tc"
@@ -43,6 +45,7 @@ def _build() -> dict[str, Route]:
             name=name, family="linear",
             domain=RouteDomain(formats=(fmt,), min_t=1, max_t=32, epilogues=EPILOGUES),
             params=_params(), reference=REFERENCE, launcher=f"{_MOD}:{name}",
+            workspace=SPLITK_WORKSPACE,
             kernels=(f"{_MOD}:gemv_tc_kernel",),
             doc=f"{fmt[:2]} decode GEMV on tensor cores (T<=32, 16 columns per pass): register dequant into "
                 "mma.sync m16n8k16")

@@ -16,7 +16,7 @@ def rmsnorm_rows_kernel(
     x_ptr, w_ptr, out_ptr,
     heads, stride_xt, stride_xh, stride_ot, stride_oh,
     N, eps,
-    MODE: tl.constexpr,  # 0: rms * (1 + w), 1: rms * w, 2: l2 (no weight)
+    MODE: tl.constexpr,  # 0: rms * (1 + w), 1: rms * w
     BLOCK: tl.constexpr,
     PDL: tl.constexpr = False,
 ):
@@ -28,14 +28,11 @@ def rmsnorm_rows_kernel(
     mask = offs < N
     x = tl.load(x_ptr + t * stride_xt + h * stride_xh + offs, mask=mask, other=0.0).to(tl.float32)
     ss = tl.sum(x * x, axis=0)
-    if MODE == 2:
-        y = x * tl.rsqrt(ss + eps)
-    else:
-        rstd = tl.rsqrt(ss / N + eps)
-        w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        if MODE == 0:
-            w = w + 1.0
-        y = x * rstd * w
+    rstd = tl.rsqrt(ss / N + eps)
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    if MODE == 0:
+        w = w + 1.0
+    y = x * rstd * w
     tl.store(out_ptr + t * stride_ot + h * stride_oh + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 

@@ -58,21 +58,6 @@ def head_rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: 
     )
 
 
-def l2norm(x: torch.Tensor, out: torch.Tensor, eps: float = 1e-6) -> None:
-    """out[T, heads, D] = x * rsqrt(sum(x^2) + eps) per head (out may be bf16 or fp32)."""
-    T, heads, D = x.shape
-    for n, t in (("x", x), ("out", out)):
-        _check_last_contiguous(n, t)
-    if out.shape != (T, heads, D):
-        raise RouteError(f"l2norm: shapes x{tuple(x.shape)} out{tuple(out.shape)}")
-    block = triton.next_power_of_2(D)
-    rmsnorm_rows_kernel[(T * heads,)](
-        x, x, out, heads, x.stride(0), x.stride(1), out.stride(0), out.stride(1), D, eps,
-        MODE=2, BLOCK=block, num_warps=_num_warps(block),
-        **pdl_launch(rmsnorm_rows_kernel),
-    )
-
-
 def gated_rmsnorm(
     x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float = 1e-6
 ) -> None:

@@ -36,12 +36,3 @@ def gated_rmsnorm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: f
     rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     y = xf * rstd * weight.float() * torch.nn.functional.silu(z.float())
     return y.reshape(x.shape[0], -1)
-
-
-def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """L2 normalisation over the last axis: x * rsqrt(sum(x^2) + eps) (the HF/FLA convention).
-
-    x: [T, heads, D]  ->  [T, heads, D] float32
-    """
-    xf = x.float()
-    return xf * torch.rsqrt(xf.pow(2).sum(-1, keepdim=True) + eps)

@@ -20,12 +20,6 @@ register(Route(
     doc="per-head (1+w) RMSNorm of q/k [T,heads,D]; strided inputs (slices of fused projections)",
 ))
 register(Route(
-    name="l2norm_rows", family="l2norm", domain=RouteDomain(),
-    reference=f"{_M}.reference:l2norm", launcher=f"{_M}.launch:l2norm",
-    kernels=(f"{_M}.kernels:rmsnorm_rows_kernel",),
-    doc="x * rsqrt(sum(x^2) + eps) per head",
-))
-register(Route(
     name="gated_rmsnorm_rows", family="gated_rmsnorm", domain=RouteDomain(),
     reference=f"{_M}.reference:gated_rmsnorm", launcher=f"{_M}.launch:gated_rmsnorm",
     kernels=(f"{_M}.kernels:gated_rmsnorm_kernel",),

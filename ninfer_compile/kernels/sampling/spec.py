@@ -37,6 +37,8 @@ def _check(view: OpView) -> str | None:
             return f"{name} must be {list(shape)} (one per logits row), got {list(view.shape(name))}"
         if view.dtype(name) != PARAM_DTYPES[name]:
             return f"{name} must be {PARAM_DTYPES[name]}, got {view.dtype(name)}"
+    if view.shape("ids", out=True) != (R,):
+        return f"ids: shape {list(view.shape('ids', out=True))}, expected {[R]}"
     return None
 
 

@@ -69,5 +69,5 @@ def run_route(launcher, fmt, t, n, k, epi, params, seed, view=None, device="cpu"
     ws = None
     if params.get("SPLIT_K", 1) > 1:
         ws = torch.full((workspace_numel(params),), float("nan"), device=device)
-    assert launcher(x, w, out, epilogue=epi, residual=residual, workspace=ws, params=params) is None
+    assert launcher(x, w, out, epilogue=epi, residual=residual, workspace=ws, **(params or {})) is None
     return out.cpu(), expected

@@ -50,7 +50,7 @@ def _run(name, t, n, k, epi, view, params, gen, *, in_place=False, ws_pad=0):
         residual = out
     need = D.linear_workspace_numel(name, t, n, k, epi)
     ws = torch.full((need + ws_pad,), float("nan"))  # poisoned: every read byte must be written first
-    assert getattr(D, name)(x, w, out, epilogue=epi, residual=residual, workspace=ws, params=params) is None
+    assert getattr(D, name)(x, w, out, epilogue=epi, residual=residual, workspace=ws, **(params or {})) is None
     return w, out, expected, ws
 
 
@@ -101,7 +101,7 @@ def test_out_may_be_a_column_slice():
     wide = torch.full((17, 64), float("nan"), dtype=torch.bfloat16)
     out = wide[:, 8:48]
     ws = torch.empty(D.linear_workspace_numel("q6_dequant_gemm", 17, 40, 200, "none"))
-    D.q6_dequant_gemm(x, w, out, workspace=ws, params=SMALL)
+    D.q6_dequant_gemm(x, w, out, workspace=ws, **(SMALL or {}))
     assert_close_rel(out, ref_linear(x, w), 1e-2, "column slice out")
     assert torch.isnan(wide[:, :8].float()).all() and torch.isnan(wide[:, 48:].float()).all()
 
@@ -156,7 +156,7 @@ def test_launcher_refusals():
     with pytest.raises(RouteError, match="epilogue 'gelu'"):
         D.q4_dequant_gemm(x, w4, out, epilogue="gelu", workspace=ws)
     with pytest.raises(RouteError, match="BLOCK_K=100"):
-        D.q4_dequant_gemm(x, w4, out, workspace=ws, params={"BLOCK_K": 100})
+        D.q4_dequant_gemm(x, w4, out, workspace=ws, **{"BLOCK_K": 100})
     with pytest.raises(RouteError, match="QuantWeight"):
         D.q4_dequant_gemm(x, torch.zeros(16, 128, dtype=torch.bfloat16), out, workspace=ws)
     with pytest.raises(RouteError, match="residual"):

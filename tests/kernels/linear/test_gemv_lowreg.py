@@ -66,9 +66,9 @@ def test_t5_and_bad_params_are_refused(name):
     with pytest.raises(RouteError, match=rf"route {name}: T=5 columns is outside its domain T in \[1, 4\]"):
         getattr(G, name)(x, w, out)
     with pytest.raises(RouteError, match="BLOCK_K"):
-        getattr(G, name)(x[:1], w, out[:1], params={"BLOCK_K": 64})
+        getattr(G, name)(x[:1], w, out[:1], **{"BLOCK_K": 64})
     with pytest.raises(RouteError, match="workspace"):
-        getattr(G, name)(x[:1], w, out[:1], params={"SPLIT_K": 2})
+        getattr(G, name)(x[:1], w, out[:1], **{"SPLIT_K": 2})
 
 
 def test_registered_with_launchers_and_domains():

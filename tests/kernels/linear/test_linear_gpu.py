@@ -40,7 +40,7 @@ def test_q4_asm_matches_reference(route, t, epi):
     for asm in (True, False):
         out.fill_(float("nan"))
         getattr(L, route)(x, w, out, epilogue=epi, residual=res,
-                          params={"USE_ASM": asm, "BLOCK_T": 32 if (t <= 32 or route == "q4_wide_mma") else 64})
+                          **{"USE_ASM": asm, "BLOCK_T": 32 if (t <= 32 or route == "q4_wide_mma") else 64})
         torch.cuda.synchronize()
         assert_close_rel(out, expected, 1e-2, f"{route} USE_ASM={asm} T={t}")
         outs[asm] = out.clone()
@@ -70,7 +70,7 @@ def test_splitk_deterministic(name):
     runs = []
     for _ in range(3):
         getattr(L, name)(x, w, out, epilogue="residual", residual=res, workspace=ws,
-                         params={"SPLIT_K": 4})
+                         **{"SPLIT_K": 4})
         runs.append(out.clone())
     assert all(torch.equal(runs[0], r) for r in runs[1:])
     assert_close_rel(runs[0], ref_linear(x, w, "residual", res), 1e-2, f"{name} split-K")
@@ -89,7 +89,7 @@ def test_q4_gemv_asm_matches_reference(t, epi, params):
     outs = {}
     for asm in (True, False):
         out.fill_(float("nan"))
-        L.q4_gemv(x, w, out, epilogue=epi, residual=res, params={**params, "USE_ASM": asm})
+        L.q4_gemv(x, w, out, epilogue=epi, residual=res, **{**params, "USE_ASM": asm})
         torch.cuda.synchronize()
         assert_close_rel(out, expected, 1e-2, f"q4_gemv USE_ASM={asm} T={t} {epi}")
         outs[asm] = out.clone()
@@ -101,6 +101,6 @@ def test_q4_gemv_asm_splitk_and_large_k():
     ws = torch.empty(L.workspace_numel(4, 512, "residual", 4), device="cuda")
     out.fill_(float("nan"))
     L.q4_gemv(x, w, out, epilogue="residual", residual=res, workspace=ws,
-              params={"SPLIT_K": 4, "USE_ASM": True, "BLOCK_N": 16, "BLOCK_K": 512})
+              **{"SPLIT_K": 4, "USE_ASM": True, "BLOCK_N": 16, "BLOCK_K": 512})
     torch.cuda.synchronize()
     assert_close_rel(out, ref_linear(x, w, "residual", res), 1e-2, "q4_gemv asm split-K")

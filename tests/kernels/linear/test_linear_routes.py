@@ -81,7 +81,7 @@ def _run(name, t, n, k, epi, view, params, gen, residual_in_place=False):
         residual = out
     split = params.get("SPLIT_K", 1)
     ws = torch.full((L.workspace_numel(t, n_out, epi, split),), float("nan")) if split > 1 else None
-    ret = getattr(L, name)(x, w, out, epilogue=epi, residual=residual, workspace=ws, params=params)
+    ret = getattr(L, name)(x, w, out, epilogue=epi, residual=residual, workspace=ws, **(params or {}))
     assert ret is None
     return out, expected
 
@@ -114,12 +114,12 @@ def test_domain_edge(name):
         params["BLOCK_T"] = 64
     x = torch.randn(max_t, 128, generator=gen).bfloat16()
     out = torch.full((max_t, 16), float("nan"), dtype=torch.bfloat16)
-    getattr(L, name)(x, w, out, params=params)
+    getattr(L, name)(x, w, out, **(params or {}))
     assert_close_rel(out, ref_linear(x, w), 1e-2, f"{name} T=max_t={max_t}")
     x2 = torch.randn(max_t + 1, 128).bfloat16()
     out2 = torch.empty(max_t + 1, 16, dtype=torch.bfloat16)
     with pytest.raises(RouteError, match=rf"{name}: T={max_t + 1} columns is outside its domain"):
-        getattr(L, name)(x2, w, out2, params=params)
+        getattr(L, name)(x2, w, out2, **(params or {}))
 
 
 def test_domains_declared():
@@ -149,9 +149,9 @@ def test_launcher_errors():
     with pytest.raises(RouteError, match="epilogue 'gelu'"):
         L.q4_gemv(x, w4, out, epilogue="gelu")
     with pytest.raises(RouteError, match="BLOCK_N=3"):
-        L.q4_gemv(x, w4, out, params={"BLOCK_N": 3})
+        L.q4_gemv(x, w4, out, **{"BLOCK_N": 3})
     with pytest.raises(RouteError, match="workspace"):
-        L.q4_gemv(x, w4, out, params={"SPLIT_K": 2})
+        L.q4_gemv(x, w4, out, **{"SPLIT_K": 2})
     with pytest.raises(RouteError, match="out must be bf16"):
         L.q4_gemv(x, w4, torch.empty(2, 8, dtype=torch.bfloat16))
     with pytest.raises(RouteError, match="residual"):
@@ -159,4 +159,4 @@ def test_launcher_errors():
     with pytest.raises(RouteError, match="outside its domain"):
         L.q4_wide_mma(torch.empty(0, 128, dtype=torch.bfloat16), w4, torch.empty(0, 16, dtype=torch.bfloat16))
     with pytest.raises(RouteError, match="USE_ASM=True"):
-        L.q4_small_t_mma(x, w4, out, params={"USE_ASM": True})
+        L.q4_small_t_mma(x, w4, out, **{"USE_ASM": True})

@@ -4,7 +4,7 @@ import pytest
 
 from ninfer_compile.kernels.registry import default_registry, load_callable
 
-FAMILIES = {"rmsnorm", "head_rmsnorm", "l2norm", "gated_rmsnorm", "rope", "qk_norm_rope", "conv1d",
+FAMILIES = {"rmsnorm", "head_rmsnorm", "gated_rmsnorm", "rope", "qk_norm_rope", "conv1d",
             "gdn_gating", "gated_delta_rule", "attention", "kv_append", "embedding", "sampling"}
 
 

@@ -1,0 +1,45 @@
+"""Family spec of `attention`: gated GQA attention over the KV cache (no torch / triton imports)."""
+
+from ..family import Attr, FamilySpec, OpView, Operand
+from ..kv_cache.spec import KV_DTYPE, POSITIONS, SLOTS, kv_match
+from ..spec_util import VALUE, Bad, checker, eq
+
+
+@checker
+def _check(v: OpView) -> None:
+    q = v.shape("q")
+    eq("gate", v.shape("gate"), q)
+    kc = v.shape("k_cache")
+    eq("v_cache", v.shape("v_cache"), kc)
+    if q[1] % kc[2]:
+        raise Bad(f"query heads {q[1]} not a multiple of KV heads {kc[2]}")
+    if q[2] != kc[3]:
+        raise Bad(f"head dim {q[2]} != cache head dim {kc[3]}")
+    if v.has("k_scale") != v.has("v_scale"):
+        raise Bad("k_scale and v_scale come together")
+    eq("out", v.shape("out", out=True), (q[0], q[1] * q[2]))
+
+
+def _match(v: OpView) -> dict:
+    return {**kv_match(v), "phase": v.phase}
+
+
+SPECS = (FamilySpec(
+    name="attention",
+    operands=(
+        Operand("q", roles=VALUE, rank=3, doc="[T, Hq, D] (normed, rotated)"),
+        Operand("gate", roles=VALUE, rank=3, doc="[T, Hq, D] output gate (sigmoid)"),
+        Operand("k_cache", roles=("state",), rank=4, doc="[slots, max_ctx, Hkv, D] (this step appended)"),
+        Operand("v_cache", roles=("state",), rank=4, doc="[slots, max_ctx, Hkv, D]"),
+        Operand("k_scale", roles=("state",), dtypes=("f16",), rank=4, optional=True, doc="int8 cache scales"),
+        Operand("v_scale", roles=("state",), dtypes=("f16",), rank=4, optional=True, doc="int8 cache scales"),
+        POSITIONS, SLOTS,
+        Operand("out", io="out", roles=VALUE, rank=2, doc="[T, Hq * D]"),
+    ),
+    attrs=(Attr("scale", (float, int), doc="softmax scale (1/sqrt(D))"), KV_DTYPE),
+    t_operand="q", match=_match, check=_check,
+    reference="ninfer_compile.kernels.attention.reference:attention",
+    match_keys=("phase", "kv_dtype", "head_dim"), int_match_keys=("head_dim",),
+    layer_kind="attention",
+    doc="column t attends to its slot's cache rows 0..positions[t]; out gated by sigmoid(gate)",
+),)

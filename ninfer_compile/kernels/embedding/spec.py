@@ -1,0 +1,38 @@
+"""Family spec of `embedding`: the token-embedding lookup (no torch / triton imports)."""
+
+from ..family import FamilySpec, OpView, Operand
+from ..spec_util import INDEX, VALUE, checker, eq
+
+
+@checker
+def _check(v: OpView) -> None:
+    ids, table = v.shape("ids"), v.shape("table")
+    eq("out", v.shape("out", out=True), (ids[0], table[1]))
+
+
+def _model_matches(contract, tables) -> list[tuple[dict, str]]:
+    from ..linear.spec import objects_note, weight_objects
+
+    return [({"format": fmt, "n": n, "k": k}, objects_note(names))
+            for (fmt, n, k), names in sorted(weight_objects(contract)[1].items())]
+
+
+def _match(v: OpView) -> dict:
+    n, k = v.shape("table")
+    return {"format": v.format("table"), "n": int(n), "k": int(k)}
+
+
+SPECS = (FamilySpec(
+    name="embedding",
+    operands=(
+        Operand("ids", roles=INDEX, dtypes=("i32",), rank=1, doc="[T] token ids"),
+        Operand("table", roles=("weight",), rank=2, doc="[V, H] embedding table"),
+        Operand("out", io="out", roles=VALUE, rank=2, doc="[T, H]"),
+    ),
+    t_operand="ids",
+    match=_match,
+    check=_check,
+    reference="ninfer_compile.kernels.embedding.reference:embedding",
+    model_matches=_model_matches,
+    doc="out[t] = table[ids[t]]",
+),)

@@ -1,0 +1,212 @@
+"""Picking and reporting (pure Python, no torch): per-case timing grids from the measurement
+records (contexts summed), the row groups of a table (a group pinned to each measured shape plus
+a fallback per generic match), the markdown report with the whole timing grid, and the merge of
+saved measurement files (`tune --replay A.json B.json`). Split from cli.py (the subcommand)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from ..errors import NinferError
+from ..kernels.tuning import context_families
+from . import crossover as X
+from .shapes import describe, generic_match, match_text
+
+
+# --------------------------------------------------------------------------- picking
+def grids_from_records(cases, records) -> dict[int, dict[int, dict[X.Candidate, float]]]:
+    """Per case: T -> {candidate: µs}, summed over contexts (a candidate missing at one context
+    is not a candidate at that T)."""
+    per_ctx: dict[tuple, dict[int, dict[X.Candidate, float]]] = defaultdict(lambda: defaultdict(dict))
+    ctxs: dict[int, set] = defaultdict(set)
+    for r in records:
+        ctxs[r["case"]].add(r["ctx"])
+        if "us" not in r:
+            continue
+        c = X.Candidate.make(r["route"], r["params"], r.get("min_t", 1), r.get("max_t"))
+        per_ctx[(r["case"], r["ctx"])][r["t"]][c] = float(r["us"])
+    out = {}
+    for ci in range(len(cases)):
+        grids = [per_ctx[(ci, ctx)] for ctx in sorted(ctxs.get(ci, ()), key=lambda v: (v is None, v or 0))]
+        grids = [g for g in grids if g]
+        out[ci] = X.sum_grids(grids) if grids else {}
+    return out
+
+
+def all_candidates(records) -> dict[str, list[X.Candidate]]:
+    fam: dict[str, set] = defaultdict(set)
+    for r in records:
+        fam[r["family"]].add(X.Candidate.make(r["route"], r["params"], r.get("min_t", 1), r.get("max_t")))
+    return {k: sorted(v, key=lambda c: (c.route, repr(c.params))) for k, v in fam.items()}
+
+
+def route_candidates(family: str, match) -> list[X.Candidate]:
+    """Default-params candidates of every registered route covering the match (for coverage)."""
+    from ..kernels.registry import routes_for
+    from ..routes.table import effective_match
+
+    eff = effective_match(match)
+    return [X.Candidate.make(r.name, {}, r.domain.min_t, r.domain.max_t) for r in routes_for(family)
+            if r.domain.covers_match(eff) is None]
+
+
+def _measured_points(seen: set[int], t_points) -> list[int]:
+    """The T points at which this match has any record (a timing or a failure). A merge of runs
+    with different T points (--replay) must not turn a point that only another match was measured
+    at into an `unsupported` hole here (2026-11-29: T=12, measured for the tensor-core GEMVs only,
+    left BF16 T 12..15 unsupported). A point where every candidate failed stays a point."""
+    return [t for t in t_points if t in seen]
+
+
+def pick_groups(cases, records, t_points, hysteresis: float, generic: bool = True) -> list[X.Group]:
+    from ..kernels.registry import routes_for
+    from ..routes.table import effective_match
+
+    grids = grids_from_records(cases, records)
+    seen: dict[int, set[int]] = defaultdict(set)  # case -> T points with any record
+    for r in records:
+        seen[r["case"]].add(r["t"])
+    groups: list[X.Group] = []
+    gen_members: dict[tuple, list[int]] = defaultdict(list)
+    for ci, case in enumerate(cases):
+        grid = grids.get(ci) or {}
+        if not any(grid.values()):
+            continue
+        cands = route_candidates(case.family, case.match)
+        rows = X.pick_rows(grid, cands, _measured_points(seen[ci], t_points), hysteresis,
+                           what=f"{case.family} {match_text(case.match)}")
+        ops = ", ".join(case.ops[:4]) + (f", ... ({len(case.ops)} ops)" if len(case.ops) > 4 else "")
+        groups.append(X.Group(case.family, dict(case.match), rows, comment=f"measured: {ops}"))
+        gm = generic_match(case.family, case.match, routes_for(case.family))
+        gen_members[(case.family, json.dumps(gm, sort_keys=True))].append(ci)
+    if generic:
+        for (fam, gm_text), members in gen_members.items():
+            gm = json.loads(gm_text)
+            if any(effective_match(gm) == effective_match(cases[ci].match) for ci in members):
+                continue  # the pinned group already is the generic one
+            grid = X.sum_grids([grids[ci] for ci in members if grids.get(ci)])
+            pts = _measured_points(set().union(*(seen[ci] for ci in members)), t_points)
+            rows = X.pick_rows(grid, route_candidates(fam, gm), pts, hysteresis,
+                               what=f"{fam} {match_text(gm)}")
+            shapes = "; ".join(describe(cases[ci]).split(" (")[0] for ci in members)
+            groups.append(X.Group(fam, gm, rows, comment=f"fallback for other shapes; evidence = sum over: {shapes}"))
+    return groups
+
+
+# --------------------------------------------------------------------------- report
+def _fmt_us(v) -> str:
+    return "" if v is None else f"{v:.1f}"
+
+
+def render_report(cases, records, groups, prov: dict, dropped: list[str], carried: list[str],
+                  t_points, elapsed: float | None) -> str:
+    lines = [f"# Route tuning, sm{prov.get('sm', '?')} on {prov.get('device', '?')}", "",
+             f"- command: `{prov.get('command', '')}`", f"- date: {prov.get('date', '')}",
+             f"- driver {prov.get('driver', '?')}, CUDA {prov.get('cuda', '?')}, torch {prov.get('torch', '?')}, "
+             f"triton {prov.get('triton', '?')}, power limit {prov.get('power_w', '?')} W",
+             "- method: cold (cold operands rotate over copies > 3x L2), CUDA-graph replay, median µs per launch"
+             + "".join(f"; {f} rows sum the contexts measured" for f in context_families())]
+    if elapsed is not None:
+        lines.append(f"- measured in {elapsed:.0f} s, {sum('us' in r for r in records)} timings")
+    lines.append("")
+    # choice summary
+    lines += ["## Chosen rows", "", "| family | match | T | route | params |", "|---|---|---|---|---|"]
+    for g in groups:
+        if g.raw is not None:
+            continue
+        for r in g.rows:
+            t = f"{r.lo}..{'max' if r.hi is None else r.hi}"
+            if r.candidate is None:
+                lines.append(f"| {g.family} | `{match_text(g.match)}` | {t} | unsupported | |")
+            else:
+                lines.append(f"| {g.family} | `{match_text(g.match)}` | {t} | {r.candidate.route} | "
+                             f"{json.dumps(r.candidate.params_dict) if r.candidate.params else ''} |")
+    # timing grids
+    lines += ["", "## Timing grid (µs)", ""]
+    by_case: dict[tuple, list[dict]] = defaultdict(list)
+    for r in records:
+        by_case[(r["case"], r["ctx"])].append(r)
+    for (ci, ctx), recs in sorted(by_case.items(), key=lambda kv: (kv[0][0], kv[0][1] is None, kv[0][1] or 0)):
+        case = cases[ci]
+        ts = [t for t in t_points if any(r["t"] == t for r in recs)]
+        keys = []
+        for r in recs:
+            k = X.Candidate.make(r["route"], r["params"]).key
+            if k not in keys:
+                keys.append(k)
+        title = describe(case) + (f", context {ctx}" if ctx is not None else "")
+        lines += [f"### {title}", "", "| candidate | " + " | ".join(f"T={t}" for t in ts) + " |",
+                  "|---|" + "---:|" * len(ts)]
+        cell = {}
+        for r in recs:
+            k = X.Candidate.make(r["route"], r["params"]).key
+            cell[(k, r["t"])] = _fmt_us(r.get("us")) if "us" in r else "fail"
+        best = {}
+        for t in ts:
+            vals = [(r["us"], X.Candidate.make(r["route"], r["params"]).key) for r in recs if r["t"] == t and "us" in r]
+            if vals:
+                best[t] = min(vals)[1]
+        for k in keys:
+            row = []
+            for t in ts:
+                v = cell.get((k, t), "")
+                row.append(f"**{v}**" if best.get(t) == k and v not in ("", "fail") else v)
+            lines.append(f"| `{k}` | " + " | ".join(row) + " |")
+        lines.append("")
+    if dropped:
+        lines += ["## Dropped candidates", ""] + [f"- {d}" for d in dropped] + [""]
+    if carried:
+        lines += ["## Groups carried over unmeasured from the base table", ""] + [f"- {c}" for c in carried] + [""]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- replay
+def merge_measurements(paths, sm: int) -> dict:
+    """Saved measurement files (`--save-measurements`) merged into one: cases are matched by
+    (family, match); a later file's record of the same (op, T, context, route, params) replaces an
+    earlier one; T points are the union; environment and command come from the last file, with the
+    merge recorded in the command."""
+    merged: dict | None = None
+    case_keys: list[str] = []
+    by_key: dict[str, dict] = {}
+    t_points: set[int] = set()
+    warnings: list[str] = []
+    commands: list[str] = []
+    for path in paths:
+        try:
+            saved = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise NinferError(f"--replay {path}: cannot read saved measurements: {exc}") from None
+        if not isinstance(saved, dict) or not isinstance(saved.get("cases"), list) \
+                or not isinstance(saved.get("records"), list):
+            raise NinferError(f"--replay {path}: not a measurement file (no cases / records)")
+        if int(saved.get("sm", -1)) != sm:
+            raise NinferError(f"--replay {path}: measured on sm{saved.get('sm')}, not --sm {sm}")
+        local = []
+        for c in saved["cases"]:
+            key = json.dumps([c.get("family"), sorted((c.get("match") or {}).items())], default=str)
+            if key not in case_keys:
+                case_keys.append(key)
+                if merged is None:
+                    merged = {"cases": []}
+                merged["cases"].append(c)
+            local.append(case_keys.index(key))
+        for r in saved["records"]:
+            r = dict(r)
+            r["case"] = local[int(r["case"])]
+            rk = json.dumps([r["case"], r.get("t"), r.get("ctx"), r.get("route"),
+                             sorted((r.get("params") or {}).items())], default=str)
+            by_key[rk] = r
+        t_points |= {int(t) for t in saved.get("t_points", [])}
+        warnings += list(saved.get("warnings", []))
+        commands.append(str(saved.get("command", "")))
+        last = saved
+    assert merged is not None
+    merged.update(sm=sm, source=last.get("source", ""), environment=last.get("environment", {}),
+                  t_points=sorted(t_points), warnings=warnings, records=list(by_key.values()),
+                  elapsed_s=last.get("elapsed_s"),
+                  command=commands[0] if len(commands) == 1 else
+                  "merged measurements of: " + " | ".join(commands))
+    return merged
