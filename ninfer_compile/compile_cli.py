@@ -99,7 +99,8 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
                      dump_dir: Path | None = None, binaries: bool = True,
                      progress: Callable[[str], None] | None = None) -> Compiled:
     """Compile an artifact for `sm`. `binaries`: also compile every launched kernel ahead of time
-    into kernels/bin/ (codegen/aot.py; problems are recorded in the kernel manifest, never fatal).
+    into kernels/bin/ (codegen/aot.py; problems are recorded in the kernel manifest, fatal only
+    under NINFER_AOT_STRICT=1).
     `progress(line)` is told each phase and count ("lowering 5 extents", "passes: extent 3/5", ...)."""
     say = progress or (lambda line: None)
     from .artifact import Artifact
@@ -265,10 +266,14 @@ def run(args) -> int:
         print(f"warning: {w}", file=sys.stderr)
     b = compiled.binaries
     if b is not None:
+        from .codegen import aot
+
+        why = aot.failure(b)  # binaries failed: the plan is still written (the runtime JITs), and says why
         if b.get("status") in ("ok", "partial"):
-            print(f"kernel binaries: {b['entries']} for sm_{b['sm']} (triton {b['triton']})"
-                  f"{'; ' + b['reason'] if b.get('reason') else ''}", file=sys.stderr)
-        else:
+            print(f"kernel binaries: {b['entries']} for sm_{b['sm']} (triton {b['triton']})", file=sys.stderr)
+        elif why is None:
             print(f"kernel binaries: none ({b.get('status')}: {b.get('reason')}); the runtime JITs the source",
                   file=sys.stderr)
+        if why is not None:
+            print(f"warning: {why}", file=sys.stderr)
     return 0

@@ -39,8 +39,7 @@ def capture_decode_graphs(engine) -> dict[str, torch.cuda.CUDAGraph]:
         with torch.cuda.graph(g):
             runner.run()
         graphs[runner.name] = g
-    for s in engine._state.values():
-        s.zero_()
+    engine.zero_state()
     torch.cuda.synchronize(engine.device)
     return graphs
 

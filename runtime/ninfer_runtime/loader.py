@@ -2,15 +2,16 @@
 
 `load(plan_dir, artifact, *, device=None, progress=True) -> Engine`:
 1. read PLAN/plan.json and PLAN/kernels/manifest.json, and check the plan's integrity record
-   (integrity.py: sha256 of plan.json's body and of every file under the plan, kernel binaries
-   included; any mismatch is refused naming the file);
-2. check the plan against the artifact (directory sha256), the GPU (sm; on CPU the plan runs under
-   the Triton interpreter) and the emitted kernel files (sha256); refuse with `PlanMismatch`;
+   (plan_source.py, integrity.py: sha256 of plan.json's body and of every file under the plan,
+   kernel binaries included; any mismatch is refused naming the file);
+2. check the plan against the artifact (directory sha256), the device (sm; on CPU the plan runs
+   under the Triton interpreter) and the emitted kernel files (sha256); refuse with `PlanMismatch`;
 3. with `verify_weights=True`, hash the payload of every bound object against the digests the
-   compiler recorded (integrity.verify_weights); then upload the weights the launches reference, streamed from the artifact's mmap (per object:
-   torch.frombuffer over the mmap span -> .to(device); no second host copy). Row-split objects
-   become the kernel library's `QuantWeight` (uint8 planes; row views are plane slices), direct
-   objects typed tensors in their logical shape (row views are row slices);
+   compiler recorded (integrity.verify_weights); then upload the weights the launches reference,
+   streamed from the artifact's mmap (per object: torch.frombuffer over the mmap span -> device;
+   no second host copy). Row-split objects become the kernel library's `QuantWeight` (uint8
+   planes; row views are plane slices), direct objects typed tensors in their logical shape (row
+   views are row slices);
 4. allocate the activation arena and the per-slot state buffers (KV caches, GDN conv/recurrent);
 5. import PLAN/kernels as a uniquely named package and bind every extent's launches; on a GPU,
    use the plan's precompiled kernel binaries (PLAN/kernels/bin, see triton_cache.py) when they
@@ -18,129 +19,37 @@
    else JIT from the emitted source (`Engine.kernel_note` says which and why), then run every
    extent once so each kernel is loaded (or compiled) before capture;
 6. on a GPU, capture one CUDA graph per decode extent the plan marks for capture.
-`Engine.load_times` = {"upload": s, "kernels": s, "capture": s, "total": s}; "kernels" covers the
-import, binding, binary loading / JIT and the warm-up run.
+Every device-dependent step (the sm check, uploads, allocations, binaries, warm-up, capture) goes
+through the engine's `DeviceBackend` (device.py): `TorchDevice` by default, or one injected by the
+caller (the compiler's ahead-of-time pass injects a fake device and a plan held in memory, and
+constructs this same Engine). `Engine.load_times` = {"upload": s, "kernels": s, "capture": s,
+"total": s}; "kernels" covers the import, binding, binary loading / JIT and the warm-up run.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import importlib.util
-import itertools
-import json
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from .artifact_view import GROUPED, ArtifactView, ArtifactViewError
+from .device import DeviceBackend, TorchDevice, check_device  # noqa: F401 - check_device: public here too
 from .errors import NinferRuntimeError, PlanError, PlanMismatch
-from .integrity import check_plan_integrity, verify_weights
-from .plan_checks import check_plan_shape
-from .triton_cache import binaries_for, preload_binaries
+from .integrity import verify_weights
+from .plan_source import (KERNELS_FORMAT, PLAN_FORMAT, PlanDir, PlanInMemory, check_artifact,  # noqa: F401
+                          check_kernel_files, import_kernels, read_plan, used_weights)
 
-PLAN_FORMAT = "ninfer-plan-v1"
-KERNELS_FORMAT = "ninfer-kernels-v1"
 _DIRECT = {"BF16": torch.bfloat16, "FP32": torch.float32, "I32": torch.int32}
 _DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32,
            "i8": torch.int8, "u8": torch.uint8}
-_counter = itertools.count()
 
 
 def _interpreting() -> bool:  # = the kernels' interpret.py; needed before the plan's package (and triton) is imported
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def read_plan(plan_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    plan_dir = Path(plan_dir)
-    pj = plan_dir / "plan.json"
-    if not pj.is_file():
-        raise PlanError(f"{plan_dir}: not a plan directory (no plan.json)")
-    try:
-        plan = json.loads(pj.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise PlanError(f"{pj}: cannot read: {exc}") from None
-    if not isinstance(plan, dict) or plan.get("format") != PLAN_FORMAT:
-        raise PlanMismatch(f"{pj}: plan format {plan.get('format') if isinstance(plan, dict) else None!r}, "
-                           f"this runtime reads {PLAN_FORMAT}")
-    check_plan_integrity(plan_dir, plan)
-    for key in ("model_id", "artifact", "sm", "buffers", "extents", "options"):
-        if key not in plan:
-            raise PlanError(f"{pj}: missing {key!r}")
-    check_plan_shape(pj, plan)
-    km = plan_dir / "kernels" / "manifest.json"
-    if not km.is_file():
-        raise PlanError(f"{plan_dir}: the plan has no emitted kernels (kernels/manifest.json); recompile it with a "
-                        f"compiler that emits kernels")
-    try:
-        kernels = json.loads(km.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise PlanError(f"{km}: cannot read: {exc}") from None
-    if not isinstance(kernels, dict) or kernels.get("format") != KERNELS_FORMAT:
-        raise PlanMismatch(f"{km}: kernel manifest format {kernels.get('format')!r}, this runtime reads {KERNELS_FORMAT}")
-    return plan, kernels
-
-
-def check_artifact(plan: dict, art: ArtifactView) -> None:
-    want = plan["artifact"].get("directory_sha256")
-    got = art.directory_sha256()
-    if want != got:
-        raise PlanMismatch(f"artifact {art.path.name} (model {art.model_id}, directory sha256 {got[:16]}...) is not the "
-                           f"artifact this plan was compiled for ({plan['artifact'].get('file')}, model "
-                           f"{plan['model_id']}, directory sha256 {str(want)[:16]}...)")
-    if art.model_id != plan["model_id"]:  # implied by the hash; kept for a clearer message
-        raise PlanMismatch(f"artifact model {art.model_id} != plan model {plan['model_id']}")
-
-
-def check_device(plan: dict, device: torch.device) -> str:
-    """Refuse a plan compiled for another sm; returns a one-line note about how it will run."""
-    sm = int(plan["sm"])
-    if device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
-        local = major * 10 + minor
-        if local != sm:
-            raise PlanMismatch(f"plan compiled for sm_{sm}, this GPU ({torch.cuda.get_device_name(device)}) is "
-                               f"sm_{local}; recompile with --sm {local}")
-        return f"sm_{sm} on {torch.cuda.get_device_name(device)}"
-    return f"no GPU: running the sm_{sm} plan on {device.type} under the Triton interpreter (slow)"
-
-
-def check_kernel_files(plan_dir: Path, kernels: dict) -> None:
-    for rel, sha in sorted((kernels.get("files") or {}).items()):
-        p = Path(plan_dir) / rel
-        if not p.is_file():
-            raise PlanMismatch(f"{plan_dir}: emitted kernel file {rel} is missing")
-        if hashlib.sha256(p.read_bytes()).hexdigest() != sha:
-            raise PlanMismatch(f"{plan_dir}: emitted kernel file {rel} does not match its sha256 in kernels/manifest.json")
-
-
-def used_weights(plan: dict) -> list[str]:
-    """The artifact objects the plan's launches reference (sorted)."""
-    return sorted({ref["weight"] for x in plan["extents"].values() for L in x["launches"]
-                   for ref in list((L.get("args") or {}).values()) + list((L.get("outs") or {}).values())
-                   if "weight" in ref})
-
-
-def import_kernels(plan_dir: Path, kernels: dict):
-    """Import PLAN/kernels as a fresh, uniquely named package; returns its name."""
-    kdir = (Path(plan_dir) / "kernels").resolve()
-    tag = hashlib.sha256(json.dumps(kernels.get("files", {}), sort_keys=True).encode()).hexdigest()[:12]
-    name = f"_ninfer_plan_{tag}_{next(_counter)}"
-    spec = importlib.util.spec_from_file_location(name, kdir / "__init__.py", submodule_search_locations=[str(kdir)])
-    if spec is None or spec.loader is None:
-        raise PlanError(f"{kdir}: cannot import the emitted kernels")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except Exception as exc:
-        del sys.modules[name]
-        raise PlanError(f"{kdir}: importing the emitted kernels failed: {type(exc).__name__}: {exc}") from None
-    return name
 
 
 class Engine:
@@ -157,26 +66,32 @@ class Engine:
         return f"; programmatic dependent launch in {len(asked)} decode extents"
 
     def __init__(self, plan_dir, artifact, *, device=None, progress: bool = True, verify_weights: bool = False):
+        """`plan_dir`: a plan directory, or a plan source (`PlanDir`, `PlanInMemory`: plan_source.py).
+        `artifact`: a .ninfer path, or an opened artifact (`ArtifactView`, or an object with its
+        `objects` / `span` / `has_resource` / `resource_bytes` / `close`; the engine closes it).
+        `device`: a torch device spec (default: the GPU, else the CPU under the Triton interpreter)
+        or a `DeviceBackend` (device.py) that uploads, allocates and prepares kernels for it."""
         t0 = time.perf_counter()
         self.verify_weights = verify_weights
-        self.plan_dir = Path(plan_dir)
-        self.plan, self.kernel_manifest = read_plan(self.plan_dir)
-        if device is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
-        self.device_note = check_device(self.plan, self.device)
+        self.source = plan_dir if isinstance(plan_dir, (PlanDir, PlanInMemory)) else PlanDir(plan_dir)
+        self.plan_dir = self.source.plan_dir
+        self.plan, self.kernel_manifest = self.source.plan, self.source.kernels
+        self.backend: DeviceBackend = (device if isinstance(device, DeviceBackend)
+                                       else TorchDevice(device, interpreting=_interpreting))
+        self.device = self.backend.device
+        self.device_note = self.backend.check(self.plan)
+        self.binaries = None
+        if isinstance(artifact, (str, os.PathLike)):
+            try:
+                artifact = ArtifactView.open(artifact)
+            except ArtifactViewError as exc:
+                raise PlanMismatch(str(exc)) from None
+        self.artifact = artifact
         try:
-            self.artifact = ArtifactView.open(artifact)
-        except ArtifactViewError as exc:
-            raise PlanMismatch(str(exc)) from None
-        try:
-            check_artifact(self.plan, self.artifact)
-            check_kernel_files(self.plan_dir, self.kernel_manifest)
+            self.source.check(self.artifact)
             self._init(progress, t0)
         except BaseException:
-            if getattr(self, "binaries", None) is not None:
+            if self.binaries is not None:
                 self.binaries.release()
             self.artifact.close()
             raise
@@ -192,28 +107,16 @@ class Engine:
         used = used_weights(self.plan)
         if self.verify_weights:
             verify_weights(self.plan, self.artifact, used, progress)
-        if self.device.type == "cpu" and not _interpreting():
-            if "triton" in sys.modules:
-                raise PlanError("running on CPU needs the Triton interpreter, but triton was imported without "
-                                "TRITON_INTERPRET=1; set TRITON_INTERPRET=1 in the environment")
-            os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (triton.jit reads it)
+        self.backend.prepare_kernels()
         t_kern = time.perf_counter()
-        self.kernel_package = import_kernels(self.plan_dir, self.kernel_manifest)
+        self.kernel_package = self.source.import_kernels()
         self._launchers: dict[str, Any] = {}
         self._quant_weight_cls = None
-        self.binaries = None
-        self.kernel_note = "kernels: Triton interpreter (no binaries)"
-        if self.device.type == "cuda" and not _interpreting():
-            # precompiled binaries: a read-through Triton cache over PLAN/kernels/bin, else JIT (note says why)
-            self.binaries, self.kernel_note = binaries_for(self.plan_dir, self.plan, self.kernel_manifest)
-            if self.binaries is not None:
-                with torch.cuda.device(self.device):
-                    preload_binaries(self.binaries, self.kernel_package)
+        self.binaries, self.kernel_note = self.backend.kernel_binaries(self.source, self.kernel_package)
         t_kern = time.perf_counter() - t_kern
         t_up = time.perf_counter()
         self._upload(used, progress)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        self.backend.synchronize()
         t_up = time.perf_counter() - t_up
         try:
             self._allocate()
@@ -222,7 +125,7 @@ class Engine:
             raise PlanError(f"buffers: cannot allocate the plan's arena / state: {msg}") from None
         t_bind = time.perf_counter()
         self._bind_extents()
-        if self.device.type == "cuda":
+        if self.backend.warm:
             self._warm_kernels()
         t_kern += time.perf_counter() - t_bind
         if self.binaries is not None:
@@ -233,7 +136,7 @@ class Engine:
         # CUDA graphs
         t_cap = time.perf_counter()
         self.graphs = {}
-        if self.device.type == "cuda":
+        if self.backend.capture_graphs:
             from .graphs import capture_decode_graphs
 
             self.graphs = capture_decode_graphs(self)
@@ -254,7 +157,7 @@ class Engine:
         """The activation arena and the per-slot state buffers, on `self.device`."""
         arena_bytes = int(self.plan["buffers"]["arena"]["bytes"])
         need = max([int(x.get("arena_bytes") or 0) for x in self.plan["extents"].values()] + [arena_bytes, 256])
-        self.arena = torch.zeros((need + 255) // 256 * 256, dtype=torch.uint8, device=self.device)
+        self.arena = self.backend.zeros((need + 255) // 256 * 256, torch.uint8)
         self._state: dict[str, torch.Tensor] = {}
         for name, b in sorted(self.plan["buffers"].get("state", {}).items()):
             dt = _DTYPES.get(b["dtype"])
@@ -262,7 +165,7 @@ class Engine:
                 raise PlanError(f"state buffer {name}: unsupported dtype {b['dtype']}")
             if int(b["shape"][0]) != self.slots:
                 raise PlanError(f"state buffer {name}: leading dim {b['shape'][0]} != slots {self.slots}")
-            self._state[name] = torch.zeros([int(d) for d in b["shape"]], dtype=dt, device=self.device)
+            self._state[name] = self.backend.zeros([int(d) for d in b["shape"]], dt)
 
     def _bind_extents(self) -> None:
         """One `ExtentRunner` per text extent (launches bound to the emitted launchers)."""
@@ -308,10 +211,9 @@ class Engine:
             if "logit_rows" in ins:
                 ins["logit_rows"].zero_()
             r.run()
-        torch.cuda.synchronize(self.device)
-        for s in self._state.values():
-            s.zero_()
-        torch.cuda.synchronize(self.device)
+        self.backend.synchronize()
+        self.zero_state()
+        self.backend.synchronize()
 
     def _upload(self, names: list[str], progress: bool) -> None:
         total = 0
@@ -332,8 +234,8 @@ class Engine:
         try:
             for n in names:
                 e = self.artifact.objects[n]
-                buf = torch.frombuffer(self.artifact.span(n), dtype=torch.uint8)
-                dev = buf.to(self.device, non_blocking=False)
+                dev = self.backend.upload(lambda n=n: torch.frombuffer(self.artifact.span(n), dtype=torch.uint8),
+                                          int(e.bytes))
                 self._objects[n] = self._bind_object(e, dev)
                 if bar is not None:
                     bar.update(e.bytes)
@@ -413,6 +315,15 @@ class Engine:
                 raise PlanError(f"route {route}: cannot load launcher {ref} from the plan's kernels: {exc}") from None
             fn = self._launchers[route] = obj
         return fn
+
+    def alloc_workspace(self, numel: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """A zeroed workspace of `numel` elements on the engine's device (through its backend)."""
+        return self.backend.zeros(int(numel), dtype)
+
+    def zero_state(self) -> None:
+        """Zero every per-slot state buffer (after dummy runs: warm-up, graph capture)."""
+        for s in self._state.values():
+            s.zero_()
 
     def reset_slot(self, slot: int) -> None:
         """Zero the per-slot state of one slot (a new sequence starts there)."""

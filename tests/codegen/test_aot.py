@@ -3,7 +3,8 @@
 
 The test suite runs Triton in interpreter mode (tests/conftest.py), where a process cannot compile
 kernels, so the binaries are built by `ninfer-compile` in a child process without TRITON_INTERPRET
-(the real CLI path). Two compiles share a scratch cache (NINFER_AOT_CACHE) to stay fast.
+(the real CLI path). Two compiles share a scratch cache (NINFER_AOT_CACHE) to stay fast. Every
+child compiles with NINFER_AOT_STRICT=1: a binary compile that fails fails the compile (and the test).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def _env(tmp: Path, **extra) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp)  # a private "user cache": must stay free of kernels
     env["NINFER_AOT_JOBS"] = "2"
+    env["NINFER_AOT_STRICT"] = "1"
     env.update(extra)
     return env
 
@@ -164,7 +166,20 @@ pkg = import_kernels(plan_dir, km)
 b, note = tc.binaries_for(plan_dir, plan, km)
 assert b is not None, note
 n = tc.preload_binaries(b, pkg)
-print(json.dumps({"n": n, "entries": len(b.entries), "stale": b.stale, "stats": b.stats(), "note": b.note(),
+stats, bnote = b.stats(), b.note()
+b.release()
+# the loader's GPU path: the same binaries through the Engine's default device backend (cuda:0 here
+# is the stub's; torch.cuda.device is a no-op without CUDA)
+import contextlib, torch
+from ninfer_runtime.device import TorchDevice
+from ninfer_runtime.plan_source import PlanDir
+torch.cuda.device = lambda d: contextlib.nullcontext()
+dev = TorchDevice(torch.device("cuda", 0), interpreting=lambda: False)
+b2, note2 = dev.kernel_binaries(PlanDir(plan_dir), pkg)
+assert b2 is not None and dev.warm and dev.capture_graphs, note2
+assert b2.preloaded == len(b2.entries) and b2.stats()["compiled"] == 0 and not b2.stale, b2.note()
+b2.release()
+print(json.dumps({"n": n, "entries": len(b.entries), "stale": b.stale, "stats": stats, "note": bnote,
                   "compile": [m for m in sys.modules if m.startswith("ninfer_compile")]}))
 """ % SM
     user = tmp_path / "user-cache"
@@ -309,6 +324,7 @@ def test_aot_failure_is_recorded_not_fatal(aot, tmp_path, monkeypatch, capsys):
     def boom(*a, **k):
         raise RuntimeError("ptxas exploded\nsecond line")
 
+    monkeypatch.delenv("NINFER_AOT_STRICT", raising=False)  # what a user's ninfer-compile does
     monkeypatch.setattr(A, "toolchain_problem", lambda sm: None)
     monkeypatch.setattr(A, "_precompile", boom)
     out = tmp_path / "x.plan"
@@ -319,7 +335,11 @@ def test_aot_failure_is_recorded_not_fatal(aot, tmp_path, monkeypatch, capsys):
                               "reason": "ahead-of-time compilation failed: RuntimeError: ptxas exploded"}
     assert (out / "plan.json").is_file() and (out / "kernels" / "linear" / "launch.py").is_file()
     assert not (out / "kernels" / "bin").exists()
-    assert "kernel binaries: none (skipped: ahead-of-time compilation failed" in capsys.readouterr().err
+    err = capsys.readouterr().err.splitlines()
+    assert [ln for ln in err if ln.startswith("warning: ")] == [
+        "warning: binaries: none built (ahead-of-time compilation failed: RuntimeError: ptxas exploded); "
+        "the runtime JITs the source"], err
+    assert not any(ln.startswith("kernel binaries:") for ln in err), err
     assert sorted(os.listdir(tmp_path)) == ["x.plan"]  # no temp directories left behind
 
 
@@ -330,3 +350,128 @@ def test_prefill_columns():
     assert prefill_columns(8) == [1, 2, 3, 4, 5, 7, 8]
     cols = prefill_columns(1024)
     assert cols[0] == 1 and cols[-1] == 1024 and 1023 in cols and 513 in cols and 1025 not in cols
+
+
+def test_strict_aot_failure_fails_the_compile(aot, tmp_path, monkeypatch, capsys):
+    """NINFER_AOT_STRICT=1 (the suite's setting): the same failure is one error line, no plan."""
+    from ninfer_compile.cli import main
+    from ninfer_compile.codegen import aot as A
+
+    def boom(*a, **k):
+        raise RuntimeError("ptxas exploded\nsecond line")
+
+    monkeypatch.setenv("NINFER_AOT_STRICT", "1")
+    monkeypatch.setattr(A, "toolchain_problem", lambda sm: None)
+    monkeypatch.setattr(A, "_precompile", boom)
+    out = tmp_path / "x.plan"
+    assert main([str(aot["artifact"]), "-o", str(out), "--sm", str(SM), "--prefill-chunk", str(CHUNK),
+                 "--concurrency", "1", "--max-context", "64"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("error: binaries failed (NINFER_AOT_STRICT=1): ahead-of-time compilation failed: "
+                       "RuntimeError: ptxas exploded"), err
+    assert not out.exists() and sorted(os.listdir(tmp_path)) == []
+    # a process in interpreter mode cannot compile kernels: a recorded skip, strict or not
+    assert A.failure({"status": "skipped", "reason": A.INTERPRETER_PROBLEM}) is None
+    assert A.failure({"status": "disabled", "reason": "--no-binaries"}) is None
+    assert A.failure({"status": "partial", "reason": "1 kernel(s) failed"}).startswith("binaries: 1 kernel(s) failed")
+
+
+_FAILING_CAPTURE = """import sys
+from ninfer_compile.codegen import aot
+
+def boom(engine, session, AotTensor):
+    assert type(engine).__name__ == "Engine" and engine.extents  # the real engine was built first
+    raise RuntimeError("capture exploded")
+
+aot.reproduce_launches = boom
+from ninfer_compile.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("strict", ["1", "0"])
+def test_failing_capture_in_a_real_compile(aot, tmp_path, strict):
+    """The real configuration (a child without TRITON_INTERPRET) with the capture failing after the
+    engine is built: strict, the compile fails in one line; otherwise ninfer-compile writes the plan
+    (source only) and says why in one warning line."""
+    out = tmp_path / "p.plan"
+    p = subprocess.run([sys.executable, "-c", _FAILING_CAPTURE, str(aot["artifact"]), "--sm", str(SM), "-o", str(out),
+                        "--prefill-chunk", str(CHUNK), "--concurrency", "1", "--max-context", "64", "--quiet"],
+                       capture_output=True, text=True, cwd=REPO, timeout=600,
+                       env=_env(tmp_path / "user-cache", NINFER_AOT_STRICT=strict, TMPDIR=str(tmp_path)))
+    err = p.stderr.strip().splitlines()
+    assert not any("Traceback" in ln for ln in err), p.stderr[-3000:]
+    reason = "ahead-of-time compilation failed: RuntimeError: capture exploded"
+    if strict == "1":
+        assert p.returncode == 2 and err[-1] == f"error: binaries failed (NINFER_AOT_STRICT=1): {reason}", err
+        assert not out.exists()
+    else:
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert [ln for ln in err if ln.startswith("warning: ")] == [
+            f"warning: binaries: none built ({reason}); the runtime JITs the source"], err
+        km = json.loads((out / "kernels" / "manifest.json").read_text())
+        assert km["binaries"] == {"status": "skipped", "reason": reason}
+        assert (out / "plan.json").is_file() and not (out / "kernels" / "bin").exists()
+    assert [n for n in os.listdir(tmp_path) if n.startswith("ninfer-aot-")] == []
+
+
+def test_aot_engine_is_built_by_the_engine_constructor(aot, tmp_path, monkeypatch):
+    """The AOT engine is the runtime's Engine, constructed through Engine.__init__ with the fake device
+    injected: whatever __init__ sets is there, memory is fake cuda:0 (no data), nothing is uploaded
+    or captured, and every extent binds through the runtime's ExtentRunner."""
+    from ninfer_compile.artifact import Artifact
+    from ninfer_compile.cli import main
+    from ninfer_compile.codegen import aot as A
+    from ninfer_compile.codegen.aot_capture import MemoryImporter
+    from ninfer_compile.codegen.aot_device import FakeTensors, aot_engine, fake_tensors
+    from ninfer_runtime.loader import Engine
+
+    import torch
+
+    out = tmp_path / "p.plan"
+    assert main([str(aot["artifact"]), "-o", str(out), "--sm", str(SM), "--prefill-chunk", str(CHUNK),
+                 "--concurrency", "1", "--max-context", "64", "--no-binaries", "--quiet"]) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    plan.pop("integrity")
+    files = {p.relative_to(out).as_posix(): p.read_text() for p in sorted((out / "kernels").rglob("*"))
+             if p.is_file() and p.suffix in (".py", ".json")}
+    km = json.loads(files["kernels/manifest.json"])
+    with Artifact.open(aot["artifact"]) as art:
+        objects = dict(art.by_name)
+    real_init = Engine.__init__
+
+    def init(self, *a, **k):
+        self.probe = "set in __init__"
+        real_init(self, *a, **k)
+
+    monkeypatch.setattr(Engine, "__init__", init)
+    root = "_ninfer_aot_test_engine"
+    importer = MemoryImporter(root, files)
+    sys.meta_path.insert(0, importer)
+    try:
+        __import__(root)
+        fake: FakeTensors = fake_tensors()
+        with fake.AllocMode():
+            eng = aot_engine(plan, km, root, objects, SM, fake)
+            bound = {name: r.bound() for name, r in eng.extents.items()}
+    finally:
+        sys.meta_path.remove(importer)
+        A._forget_package(root, importer)
+    assert type(eng) is Engine and eng.probe == "set in __init__"
+    assert set(eng.load_times) == {"upload", "kernels", "capture", "total"} and eng.graphs == {}
+    assert eng.device == torch.device("cuda", 0) and eng.binaries is None and eng.plan_dir is None
+    assert isinstance(eng.arena, fake.AotTensor) and eng.arena.device == eng.device
+    assert eng.arena.data_ptr() % (1 << 40) == 0
+    assert all(isinstance(s, fake.AotTensor) for s in eng._state.values())
+    for n in sorted({ref["weight"] for x in plan["extents"].values() for L in x["launches"]
+                     for ref in list((L.get("args") or {}).values()) + list((L.get("outs") or {}).values())
+                     if "weight" in ref}):
+        w = eng.weight(n)
+        planes = [w] if isinstance(w, torch.Tensor) else [w.base, w.scale]
+        assert all(isinstance(t, fake.AotTensor) for t in planes), n
+    assert eng.kernel_package == root and eng.frontend.tokenizer is None
+    assert "ahead-of-time compilation for sm_90" in eng.device_note
+    assert sorted(bound) == sorted(n for n, x in plan["extents"].items() if x.get("graph", "text") == "text")
+    assert all(bound.values())
+    with pytest.raises(RuntimeError, match="no data"):
+        eng.arena.cpu()

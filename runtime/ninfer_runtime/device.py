@@ -1,0 +1,130 @@
+"""The device an `Engine` runs on, injected: how weights are uploaded, how the arena / state /
+workspaces are allocated, which kernel binaries are used, whether kernels are warmed and CUDA
+graphs captured.
+
+`Engine(plan, artifact, device=...)` takes a torch device (a string, a `torch.device`, or None: the
+GPU if there is one, else the CPU under the Triton interpreter), which becomes a `TorchDevice`, or
+any object with the `DeviceBackend` interface below. The Engine does every device-dependent step
+through it and nothing else; the real GPU path is `TorchDevice` on a CUDA device. The compiler's
+ahead-of-time pass (ninfer_compile/codegen/aot_device.py) injects a fake device whose tensors have
+no memory, so it binds the plan's launches exactly as a load does without a GPU.
+
+Requires: torch. Guarantees (`TorchDevice`): `check` refuses a plan compiled for another sm (one
+line, PlanMismatch); `upload` copies one host uint8 buffer to the device (no second host copy);
+`zeros` allocates zero-filled device memory (the caching allocator's alignment); `warm` and
+`capture_graphs` are true on a CUDA device only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable
+
+import torch
+
+from .errors import PlanError, PlanMismatch
+
+
+class DeviceBackend:
+    """The protocol (documentation + defaults). Attributes: `device` (the torch.device every tensor
+    of the engine reports), `warm` (run every extent once at load, so each kernel is loaded before
+    use), `capture_graphs` (capture the decode extents' CUDA graphs)."""
+
+    device: torch.device
+    warm: bool = False
+    capture_graphs: bool = False
+
+    def check(self, plan: dict) -> str:
+        """Refuse a plan this device cannot run (PlanMismatch); return a one-line note about how it runs."""
+        raise NotImplementedError
+
+    def prepare_kernels(self) -> None:
+        """Called once before the plan's kernel package is imported (e.g. select the interpreter)."""
+
+    def kernel_binaries(self, source, package: str) -> tuple[Any, str]:
+        """(the plan's precompiled binaries, registered and preloaded for `package`, or None; a
+        one-line note on how kernels are obtained). `source`: the engine's plan source
+        (`binaries_dir`, `plan`, `kernels`)."""
+        return None, "kernels: no binaries"
+
+    def upload(self, read: Callable[[], torch.Tensor], nbytes: int) -> torch.Tensor:
+        """A 1-D uint8 device tensor of `nbytes` with the bytes of `read()` (a host uint8 tensor;
+        a device that holds no data need not call it)."""
+        raise NotImplementedError
+
+    def zeros(self, shape, dtype: torch.dtype) -> torch.Tensor:
+        """Zero-filled device memory (the arena, state buffers, workspaces)."""
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        """Wait for the device's queued work."""
+
+
+def torch_device(spec=None) -> torch.device:
+    """None -> the current GPU, else the CPU; "cuda" -> the current GPU's index."""
+    if spec is None:
+        spec = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(spec)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def check_device(plan: dict, device: torch.device) -> str:
+    """Refuse a plan compiled for another sm; returns a one-line note about how it will run."""
+    sm = int(plan["sm"])
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        local = major * 10 + minor
+        if local != sm:
+            raise PlanMismatch(f"plan compiled for sm_{sm}, this GPU ({torch.cuda.get_device_name(device)}) is "
+                               f"sm_{local}; recompile with --sm {local}")
+        return f"sm_{sm} on {torch.cuda.get_device_name(device)}"
+    return f"no GPU: running the sm_{sm} plan on {device.type} under the Triton interpreter (slow)"
+
+
+class TorchDevice(DeviceBackend):
+    """A real torch device: a CUDA GPU (binaries, warm-up, CUDA graphs) or the CPU (Triton
+    interpreter). `interpreting()`: whether this process runs Triton's interpreter."""
+
+    def __init__(self, spec=None, *, interpreting: Callable[[], bool]):
+        self.device = torch_device(spec)
+        self._interpreting = interpreting
+        self.warm = self.capture_graphs = self.device.type == "cuda"
+
+    def check(self, plan: dict) -> str:
+        return check_device(plan, self.device)
+
+    def prepare_kernels(self) -> None:
+        if self.device.type == "cpu" and not self._interpreting():
+            if "triton" in sys.modules:
+                raise PlanError("running on CPU needs the Triton interpreter, but triton was imported without "
+                                "TRITON_INTERPRET=1; set TRITON_INTERPRET=1 in the environment")
+            os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (triton.jit reads it)
+
+    def kernel_binaries(self, source, package: str) -> tuple[Any, str]:
+        if self.device.type != "cuda" or self._interpreting() or source.binaries_dir is None:
+            return None, "kernels: Triton interpreter (no binaries)"
+        from .triton_cache import binaries_for, preload_binaries
+
+        # precompiled binaries: a read-through Triton cache over PLAN/kernels/bin, else JIT (note says why)
+        binaries, note = binaries_for(source.binaries_dir, source.plan, source.kernels)
+        if binaries is not None:
+            try:
+                with torch.cuda.device(self.device):
+                    preload_binaries(binaries, package)
+            except BaseException:
+                binaries.release()
+                raise
+        return binaries, note
+
+    def upload(self, read: Callable[[], torch.Tensor], nbytes: int) -> torch.Tensor:
+        return read().to(self.device, non_blocking=False)
+
+    def zeros(self, shape, dtype: torch.dtype) -> torch.Tensor:
+        return torch.zeros(shape, dtype=dtype, device=self.device)
+
+    def synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
