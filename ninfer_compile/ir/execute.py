@@ -161,5 +161,9 @@ def step_inputs(graph: Graph, ids, start: int = 0, slot: int = 0, **extra) -> di
            "slots": torch.full((T,), slot, dtype=torch.int32)}
     if "logit_rows" in graph.tensors:
         out["logit_rows"] = torch.tensor([T - 1], dtype=torch.int32)
+    for name in ("temperature", "top_k", "top_p", "seed", "sample_pos"):  # sampling: greedy rows
+        t = graph.tensors.get(name)
+        if t is not None and t.role == "input":
+            out[name] = torch.zeros(t.shape, dtype=torch.float32 if t.dtype == "f32" else torch.int32)
     out.update(extra)
     return out

@@ -27,8 +27,9 @@ from .types import Extent, Op, TensorType
 
 KV_DTYPES = ("bf16", "int8")
 KV_INT8_GROUP = 64
-# Sampling modes a plan carries routes for besides greedy (the request picks one at run time).
-SAMPLING_VARIANTS = ("temperature", "top_k_top_p")
+# The sampling op's per-row parameter inputs (kernels/sampling/spec.py): name -> (trailing dims, dtype).
+SAMPLING_INPUTS = {"temperature": ((), "f32"), "top_k": ((), "i32"), "top_p": ((), "f32"),
+                   "seed": ((2,), "i32"), "sample_pos": ((), "i32")}
 
 
 @dataclass(frozen=True)
@@ -289,6 +290,10 @@ class _Builder:
                 "slots": self.act("slots", (T,), "i32", "input")}
         for n, (shape, dt) in (extra or {}).items():
             outs[n] = self.act(n, shape, dt, "input")
+        if self.opts.sampling:  # one row per logits row: 1 for a last-column prefill head, else T
+            R = 1 if self.g.extent.phase == "prefill" and self.opts.prefill_logits == "last" else T
+            for n, (rest, dt) in SAMPLING_INPUTS.items():
+                outs[n] = self.act(n, (R, *rest), dt, "input")
         self.op("input", "inputs", {}, outs)
 
     def head(self, x: str, final_norm: str, extra_outputs: dict[str, str]) -> None:
@@ -306,8 +311,8 @@ class _Builder:
         outs = {"logits": logits}
         if self.opts.sampling:
             ids = self.act("next_ids", (R,), "i32", "output")
-            self.op("sampling", "sampling", {"logits": logits}, {"ids": ids}, mode="greedy",
-                    variants=list(SAMPLING_VARIANTS))
+            self.op("sampling", "sampling", {"logits": logits, **{n: n for n in SAMPLING_INPUTS}}, {"ids": ids},
+                    mode="per_slot")
             outs["ids"] = ids
         for k, v in extra_outputs.items():
             outs[k] = v if k != "hidden" else hidden

@@ -11,9 +11,6 @@ chunk; the same memory, so no copy) — the route's declared T domain is checked
 Launch kinds:
 - route families (`embedding`, `linear`, ...): the plan's emitted launcher for the route;
 - builtins (`add`, `concat`, `swiglu`, `select_rows`): small torch ops here (graph-capturable);
-- a sampling launch (plan_checks.host_sampled): skipped; the runtime samples from
-  the `logits` output itself (per-sequence greedy / temperature / top-k / top-p with seeds, see
-  sampling.py).
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import PlanError
-from .plan_checks import check_bind, host_sampled
+from .plan_checks import check_bind
 
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32,
           "i8": torch.int8, "u8": torch.uint8}
@@ -153,8 +150,6 @@ class ExtentRunner:
         self._launch_specs = []
         for i, L in enumerate(self.entry.get("launches", [])):
             kind = L["kind"]
-            if host_sampled(L):
-                continue
             if L.get("route"):
                 info = self.engine.route_info(L["route"])
                 self._check_route(L, info)

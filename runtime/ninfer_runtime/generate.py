@@ -3,11 +3,13 @@
 Each sequence owns one state slot (KV cache rows, GDN conv + recurrent state) from admission to
 its end; a finished sequence frees its slot for the next request. A step of the scheduler:
 1. admit waiting requests into free slots: chunked prefill (the plan's prefill extent, chunk by
-   chunk, state carried between chunks; a tail chunk runs narrowed to its n columns), then sample
-   the first token from the last prompt column's logits;
+   chunk, state carried between chunks; a tail chunk runs narrowed to its n columns); the
+   extent's sampling launch picks the first token from the last prompt column's logits;
 2. one decode step for all active sequences: the smallest decode extent with C >= active (extra
-   columns are padding in distinct free slots, position 0), replayed from its CUDA graph on a GPU;
-   each sequence samples its next token from its logits row.
+   columns are padding in distinct free slots, position 0, greedy), replayed from its CUDA graph on
+   a GPU; its sampling launch picks every column's next token with that sequence's parameters
+   (sampling.py: per-row device inputs), so the step's only device->host transfer is the read of
+   the C new ids (what streaming and stopping need), and its inputs go up in one pinned buffer.
 A sequence stops on a stop id (the artifact's eos ids, plus `stop_ids`), after `max_new_tokens`,
 or when its next position would exceed the plan's max context.
 """
@@ -24,7 +26,7 @@ import torch
 from .errors import NinferRuntimeError
 from .frontend import StreamDecoder
 from .graphs import replay_or_run
-from .sampling import SamplingParams, sample_rows
+from .sampling import SamplingParams, host_rows, require_device_sampling, upload_rows
 
 
 @dataclass
@@ -52,7 +54,6 @@ class _Seq:
         self.index = index
         self.prompt = prompt
         self.params = params
-        self.gen = params.generator(engine.device)
         self.max_new = max_new
         self.stop = stop
         self.slot = -1
@@ -102,11 +103,6 @@ def _sampling(sampling: SamplingParams | None, n: int, *, temperature, top_k, to
             for i in range(n)]
 
 
-def _sync(engine) -> None:
-    if engine.device.type == "cuda":
-        torch.cuda.synchronize(engine.device)
-
-
 def upload_columns(ids, pos, slots, chunk: list[int], start: int, slot: int) -> None:
     """One prefill chunk's columns into the extent's inputs: token ids, positions start.., the slot
     (one host tensor, three copies)."""
@@ -117,45 +113,72 @@ def upload_columns(ids, pos, slots, chunk: list[int], start: int, slot: int) -> 
     slots[:n].copy_(host[2])
 
 
-def prefill(engine, tokens: list[int], slot: int) -> torch.Tensor:
-    """Run the prompt through the prefill extent in chunks into `slot` (reset first); returns the
-    last column's logits row (device tensor view [V])."""
+def prefill(engine, tokens: list[int], slot: int, params: SamplingParams | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the prompt through the prefill extent in chunks into `slot` (reset first); the last
+    chunk samples with `params` (None: greedy) for position len(tokens). Returns the last column's
+    (logits row [V], sampled id [1]) (device tensor views)."""
     r = engine.prefill_runner
     T = r.t
     engine.reset_slot(slot)
     ids, pos, slots = r.inputs["ids"], r.inputs["positions"], r.inputs["slots"]
     rows = r.inputs.get("logit_rows")
-    logits = r.outputs["logits"]
-    n = 0
+    logits, out = r.outputs["logits"], r.outputs["ids"]
+    R = r.inputs["temperature"].shape[0]
+    n = len(tokens) - (len(tokens) - 1) // T * T  # columns of the last chunk
+    i = 0 if (rows is not None or logits.shape[0] != T) else n - 1  # the row of the last column
     for start in range(0, len(tokens), T):
         chunk = tokens[start:start + T]
-        n = len(chunk)
         upload_columns(ids, pos, slots, chunk, start, slot)
         if rows is not None:
-            rows.fill_(n - 1)
-        r.run(None if n == T else n)
-    if rows is not None or logits.shape[0] != T:
-        return logits[0]
-    return logits[n - 1]
+            rows.fill_(len(chunk) - 1)
+        # the last chunk's row i samples with the sequence's parameters; every other row is greedy
+        sel = [(None, 0)] * R
+        if start + T >= len(tokens):
+            sel[i] = (params, len(tokens))
+        upload_rows(r, host_rows(sel, R))
+        r.run(None if len(chunk) == T else len(chunk))
+    return logits[i], out[i:i + 1]
 
 
-def decode_step(engine, columns: list[tuple[int, int, int]], *, use_graphs: bool = True) -> torch.Tensor:
-    """One decode step for columns (token, position, slot); returns logits [len(columns), V]."""
+def _pinned_words(engine, runner, n: int) -> torch.Tensor:
+    """The runner's reusable host staging buffer of n int32 words (pinned on a GPU: asynchronous
+    uploads; the step's read of its ids orders the next reuse after the copies)."""
+    cache = engine.__dict__.setdefault("_upload_words", {})
+    buf = cache.get(runner.name)
+    if buf is None or buf.numel() != n:
+        buf = torch.empty(n, dtype=torch.int32, pin_memory=engine.device.type == "cuda")
+        cache[runner.name] = buf
+    return buf
+
+
+def decode_step(engine, columns: list[tuple[int, int, int]], params: list[SamplingParams | None] | None = None,
+                *, use_graphs: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decode step for columns (token, position, slot), column i sampling with params[i] (None:
+    greedy) for position + 1. Returns the device views (logits [len(columns), V], ids [len(columns)]).
+    Host work: one packed upload of the step's inputs; no sync (the caller reads the ids)."""
     a = len(columns)
     runner = next((r for r in engine.decode_runners if r.concurrency >= a), None)
     if runner is None:
         raise NinferRuntimeError(f"{a} concurrent sequences exceed the plan's largest decode extent "
                                  f"(C={engine.decode_runners[-1].concurrency})")
     C = runner.t
+    require_device_sampling(runner)
     used = {s for _, _, s in columns}
     free = [s for s in range(engine.slots) if s not in used]
     cols = list(columns) + [(0, 0, free[i]) for i in range(C - a)]
-    host = torch.tensor([[c[0] for c in cols], [c[1] for c in cols], [c[2] for c in cols]], dtype=torch.int32)
-    runner.inputs["ids"].copy_(host[0])
-    runner.inputs["positions"].copy_(host[1])
-    runner.inputs["slots"].copy_(host[2])
+    ps = list(params) if params is not None else [None] * a
+    host = torch.cat([torch.tensor([[c[0] for c in cols], [c[1] for c in cols], [c[2] for c in cols]],
+                                   dtype=torch.int32).reshape(-1),
+                      host_rows([(p, c[1] + 1) for p, c in zip(ps, columns)], C)])
+    words = _pinned_words(engine, runner, host.numel())
+    words.copy_(host)
+    nb = words.is_pinned()
+    runner.inputs["ids"].copy_(words[0:C], non_blocking=nb)
+    runner.inputs["positions"].copy_(words[C:2 * C], non_blocking=nb)
+    runner.inputs["slots"].copy_(words[2 * C:3 * C], non_blocking=nb)
+    upload_rows(runner, words[3 * C:], non_blocking=nb)
     replay_or_run(engine, runner, use_graphs)
-    return runner.outputs["logits"][:a]
+    return runner.outputs["logits"][:a], runner.outputs["ids"][:a]
 
 
 def stream(engine, prompts, max_new_tokens: int = 32, *, temperature: float = 0.0, top_k: int = 0,
@@ -169,6 +192,8 @@ def stream(engine, prompts, max_new_tokens: int = 32, *, temperature: float = 0.
     token_lists, _single = normalize_prompts(engine, prompts, chat)
     params = _sampling(sampling, len(token_lists), temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                        greedy=greedy)
+    for r in (engine.prefill_runner, *engine.decode_runners):
+        require_device_sampling(r)
     stop = frozenset(() if ignore_eos else engine.frontend.stop_ids) | frozenset(int(s) for s in (stop_ids or ()))
     limit = engine.max_concurrency if concurrency is None else int(concurrency)
     if not 1 <= limit <= engine.max_concurrency:
@@ -208,9 +233,8 @@ def stream(engine, prompts, max_new_tokens: int = 32, *, temperature: float = 0.
             seq = waiting.popleft()
             seq.slot = free.pop(0)
             t0 = time.perf_counter()
-            row = prefill(engine, seq.prompt, seq.slot)
-            tok = sample_rows(row[None], [seq.params], [seq.gen])[0]
-            _sync(engine)
+            row, tok_dev = prefill(engine, seq.prompt, seq.slot, seq.params)
+            tok = int(tok_dev.tolist()[0])  # the one read of the step: the new id
             stats["prefill_s"] += time.perf_counter() - t0
             stats["prefill_tokens"] += len(seq.prompt)
             seq.pos = len(seq.prompt)  # the first generated token goes to this position
@@ -223,9 +247,9 @@ def stream(engine, prompts, max_new_tokens: int = 32, *, temperature: float = 0.
         if not active:
             continue
         t0 = time.perf_counter()
-        logits = decode_step(engine, [(s.result.tokens[-1], s.pos, s.slot) for s in active], use_graphs=use_graphs)
-        toks = sample_rows(logits, [s.params for s in active], [s.gen for s in active])
-        _sync(engine)
+        logits, ids = decode_step(engine, [(s.result.tokens[-1], s.pos, s.slot) for s in active],
+                                  [s.params for s in active], use_graphs=use_graphs)
+        toks = ids.tolist()  # the one read of the step: the C new ids (a device->host copy; it syncs)
         stats["decode_s"] += time.perf_counter() - t0
         stats["decode_tokens"] += len(active)
         stats["decode_steps"] += 1

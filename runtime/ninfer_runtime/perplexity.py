@@ -22,6 +22,7 @@ import torch
 
 from .errors import NinferRuntimeError
 from .generate import upload_columns
+from .sampling import greedy_rows
 
 # The compile option that makes the prefill extent return every column's logits.
 PREFILL_LOGITS_OPTION = "--prefill-logits all"
@@ -95,6 +96,7 @@ def prefill_all_logits(engine, tokens: list[int], slot: int = 0) -> torch.Tensor
         chunk = tokens[start:start + T]
         n = len(chunk)
         upload_columns(ids, pos, slots, chunk, start, slot)
+        greedy_rows(r)  # the plan's sampling launch, if any, takes its cheapest path
         r.run(None if n == T else n)
         rows.append(logits[:n].float().cpu())
     return torch.cat(rows)

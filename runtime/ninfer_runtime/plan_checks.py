@@ -123,12 +123,6 @@ def check_plan_shape(pj: Path, plan: dict) -> None:
 BIND_KINDS = ("buffer", "weight", "state", "scalar", "constexpr", "workspace")
 
 
-def host_sampled(L: dict) -> bool:
-    """A sampling launch: not run yet, the runtime samples on the host from the `logits` output
-    (sampling.py). The one place that skips a launch; delete when the sampling routes run."""
-    return L.get("kind") == "sampling"
-
-
 def check_bind(where: str, L: dict, info: dict) -> None:
     """The launch's `bind` list matches the route's argument list recorded in kernels/manifest.json
     (`args`: name, kinds, optional, parts): every argument is one of the route's, bound as a kind it

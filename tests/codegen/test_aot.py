@@ -122,13 +122,12 @@ def test_binaries_written_for_sm90(aot):
     pj0 = json.loads((plan / "plan.json").read_text())
     assert {x["phase"]: x["dependent_launch"]["enabled"] for x in pj0["extents"].values()} == {"decode": True,
                                                                                               "prefill": False}
-    # every launched route (the runtime samples on its own) has its kernels precompiled
+    # every launched route (sampling included: it runs on the device) has its kernels precompiled
     kernels = {e["kernel"] for e in entries}
     for name, r in km["routes"].items():
-        if r["family"] != "sampling":
-            assert kernels & set(r["kernels"]), name
+        assert kernels & set(r["kernels"]), name
     pj = json.loads((plan / "plan.json").read_text())
-    routed = sum(1 for x in pj["extents"].values() for L in x["launches"] if L.get("route") and L["kind"] != "sampling")
+    routed = sum(1 for x in pj["extents"].values() for L in x["launches"] if L.get("route"))
     assert sum(e["launches"] for e in entries) >= routed
     # line info names the plan-relative source, never the compile host's temp paths
     cubins = b"".join((plan / "kernels" / "bin" / e["dir"] / f"{e['name']}.cubin").read_bytes() for e in entries)

@@ -88,9 +88,8 @@ def test_decode_extent_runs_two_slots(tiny, tmp_path):
     dec = run_pipeline(_graphs(spec, opts)["decode_c2_k0"], ctx)
     ex, st = Executor(weights), ExecState.zeros(dec)
     for i in range(4):  # both sequences decoded in lockstep, one column per slot
-        out = ex.run(dec, {"ids": torch.tensor([a[i], b[i]], dtype=torch.int32),
-                           "positions": torch.tensor([i, i], dtype=torch.int32),
-                           "slots": torch.tensor([0, 1], dtype=torch.int32)}, st)
+        out = ex.run(dec, step_inputs(dec, [a[i], b[i]], positions=torch.tensor([i, i], dtype=torch.int32),
+                                      slots=torch.tensor([0, 1], dtype=torch.int32)), st)  # (+ greedy sampling rows)
         torch.testing.assert_close(out["logits"], torch.stack([wa[i], wb[i]]), rtol=1e-4, atol=1e-4)
 
 

@@ -18,7 +18,7 @@ from ninfer_compile.kernels.registry import default_registry
 from ninfer_compile.plan.manifest import extent_entry, launch_bind
 
 # Families whose launchers do not follow their spec yet, with who makes them (delete when done).
-NOT_YET = {"sampling": "spine-sampling: the device sampling routes"}
+NOT_YET: dict[str, str] = {}
 
 
 def _routes():

@@ -97,8 +97,7 @@ OTHER_27B = [  # (family, op match) as the IR presents them
     ("gdn_gating", {}),
     ("gated_delta_rule", {"phase": "prefill"}),
     ("gated_rmsnorm", {}),
-    ("sampling", {"mode": "greedy"}),
-    ("sampling", {"mode": "temperature"}),
+    ("sampling", {"mode": "per_slot"}),
 ]
 DECODE_ONLY = [("attention", {"phase": "decode", "kv_dtype": "bf16"}),
                ("attention", {"phase": "decode", "kv_dtype": "int8_g64"}),

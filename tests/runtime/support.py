@@ -113,7 +113,7 @@ def quant_plan_with_rows(d: Path, rows, *, concurrency, skip=("bf16",)) -> tuple
 
 
 def compile_plan(artifact: Path, out: Path, *, table: Path | None = None, chunk: int = 8, max_context: int = 64,
-                 concurrency=(1, 2), sm: int = 90, sampling: bool = False) -> Path:
+                 concurrency=(1, 2), sm: int = 90, sampling: bool = True) -> Path:
     """Compile `artifact` into `out` and make sure it carries emitted kernels."""
     from ninfer_compile.compile_cli import compile_artifact
     from ninfer_compile.ir.lower import LowerOptions

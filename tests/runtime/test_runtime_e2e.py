@@ -103,7 +103,7 @@ def test_memory_report_counts_every_route_workspace(bf16, bf16_engine):
 
 def test_workspaces_agree_with_sampling_compiled(tiny):
     """The same agreement for a plan compiled WITH the sampling op (its launches are written with
-    their bindings; the runtime does not run them yet but allocates what the plan says)."""
+    their bindings; the runtime runs them and allocates what the plan says)."""
     import ninfer_runtime as nr
 
     d, _, table = tiny

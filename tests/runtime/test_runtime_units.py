@@ -13,7 +13,6 @@ from ninfer_runtime import PlanError, PlanMismatch, SamplingParams, load
 from ninfer_runtime.artifact_view import GROUPED, ArtifactView, ArtifactViewError
 from ninfer_runtime.frontend import Frontend, FrontendError, StreamDecoder, stop_ids_from
 from ninfer_runtime.loader import check_device, read_plan
-from ninfer_runtime.sampling import filter_logits, sample_row, sample_rows
 
 from .support import seal_plan_dir
 
@@ -150,32 +149,26 @@ def test_sm_mismatch_refused(monkeypatch):
 # ----------------------------------------------------------------------------- sampling
 
 
-def test_sampling_greedy_and_filters():
-    logits = torch.tensor([0.0, 3.0, 1.0, 2.9, -5.0])
-    assert sample_row(logits, SamplingParams(), None) == 1
-    assert sample_rows(torch.stack([logits, -logits]), [SamplingParams()] * 2, [None, None]) == [1, 4]
-    p = SamplingParams(temperature=1.0, top_k=1, seed=3)
-    assert all(sample_row(logits, p, p.generator("cpu")) == 1 for _ in range(5))
-    probs = filter_logits(logits, 1.0, top_k=2)
-    assert set(torch.nonzero(probs).flatten().tolist()) == {1, 3}
-    probs = filter_logits(logits, 1.0, top_p=0.5)  # the top token alone holds > 0.5? no: keep 1 and 3
-    kept = set(torch.nonzero(probs).flatten().tolist())
-    assert 1 in kept and 4 not in kept and abs(float(probs.sum()) - 1) < 1e-6
-    assert set(torch.nonzero(filter_logits(logits, 1.0, top_p=1e-6)).flatten().tolist()) == {1}
+# Token selection runs on the device (the plan's sampling launch): kernel tests in
+# tests/kernels/sampling, the runtime path in tests/runtime/test_device_sampling.py.
 
 
-def test_sampling_seeded_and_validated():
-    logits = torch.randn(1000, generator=torch.Generator().manual_seed(0))
-    p = SamplingParams(temperature=1.0, top_p=0.9, seed=42)
-    g1, g2 = p.generator("cpu"), p.generator("cpu")
-    a = [sample_row(logits, p, g1) for _ in range(8)]
-    b = [sample_row(logits, p, g2) for _ in range(8)]
-    assert a == b and len(set(a)) > 1
+def test_sampling_filters_and_params():
+    """The distribution the device draws from (kernels/sampling/reference.filtered_probs) keeps
+    what the host sampler kept; SamplingParams validates and packs its device row."""
+    from ninfer_compile.kernels.sampling.reference import filtered_probs
+
+    logits = torch.tensor([[0.0, 3.0, 1.0, 2.9, -5.0]])
+    assert set(torch.nonzero(filtered_probs(logits, 1.0, top_k=2)[0]).flatten().tolist()) == {1, 3}
+    probs = filtered_probs(logits, 1.0, top_p=0.5)[0]  # 1 holds < 0.5: keep 1 and 3
+    assert set(torch.nonzero(probs).flatten().tolist()) == {1, 3} and abs(float(probs.sum()) - 1) < 1e-6
+    assert set(torch.nonzero(filtered_probs(logits, 1.0, top_p=1e-6)[0]).flatten().tolist()) == {1}
     with pytest.raises(ValueError):
         SamplingParams(temperature=-1)
     with pytest.raises(ValueError):
         SamplingParams(top_p=0.0)
     assert SamplingParams(temperature=0.7, greedy=True).is_greedy
+    assert SamplingParams(temperature=0.7, greedy=True).row()[0] == 0.0  # greedy on the device
 
 
 # ----------------------------------------------------------------------------- frontend
