@@ -3,7 +3,6 @@ for the serve tests: 3 slots (decode extents C = 1 and 3), prefill chunk 16, max
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -31,8 +30,6 @@ def tiny_served_plan(tmp_path_factory):
     art = QS.pack(d / "tiny-trained-bf16.ninfer", "bf16")
     table = RS.interp_table(d / "interp90.yaml")
     kw = dict(prefill_chunk=CHUNK, concurrency=(1, SLOTS), max_context=MAX_CONTEXT, mtp=False)
-    if "sampling" in {f.name for f in dataclasses.fields(LowerOptions)}:
-        kw["sampling"] = False  # the server samples on the host today (engine_adapter.sample)
     c = compile_artifact(art, 90, routes=table, opts=LowerOptions(**kw), binaries=False)
     plan = d / "tiny-trained-bf16.sm90.plan"
     write_plan(plan, c.manifest, c.memory_txt, extra_files=c.kernel_files)

@@ -90,8 +90,8 @@ class FakeAdapter:
     def sampler(self, *, temperature, top_p, top_k, seed):
         return _Sampler(seed, temperature)
 
-    def sample(self, rows, samplers):
-        return [int(torch.argmax(rows[i]).item()) for i in range(len(samplers))]
+    def sample_from(self, row, sampler, position):
+        return int(torch.argmax(row).item())
 
     def _row(self, h: int) -> torch.Tensor:
         r = torch.zeros(V)
@@ -122,16 +122,17 @@ class FakeAdapter:
         self.h[slot] = _mix(self.h[slot], tok, pos)
 
     # steps
-    def prefill(self, slot, chunk, start):
+    def prefill(self, slot, chunk, start, sampler=None):
         self.gate.wait(30)
         assert 1 <= len(chunk) <= self.chunk
         for i, tok in enumerate(chunk):
             self._feed(slot, tok, start + i)
         self.prefill_tokens += len(chunk)
         self.calls.append(("prefill", slot, start, len(chunk)))
-        return self._row(self.h[slot])
+        row = self._row(self.h[slot])
+        return row, (int(torch.argmax(row).item()) if sampler is not None else None)
 
-    def decode(self, columns, busy):
+    def decode(self, columns, busy, samplers):
         self.gate.wait(30)
         a = len(columns)
         C = next(c for c in self.extents if c >= a)
@@ -149,7 +150,8 @@ class FakeAdapter:
         for tok, pos, slot in columns:
             self._feed(slot, tok, pos)
             out.append(self._row(self.h[slot]))
-        return torch.stack(out)
+        logits = torch.stack(out)
+        return logits, [int(v) for v in torch.argmax(logits, -1).tolist()]
 
     def sync(self):
         pass

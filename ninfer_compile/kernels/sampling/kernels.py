@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 from ..pdl import pdl_enter
 
-_BIG = 2147483647
+_BIG = tl.constexpr(2147483647)  # a constexpr global: real Triton refuses a plain int global in @jit code
 
 
 @triton.jit

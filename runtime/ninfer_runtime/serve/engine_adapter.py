@@ -15,8 +15,12 @@ What the adapter adds on top of the engine:
 - `snapshot(slot, length)` / `restore(slot, snap)`: the per-slot state after `length` tokens, from the
   plan's `buffers.state` descriptions (kind "kv": rows [0, length) of the per-slot [max_context, ...]
   cache; any other kind, e.g. "gdn" conv + recurrent state: the whole per-slot row). Exact copies.
-- sampling: `sampler(...)` makes a per-sequence sampler (params + seeded generator); `sample(rows,
-  samplers)` picks the tokens. Today on the host (sampling.py); the device sampler plugs in here.
+- sampling runs on the device, inside the extents (the plan's sampling launch over sampling.py's
+  per-row inputs): `sampler(...)` makes a sequence's parameters; `prefill(..., sampler)` samples the
+  column that ends the prompt and `decode(..., samplers)` every column, and the host reads only the
+  new ids. `sample_from(row, sampler, position)` draws from a stored logits row (a prompt restored
+  whole from the prefix cache) with the prefill extent's own sampling launch: the same draw as if the
+  prompt had been prefilled (the noise depends on seed, position and token only).
 """
 
 from __future__ import annotations
@@ -29,13 +33,12 @@ import torch
 from ..errors import NinferRuntimeError
 from ..frontend import StreamDecoder
 from ..graphs import replay_or_run
-from ..sampling import SamplingParams, sample_rows
+from ..sampling import SamplingParams, host_rows, require_device_sampling, upload_rows
 
 
 @dataclass
 class Sampler:
     params: SamplingParams
-    generator: Any
 
 
 @dataclass
@@ -106,10 +109,25 @@ class EngineAdapter:
     # ---------------------------------------------------------------- sampling
     def sampler(self, *, temperature: float, top_p: float, top_k: int, seed: int) -> Sampler:
         p = SamplingParams(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), seed=int(seed))
-        return Sampler(p, p.generator(self.device))
+        return Sampler(p)
 
-    def sample(self, rows: torch.Tensor, samplers: list[Sampler]) -> list[int]:
-        return sample_rows(rows, [s.params for s in samplers], [s.generator for s in samplers])
+    def sample_from(self, row: torch.Tensor, sampler: Sampler, position: int) -> int:
+        """The token a prefill ending at `position` would sample from logits `row` [V]: the row is
+        written where the prefill extent keeps its last column's logits and only the launch that
+        produces the extent's ids runs."""
+        r = self.engine.prefill_runner
+        require_device_sampling(r)
+        ids, logits = r.outputs["ids"], r.outputs["logits"]
+        launch = next((b for b in r.bound() if any(v is ids for v in b.kwargs.values())), None)
+        if launch is None:
+            raise NinferRuntimeError(f"extent {r.name}: no launch writes its ids")
+        R = r.inputs["temperature"].shape[0]
+        logits[0].copy_(row)
+        sel = [(None, 0)] * R
+        sel[0] = (sampler.params, position)
+        upload_rows(r, host_rows(sel, R))
+        launch()
+        return int(ids[0].item())
 
     # ---------------------------------------------------------------- state
     def reset(self, slot: int) -> None:
@@ -137,10 +155,13 @@ class EngineAdapter:
                 t[slot].copy_(src)
 
     # ---------------------------------------------------------------- steps
-    def prefill(self, slot: int, chunk: list[int], start: int) -> torch.Tensor:
-        """Run `chunk` (<= self.chunk tokens) at positions start.. into `slot`; returns the logits
-        row of the chunk's last column (a device view, valid until the next prefill)."""
+    def prefill(self, slot: int, chunk: list[int], start: int,
+                sampler: Sampler | None = None) -> tuple[torch.Tensor, int | None]:
+        """Run `chunk` (<= self.chunk tokens) at positions start.. into `slot`. Returns the logits row of
+        the chunk's last column (a device view, valid until the next prefill) and, with `sampler` (the
+        chunk ends the prompt), the token that column samples on the device (else None: no read)."""
         r = self.engine.prefill_runner
+        require_device_sampling(r)
         T = r.t
         n = len(chunk)
         if not 1 <= n <= T:
@@ -154,15 +175,21 @@ class EngineAdapter:
         rows = r.inputs.get("logit_rows")
         if rows is not None:
             rows.fill_(n - 1)
-        r.run(None if n == T else n)
         logits = r.outputs["logits"]
-        if rows is not None or logits.shape[0] != T:
-            return logits[0]
-        return logits[n - 1]
+        i = 0 if (rows is not None or logits.shape[0] != T) else n - 1  # the last column's row
+        R = r.inputs["temperature"].shape[0]
+        sel = [(None, 0)] * R
+        if sampler is not None:
+            sel[i] = (sampler.params, start + n)
+        upload_rows(r, host_rows(sel, R))
+        r.run(None if n == T else n)
+        return logits[i], (int(r.outputs["ids"][i].item()) if sampler is not None else None)
 
-    def decode(self, columns: list[tuple[int, int, int]], busy: set[int]) -> torch.Tensor:
-        """One decode step for columns (token, position, slot); `busy` = slots holding state that
-        are not in the batch. Returns logits [len(columns), V]."""
+    def decode(self, columns: list[tuple[int, int, int]], busy: set[int],
+               samplers: list[Sampler]) -> tuple[torch.Tensor, list[int]]:
+        """One decode step for columns (token, position, slot), column i sampling with samplers[i] on
+        the device; `busy` = slots holding state that are not in the batch. Returns the logits
+        [len(columns), V] (a device view) and the new ids (the step's one device->host read)."""
         e = self.engine
         a = len(columns)
         runner = next((r for r in e.decode_runners if r.concurrency >= a), None)
@@ -182,10 +209,13 @@ class EngineAdapter:
         runner.inputs["ids"].copy_(host[0])
         runner.inputs["positions"].copy_(host[1])
         runner.inputs["slots"].copy_(host[2])
+        require_device_sampling(runner)
+        upload_rows(runner, host_rows([(sp.params, c[1] + 1) for sp, c in zip(samplers, columns)], C))
         replay_or_run(e, runner, self.use_graphs)
+        ids = runner.outputs["ids"][:a].tolist()
         for s, rows in saved:
             self._put_rows(s, 0, rows)
-        return runner.outputs["logits"][:a]
+        return runner.outputs["logits"][:a], ids
 
     def _save_rows(self, slot: int, pos: int) -> list[torch.Tensor]:
         return [(t[slot][pos].clone() if kind == "kv" else t[slot].clone()) for _, kind, t in self._layout]

@@ -250,7 +250,7 @@ class Scheduler:
             r.cursor = 0
         self._cache_metrics()
         if r.cursor == len(r.prompt):
-            tok = self.a.sample(snap.logits.to(self.a.device)[None], [r.sampler])[0]
+            tok = self.a.sample_from(snap.logits.to(self.a.device), r.sampler, len(r.prompt))
             r.state = "decode"
             self._emit(r, tok, snap.logits)
         else:
@@ -258,13 +258,12 @@ class Scheduler:
 
     def _prefill_chunk(self, r: Request, n: int) -> None:
         chunk = r.prompt[r.cursor:r.cursor + n]
-        row = self.a.prefill(r.slot, chunk, r.cursor)
+        end = r.cursor + n == len(r.prompt)
+        row, tok = self.a.prefill(r.slot, chunk, r.cursor, r.sampler if end else None)
         r.cursor += n
-        end = r.cursor == len(r.prompt)
         if self.cache.enabled and (end or r.cursor % self.snapshot_interval < n):
             self._remember(r.slot, r.prompt[:r.cursor], row)
         if end:
-            tok = self.a.sample(row[None], [r.sampler])[0]
             r.state = "decode"
             self._emit(r, tok, row)
 
@@ -281,8 +280,7 @@ class Scheduler:
                     if r.state == "decode":
                         self._emit(r, tok, None)
             return
-        logits = self.a.decode(cols, busy)
-        toks = self.a.sample(logits, [r.sampler for r in batch])
+        logits, toks = self.a.decode(cols, busy, [r.sampler for r in batch])
         for i, (r, tok) in enumerate(zip(batch, toks)):
             if r.state == "decode":
                 self._emit(r, tok, logits[i])
