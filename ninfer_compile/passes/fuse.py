@@ -299,11 +299,13 @@ def _projections_into(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> in
 
 def _launchers_take(ctx: PassContext, family: str, names: list[str]) -> bool:
     """The family's spec lets its launchers take every one of `names` (`<operand>0 .. <operand>n`):
-    the operand is declared with `parts` >= n + 1 (a test holds every launcher to its spec)."""
+    the operand is declared with `parts` >= n + 1 (a test holds every launcher to its spec), and every
+    route of the family has a launcher at all."""
     from ..kernels.family import family_specs
 
     spec = family_specs().get(family)
-    if spec is None or not _family_routes(ctx, family):
+    routes = _family_routes(ctx, family)
+    if spec is None or not routes or any(r.launcher is None for r in routes):
         return False
     for n in names:
         base = n.rstrip("0123456789")

@@ -146,8 +146,8 @@ def check_bind(where: str, L: dict, info: dict) -> None:
             base = arg.rstrip("0123456789")
             nparts = by_name.get(base, {}).get("parts") if base != arg else 0
             # the manifest records how many ranges the launcher takes (older manifests: true = any)
-            ok = nparts is True or (isinstance(nparts, int) and int(arg[len(base):]) < nparts)
-            e = by_name.get(base) if nparts and ok else None
+            ok = bool(nparts) and (nparts is True or int(arg[len(base):]) < int(nparts))
+            e = by_name.get(base) if ok else None
         if e is None:
             raise PlanError(f"{where}: argument {arg!r} is not an argument of the route's launcher "
                             f"({', '.join(x['name'] for x in expected)})")

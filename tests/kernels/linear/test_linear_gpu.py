@@ -58,7 +58,7 @@ def test_route_on_gpu(name, epi):
         if t < dom.min_t or (dom.max_t is not None and t > dom.max_t):
             continue
         w, x, res, out = _setup(fmt, 392, 1000, t, epi, seed=t)
-        getattr(L, name)(x, w, out, epilogue=epi, residual=res)
+        registry.get_route(name).load_launcher()(x, w, out, epilogue=epi, residual=res)
         torch.cuda.synchronize()
         assert_close_rel(out, ref_linear(x, w, epi, res), 1e-2, f"{name} T={t} {epi}")
 

@@ -165,6 +165,6 @@ def test_27b_vocab_in_a_cuda_graph_gpu():
     g.replay()
     got = ids.long().cpu()
     assert got[3] == reference.argmax(x[3:].cpu())[0]
-    for r, (t, k, p) in enumerate([(1.0, 40, 0.9), (1.0, 40, 0.9), (0.8, 0, 0.95)]):
+    for r, (t, k, p) in enumerate([(1.0, 0, 1.0), (1.0, 40, 0.9), (0.8, 0, 0.95)]):  # rows 0..2 as set above
         probs = reference.filtered_probs(x[r:r + 1].cpu(), t, k, p)[0]
         assert probs[got[r]] > 0
