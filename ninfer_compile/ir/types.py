@@ -102,8 +102,6 @@ class RouteChoice(_Frozen):
     t_range: tuple[int, int | None]
     match: dict[str, Any] = Field(default_factory=dict)
     reference: str | None = None  # "module:function" of the route's fp32 reference
-    # per-request alternatives chosen at run time (sampling: mode -> {route, params, source})
-    variants: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 class Op(_Frozen):

@@ -54,17 +54,8 @@ def run(graph: Graph, ctx: PassContext) -> Graph:
         nearest = getattr(sel, "nearest", None)
         if nearest:
             misses.append(f"{op.name}: {nearest}")
-        variants = {}
-        for mode in op.attrs.get("variants", ()):
-            vm = {**match, "mode": mode}
-            try:
-                vs = ctx.table.select(op.kind, t, vm)
-            except RouteError as exc:
-                raise RouteError(f"{graph.extent.name}: op {op.name} ({op.kind} variant {mode}): {exc}") from None
-            variants[mode] = {"route": vs.route.name, "params": dict(vs.params), "source": vs.source}
         out.replace_op(op.model_copy(update={"route": RouteChoice(
             route=sel.route.name, params=dict(sel.params), source=sel.source,
-            t_range=tuple(sel.t_range), match=match, reference=getattr(sel.route, "reference", None) or None,
-            variants=variants)}))
+            t_range=tuple(sel.t_range), match=match, reference=getattr(sel.route, "reference", None) or None)}))
     out.meta["route_misses"] = misses
     return out
