@@ -28,6 +28,10 @@ are accumulated in bf16x2 (4 * CHAIN products per half) before widening to fp32.
 
 USE_ASM=False (and always under the Triton interpreter) runs a plain-Triton fp32 equivalent with
 the same tiling, chunk scales and accumulator shape.
+
+(Over 500 lines on purpose: the PTX generators, their register lists and the kernel that inlines them
+are one unit; gemv_tc.py reuses the generators, and splitting them from the kernel would only add an
+import cycle.)
 """
 
 from __future__ import annotations
