@@ -128,6 +128,7 @@ def main(argv=None) -> int:
     ap.add_argument("--load-requests", type=int, default=32)
     ap.add_argument("--vocab", type=int, default=240000, help="token ids are drawn below this")
     ap.add_argument("--budget-s", type=float, default=420)
+    ap.add_argument("--server-args", default="", help="extra ninfer-serve flags, e.g. '--prefix-cache-gib 24'")
     a = ap.parse_args(argv)
     t_end = time.monotonic() + a.budget_s
     out = Path(a.out)
@@ -136,9 +137,9 @@ def main(argv=None) -> int:
     log.unlink(missing_ok=True)
     rng = random.Random(0)
     ids = lambda n: [rng.randrange(1, a.vocab) for _ in range(n)]  # noqa: E731
-    srv = Server(a.plan, a.artifact, log, [])
+    srv = Server(a.plan, a.artifact, log, a.server_args.split())
     lines = [f"# ninfer-serve, {a.label}: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
-             f"plan {a.plan}; prompts {a.prompt_tokens} token ids, {a.max_tokens} tokens each (ignore_eos, greedy); "
+             f"plan {a.plan}; server flags {a.server_args or '(defaults)'}; prompts {a.prompt_tokens} token ids, {a.max_tokens} tokens each (ignore_eos, greedy); "
              f"server-side timings from its request log", ""]
     result: dict = {"label": a.label, "runs": []}
     try:
