@@ -26,6 +26,7 @@ An operand given as column ranges (`parts=N`: `x0` .. `x{N-1}` at most) binds ea
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 import threading
 from dataclasses import dataclass, field
@@ -230,6 +231,24 @@ def launch_bindings(spec: FamilySpec, operand_refs: Mapping[str, dict], attrs: M
 
 # ------------------------------------------------------------------------------ registry
 
+def folder_modules(package: str, leaf: str):
+    """Yield (name, module) of `<package>.<folder>.<leaf>` for every family folder that has one, in
+    folder order; a module that fails to import is a RouteError (a broken family is loud, never
+    silently absent). Shared by the spec loader here and the tuner's (`kernels/tuning.py`)."""
+    pkg = importlib.import_module(package)
+    folders = sorted({i.name for i in pkgutil.iter_modules(pkg.__path__) if i.ispkg} |
+                     {d.name for b in pkg.__path__ for d in Path(b).iterdir()
+                      if d.is_dir() and (d / f"{leaf}.py").is_file()})
+    for folder in folders:
+        mod_name = f"{package}.{folder}.{leaf}"
+        if importlib.util.find_spec(mod_name) is None:
+            continue
+        try:
+            yield mod_name, importlib.import_module(mod_name)
+        except Exception as exc:
+            raise RouteError(f"importing {mod_name} failed: {type(exc).__name__}: {exc}") from exc
+
+
 class _Specs:
     def __init__(self, package: str):
         self._package = package
@@ -242,19 +261,8 @@ class _Specs:
         with self._lock:
             if self._specs is not None:
                 return self._specs
-            pkg = importlib.import_module(self._package)
             specs: dict[str, FamilySpec] = {}
-            folders = sorted({i.name for i in pkgutil.iter_modules(pkg.__path__) if i.ispkg} |
-                             {d.name for b in pkg.__path__ for d in Path(b).iterdir()
-                              if d.is_dir() and (d / "spec.py").is_file()})
-            for folder in folders:
-                mod_name = f"{self._package}.{folder}.spec"
-                if importlib.util.find_spec(mod_name) is None:
-                    continue
-                try:
-                    mod = importlib.import_module(mod_name)
-                except Exception as exc:  # a broken family must be loud, never silently absent
-                    raise RouteError(f"importing {mod_name} failed: {type(exc).__name__}: {exc}") from exc
+            for mod_name, mod in folder_modules(self._package, "spec"):
                 for s in getattr(mod, "SPECS", ()):
                     if not isinstance(s, FamilySpec):
                         raise RouteError(f"{mod_name}: SPECS holds a {type(s).__name__}, not a FamilySpec")
@@ -263,9 +271,6 @@ class _Specs:
                     specs[s.name] = s
             self._specs = specs
             return specs
-
-
-import importlib.util  # noqa: E402  (find_spec above)
 
 _default = _Specs(__name__.rpartition(".")[0])
 

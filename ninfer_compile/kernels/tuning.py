@@ -24,15 +24,12 @@ registered specs and names no family. See docs/ADDING_A_FAMILY.md.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import pkgutil
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..errors import RouteError
+from .family import folder_modules
 
 __all__ = [
     "DEFAULT_TOL", "TuneSpec", "TuneSpecs", "tune_spec", "tune_specs", "find_tune_spec",
@@ -124,19 +121,8 @@ class TuneSpecs:
         with self._lock:
             if self._specs is not None:
                 return self._specs
-            pkg = importlib.import_module(self._package)  # type: ignore[arg-type]
             specs: dict[str, TuneSpec] = {}
-            folders = sorted({i.name for i in pkgutil.iter_modules(pkg.__path__) if i.ispkg} |
-                             {d.name for b in pkg.__path__ for d in Path(b).iterdir()
-                              if d.is_dir() and (d / "tune.py").is_file()})
-            for folder in folders:
-                mod_name = f"{self._package}.{folder}.tune"
-                if importlib.util.find_spec(mod_name) is None:
-                    continue
-                try:
-                    mod = importlib.import_module(mod_name)
-                except Exception as exc:  # a broken family must be loud, never silently absent
-                    raise RouteError(f"importing {mod_name} failed: {type(exc).__name__}: {exc}") from exc
+            for mod_name, mod in folder_modules(self._package, "tune"):  # type: ignore[arg-type]
                 for s in getattr(mod, "TUNE", ()):
                     if not isinstance(s, TuneSpec):
                         raise RouteError(f"{mod_name}: TUNE holds a {type(s).__name__}, not a TuneSpec")
