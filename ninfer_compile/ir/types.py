@@ -129,7 +129,7 @@ class Extent(_Frozen):
 
     name: str  # prefill_t1024, decode_c4_k0, mtp_decode_c4_k0, ...
     graph: Literal["text", "mtp"] = "text"
-    phase: Literal["prefill", "decode"]
+    phase: Literal["prefill", "decode", "verify"]
     t: int
     concurrency: int = 1
     draft_tokens: int = 0

@@ -55,7 +55,7 @@ def check_plan_shape(pj: Path, plan: dict) -> None:
         where = f"extents.{name}"
         need(isinstance(x, dict), where, "must be a mapping")
         need(_is_int(x.get("t")) and 1 <= x["t"] <= 2**20, f"{where}.t", "must be an integer in [1, 2^20]")
-        need(x.get("phase") in ("prefill", "decode"), f"{where}.phase", "must be prefill or decode")
+        need(x.get("phase") in ("prefill", "decode", "verify"), f"{where}.phase", "must be prefill, decode or verify")
         need(_is_int(x.get("concurrency", 1)) and x.get("concurrency", 1) >= 1, f"{where}.concurrency",
              "must be an integer >= 1")
         need(x.get("arena_bytes") is None or (_is_int(x["arena_bytes"]) and 0 <= x["arena_bytes"] <= 2**44),

@@ -3,6 +3,7 @@
 
 from ..family import Attr, FamilySpec, OpView, Operand
 from ..kv_cache.spec import POSITIONS, SLOTS
+from ..gdn.spec import WINDOW, check_window
 from ..spec_util import VALUE, Bad, checker, eq
 
 ACTIVATIONS = ("silu", "none")  # the kernels' SILU constexpr (launch.ACTIVATIONS)
@@ -33,6 +34,7 @@ def _check(v: OpView) -> None:
     base = v.attr("parts_of")
     if (base is not None) != (not v.has("x")):
         raise Bad("attribute parts_of must name x exactly when x arrives as ranges x0, x1, ..")
+    check_window(v, "conv_state_columns", x[0], tuple(st[1:]))
 
 
 def _match(v: OpView) -> dict:
@@ -48,12 +50,15 @@ SPECS = (FamilySpec(
         Operand("conv_state", io="inout", roles=("state",), rank=3, doc="[slots, K-1, C] last K-1 inputs"),
         POSITIONS, SLOTS,
         Operand("out", io="out", roles=VALUE, rank=2, doc="[T, C]"),
+        Operand("conv_state_columns", io="out", roles=VALUE, rank=4, optional=True,
+                doc="[R, W-1, K-1, C] (verify ops): row r's last K-1 inputs after each of its first W-1 columns"),
     ),
     attrs=(
         Attr("activation", (str,), "silu", doc="activation after the conv: silu | none (the launchers' `activation`)"),
         Attr("parts_of", (str, type(None)), None, to_launcher=False,
              doc="the operand given as column ranges (fuse rule conv_input_parts); the executor joins them"),
         Attr("merged", (list,), None, to_launcher=False, doc="ops a fuse rule folded into this one"),
+        WINDOW,
     ),
     t_operand="x", match=_match, check=_check,
     reference="ninfer_compile.kernels.conv1d.reference:conv1d",

@@ -51,6 +51,27 @@ def _check_rule(v: OpView) -> None:
         raise Bad(f"state {list(st)} must be [slots, {vv[1]}, {q[2]}, {vv[2]}]")
     eq("out", v.shape("out", out=True), vv)
     eq("state (updated)", v.shape("state", out=True), st)
+    check_window(v, "state_columns", q[0], tuple(st[1:]))
+
+
+def check_window(v: OpView, columns: str, T: int, per_slot: tuple) -> None:
+    """A verify op (attribute `window` W >= 2) writes `columns` [C, W-1, *per_slot] with T = C * W;
+    a plain op (window 0) has no `columns` output. Shared by gated_delta_rule and conv1d."""
+    w = v.attr("window", 0)
+    try:
+        v.shape(columns, out=True)
+        has = True
+    except KeyError:
+        has = False
+    if w == 0:
+        if has:
+            raise Bad(f"{columns} is written only by a verify op (attribute window >= 2)")
+        return
+    if w < 2 or not has:
+        raise Bad(f"window={w}: a verify op needs window >= 2 and the output {columns}")
+    if T % w:
+        raise Bad(f"T={T} is not a multiple of window {w}")
+    eq(columns, v.shape(columns, out=True), (T // w, w - 1, *per_slot))
 
 
 def _match_gating(v: OpView) -> dict:
@@ -68,6 +89,9 @@ def _match_rule(v: OpView) -> dict:
     return {"format": "BF16", "phase": v.phase}
 
 
+WINDOW = Attr("window", (int,), 0, to_launcher=False,
+              doc="0: a plain op; W >= 2: a verify op over rows of W columns (one sequence each, consecutive "
+                  "positions) that also writes the per-column state `*_columns` (the launcher sees its shape)")
 _MERGED = Attr("merged", (list,), None, to_launcher=False, doc="ops a fuse rule folded into this one")
 
 SPECS = (
@@ -107,10 +131,14 @@ SPECS = (
                     doc="[slots, Hv, Dk, Dv] f32 recurrent state"),
             POSITIONS, SLOTS,
             Operand("out", io="out", roles=VALUE, rank=3, doc="[T, Hv, Dv]"),
+            Operand("state_columns", io="out", roles=VALUE, dtypes=("f32",), rank=5, optional=True,
+                    doc="[C, W-1, Hv, Dk, Dv] f32 (verify ops): row r's state after each of its first W-1 "
+                        "columns (kernels/spec_state: state_select rolls back to one)"),
         ),
         attrs=(
             Attr("scale", (float, int), doc="output scale (1/sqrt(Dk))"),
             Attr("l2_eps", (float, int), 1e-6, doc="eps of the q / k L2 normalisation"),
+            WINDOW,
         ),
         t_operand="q", match=_match_rule, check=_check_rule, reference=f"{_REF}:gated_delta_rule",
         match_keys=("phase",),
