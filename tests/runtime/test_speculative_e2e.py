@@ -218,3 +218,26 @@ def test_cli_spec_line_and_errors(eng3, tiny, tiny_plan):
         assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--draft-tokens" in p.stderr, p.stderr
     p = _cli(plan0, "--artifact", art0, "--tokens", "1,2,3", "--spec", "eagle")
     assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_trained_tiny_mtp_k5(tmp_path_factory):
+    """The trained tiny model (examples/tiny-trained, with its MTP head), K = 5, C = 1: MTP rounds give
+    the plain run's tokens (each the reference's argmax for its prefix) and accept real drafts."""
+    import ninfer_runtime as nr
+    from quality import support as Q
+
+    d = tmp_path_factory.mktemp("spec_trained")
+    art = Q.pack(d / "tt.ninfer", "bf16")
+    plan = _compile(art, d / "k5.plan", S.interp_table(d / "interp90.yaml"), k=5, concurrency=(1,))
+    prompt = Q.heldout_ids()[:9]
+    with nr.load(plan, art, progress=False) as eng:
+        assert eng.draft_tokens == 5 and eng.has_mtp_drafts
+        plain = eng.generate(prompt, 8, spec="none", ignore_eos=True).tokens
+        r = eng.generate(prompt, 8, ignore_eos=True)
+        sp = eng.last_stats["spec"]
+    assert r.tokens == plain
+    assert sp["mode"] == "mtp" and sp["accepted"] > 0, sp
+    ref = Q.reference_model(art)
+    bad = S.check_tokens_against(lambda t: ref.prefill(list(t)).float(), prompt, r.tokens)
+    assert not bad, "\n".join(bad)
