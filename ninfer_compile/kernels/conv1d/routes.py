@@ -20,7 +20,7 @@ register(Route(
 ))
 register(Route(
     name="conv1d_verify", family="conv1d",
-    domain=RouteDomain(extra={"phase": ("verify",)}),
+    domain=RouteDomain(max_t=128, extra={"phase": ("verify",)}),
     params={
         "block_c": ParamSpec("block_c", (64, 128, 256, 512, 1024), 256, "channels per program"),
         "num_warps": ParamSpec("num_warps", (1, 2, 4, 8), 2),
