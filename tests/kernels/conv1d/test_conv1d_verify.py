@@ -80,3 +80,27 @@ def test_verify_refuses_bad_columns():
         launch.conv1d_verify(x, w, state, pos, slots, out, torch.empty(3, 2, 3, 8, dtype=torch.bfloat16))
     with pytest.raises(RouteError, match="dtype"):
         launch.conv1d_verify(x, w, state, pos, slots, out, torch.empty(2, 2, 3, 8))
+
+
+@pytest.mark.gpu
+def test_verify_27b_width_and_cuda_graph_gpu():
+    """10240 channels (the 27B's q | k | v conv) at 4 rows of W = 4: exact states, and a CUDA graph
+    replay equals the eager launch."""
+    W = 4
+    x, w, state, pos, slots = verify_case(4, W, 10240, 6, seed=27)
+    ref_out, ref_state, ref_cols = reference.conv1d(x, w, state, pos, slots, window=W)
+    out, st, cols = run_verify(x, w, state, pos, slots, W)
+    torch.testing.assert_close(out, ref_out, atol=2e-2, rtol=2e-2)
+    assert torch.equal(st.float(), ref_state.bfloat16().float()) and torch.equal(cols.float(), ref_cols.bfloat16().float())
+    xd, wd, sd, pd, sld = x.cuda(), w.cuda(), state.clone().cuda(), pos.cuda(), slots.cuda()
+    o_g = torch.empty(x.shape, dtype=torch.bfloat16, device="cuda")
+    c_g = torch.zeros(4, W - 1, 3, 10240, dtype=torch.bfloat16, device="cuda")
+    launch.conv1d_verify(xd, wd, sd, pd, sld, o_g, c_g)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch.conv1d_verify(xd, wd, sd, pd, sld, o_g, c_g)
+    sd.copy_(state.cuda())
+    c_g.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(o_g.float().cpu(), out) and torch.equal(sd.cpu(), st) and torch.equal(c_g.cpu(), cols)

@@ -85,3 +85,28 @@ def test_verify_refuses_bad_columns():
     with pytest.raises(RouteError, match="must be float32"):
         launch.gated_delta_rule_verify(q, k, v, g, beta, state, pos, slots, o,
                                        torch.empty(2, 2, 2, 16, 16, dtype=torch.bfloat16))
+
+
+@pytest.mark.gpu
+def test_verify_27b_shapes_and_cuda_graph_gpu():
+    """The 27B's GDN heads (16 q/k heads, 48 value heads, 128 x 128) at C = 8, K = 3: the kernel vs
+    the reference, and a CUDA graph replay of the launch equals the eager launch bit for bit."""
+    C, W = 8, 4
+    ins = verify_inputs(C, W, 16, 48, 128, 128, 10, seed=27)
+    o_ref, s_ref, c_ref = reference.gated_delta_rule(*ins, window=W)
+    o, s, cols = run_verify(*ins, W)
+    assert _rel_rms(o, o_ref) < 1e-2 and _rel_rms(s, s_ref) < 1e-3 and _rel_rms(cols, c_ref) < 1e-3
+    q, k, v, g, beta, state, pos, slots = [t.cuda() for t in ins]
+    st = state.clone()
+    o_g = torch.empty(C * W, 48, 128, dtype=torch.bfloat16, device="cuda")
+    cols_g = torch.zeros(C, W - 1, 48, 128, 128, device="cuda")
+    args = (q, k, v, g, beta, st, pos, slots, o_g, cols_g)
+    launch.gated_delta_rule_verify(*args)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch.gated_delta_rule_verify(*args)
+    st.copy_(state)
+    cols_g.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(o_g.float().cpu(), o) and torch.equal(st.cpu(), s) and torch.equal(cols_g.cpu(), cols)

@@ -115,3 +115,27 @@ def test_rollback_equals_a_plain_run_over_the_accepted_prefix(C, K):
             want_c = c.bfloat16()
         torch.testing.assert_close(s_a.cpu(), want_s, atol=1e-4, rtol=1e-4)  # close for the recurrence
         assert torch.equal(c_a.cpu(), want_c), f"conv state after rollback to accepted={acc} is not exact"
+
+
+@pytest.mark.gpu
+def test_select_cuda_graph_reads_accepted_on_the_device_gpu():
+    """One captured launch serves any acceptance: `accepted` is read on the device at replay."""
+    C, K = 8, 3
+    gen = torch.Generator().manual_seed(8)
+    state = torch.randn(12, 48, 128, 128, generator=gen).cuda()  # the 27B's recurrent state per slot
+    cols = torch.randn(C, K, 48, 128, 128, generator=gen).cuda()
+    _, slots = _rows(C, K + 1, 12, gen, p0s=(0,) * C)
+    slots = slots.cuda()
+    accepted = torch.zeros(C, dtype=torch.int32, device="cuda")
+    st = state.clone()
+    launch.state_select(st, cols, accepted, slots)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch.state_select(st, cols, accepted, slots)
+    for acc in ([K] * C, list(range(C)), [1] * C):
+        a = torch.tensor([x % (K + 1) for x in acc], dtype=torch.int32)
+        st.copy_(state)
+        accepted.copy_(a.cuda())
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(st.cpu(), reference.state_select(state.cpu(), cols.cpu(), a, slots.cpu()))
