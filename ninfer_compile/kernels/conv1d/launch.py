@@ -147,10 +147,11 @@ def conv1d_verify(
     cols = conv_state_columns
     if cols is None or cols.dim() != 4:
         raise RouteError(f"{name}: needs conv_state_columns [R, W-1, {K - 1}, {C}] (a verify op, window >= 2)")
-    R, W = cols.shape[0], cols.shape[1] + 1
-    if W < 2 or R * W != T or cols.shape[2:] != (K - 1, C) or cols.stride(3) != 1:
+    W = cols.shape[1] + 1
+    R = T // W  # rows run (the runtime may narrow the columns to the first rows; the buffer keeps its R)
+    if W < 2 or R * W != T or R > cols.shape[0] or cols.shape[2:] != (K - 1, C) or cols.stride(3) != 1:
         raise RouteError(f"{name}: conv_state_columns{tuple(cols.shape)} must be [R, W-1, {K - 1}, {C}] with "
-                         f"T={T} = R*W and a contiguous last axis")
+                         f"T={T} = R*W (or fewer whole rows) and a contiguous last axis")
     if cols.dtype != conv_state.dtype:
         raise RouteError(f"{name}: conv_state_columns dtype {cols.dtype} != conv_state dtype {conv_state.dtype}")
     grid = (R, triton.cdiv(C, block_c))

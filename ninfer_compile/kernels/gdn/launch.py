@@ -158,7 +158,8 @@ def gated_delta_rule_verify(q, k, v, g, beta, state, positions, slots, out, stat
 
     Operands as gated_delta_rule_decode, plus state_columns: float32 [C, W-1, Hv, Dk, Dv] (T = C*W)
     with contiguous [Dk, Dv] blocks; entry [r, j] = the row's state after its column j. `state`
-    ends as each row's state after its last column. Rows must use distinct slots.
+    ends as each row's state after its last column. Rows must use distinct slots. T may cover fewer
+    rows than state_columns holds (T // W rows run; the rest of the buffer is left as it is).
     """
     name = "gated_delta_rule_verify"
     T, Hk, Dk, Hv, Dv = _check_core(name, q, k, v, g, beta, state, positions, slots, out)
@@ -166,11 +167,12 @@ def gated_delta_rule_verify(q, k, v, g, beta, state, positions, slots, out, stat
     cols = state_columns
     if cols is None or cols.dim() != 5:
         raise RouteError(f"{name}: needs state_columns [C, W-1, {Hv}, {Dk}, {Dv}] float32 (a verify op, window >= 2)")
-    C, W = cols.shape[0], cols.shape[1] + 1
-    if W < 2 or C * W != T or cols.shape[2:] != (Hv, Dk, Dv) or cols.dtype != torch.float32 \
+    W = cols.shape[1] + 1
+    C = T // W  # rows run (the runtime may narrow the columns to the first rows; the buffer keeps its C)
+    if W < 2 or C * W != T or C > cols.shape[0] or cols.shape[2:] != (Hv, Dk, Dv) or cols.dtype != torch.float32 \
             or cols.stride(4) != 1 or cols.stride(3) != Dv:
         raise RouteError(f"{name}: state_columns{tuple(cols.shape)} must be float32 [C, W-1, {Hv}, {Dk}, {Dv}] "
-                         f"with T={T} = C*W and contiguous [Dk, Dv] blocks")
+                         f"with T={T} = C*W (or fewer whole rows) and contiguous [Dk, Dv] blocks")
     bk = max(16, triton.next_power_of_2(Dk))
     bv = block_v or min(32, triton.next_power_of_2(Dv))
     grid = (C, Hv, triton.cdiv(Dv, bv))

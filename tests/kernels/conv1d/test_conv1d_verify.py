@@ -71,13 +71,31 @@ def test_reference_window_columns_are_prefix_states():
             assert torch.equal(cols[r, j], sj[int(slots[r * W])])
 
 
+def test_verify_narrowed_to_the_first_rows():
+    """T covering fewer rows than the columns buffer (the runtime narrows a launch's columns): the
+    first rows are computed as alone, the rest of the buffer is left untouched."""
+    W = 3
+    x, w, state, pos, slots = verify_case(3, W, 24, 4, seed=6)
+    full = run_verify(x, w, state, pos, slots, W)
+    sd = state.clone().to(DEV)
+    out = torch.empty(2 * W, 24, dtype=torch.bfloat16, device=DEV)
+    cols = torch.full((3, W - 1, 3, 24), 7.0, dtype=state.dtype, device=DEV)
+    launch.conv1d_verify(x[:2 * W].to(DEV), w.to(DEV), sd, pos[:2 * W].to(DEV), slots[:2 * W].to(DEV), out, cols)
+    assert torch.equal(out.float().cpu(), full[0][:2 * W]) and torch.equal(cols.cpu()[:2], full[2][:2])
+    assert (cols.cpu()[2] == 7.0).all()
+    last = int(slots[2 * W])
+    assert torch.equal(sd.cpu()[last], state[last])
+
+
 def test_verify_refuses_bad_columns():
     x, w, state, pos, slots = verify_case(2, 3, 8, 3)
     out = torch.empty(6, 8, dtype=torch.bfloat16)
     with pytest.raises(RouteError, match="conv1d_verify: needs conv_state_columns"):
         launch.conv1d_verify(x, w, state, pos, slots, out)
     with pytest.raises(RouteError, match=r"T=6 = R\*W"):
-        launch.conv1d_verify(x, w, state, pos, slots, out, torch.empty(3, 2, 3, 8, dtype=torch.bfloat16))
+        launch.conv1d_verify(x, w, state, pos, slots, out, torch.empty(2, 3, 3, 8, dtype=torch.bfloat16))  # W=4
+    with pytest.raises(RouteError, match="fewer whole rows"):
+        launch.conv1d_verify(x, w, state, pos, slots, out, torch.empty(1, 2, 3, 8, dtype=torch.bfloat16))
     with pytest.raises(RouteError, match="dtype"):
         launch.conv1d_verify(x, w, state, pos, slots, out, torch.empty(2, 2, 3, 8))
 

@@ -75,6 +75,24 @@ def test_reference_window_is_plain_run_plus_columns():
         reference.gated_delta_rule(*ins, window=4)
 
 
+def test_verify_narrowed_to_the_first_rows():
+    """T covering fewer rows than state_columns holds (the runtime narrows a launch's columns): the
+    first rows are computed as alone; the rest of the buffer and the other slots are untouched."""
+    W = 2
+    q, k, v, g, beta, state, pos, slots = verify_inputs(3, W, 1, 2, 16, 16, 4, seed=9)
+    o_full, s_full, c_full = run_verify(q, k, v, g, beta, state, pos, slots, W)
+    n = 2 * W
+    sd = state.clone().to(DEV)
+    o = torch.empty(n, 2, 16, dtype=torch.bfloat16, device=DEV)
+    cols = torch.full((3, W - 1, 2, 16, 16), 7.0, device=DEV)
+    launch.gated_delta_rule_verify(q[:n].to(DEV), k[:n].to(DEV), v[:n].to(DEV), g[:n].contiguous().to(DEV),
+                                   beta[:n].contiguous().to(DEV), sd, pos[:n].to(DEV), slots[:n].to(DEV), o, cols)
+    assert torch.equal(o.float().cpu(), o_full[:n]) and torch.equal(cols.cpu()[:2], c_full[:2])
+    assert (cols.cpu()[2] == 7.0).all()
+    last = int(slots[n])
+    assert torch.equal(sd.cpu()[last], state[last])
+
+
 def test_verify_refuses_bad_columns():
     q, k, v, g, beta, state, pos, slots = verify_inputs(2, 3, 1, 2, 16, 16, 4, seed=1)
     o = torch.empty(6, 2, 16, dtype=torch.bfloat16)
@@ -82,6 +100,8 @@ def test_verify_refuses_bad_columns():
         launch.gated_delta_rule_verify(q, k, v, g, beta, state, pos, slots, o)
     with pytest.raises(RouteError, match=r"T=6 = C\*W"):
         launch.gated_delta_rule_verify(q, k, v, g, beta, state, pos, slots, o, torch.empty(2, 3, 2, 16, 16))
+    with pytest.raises(RouteError, match="fewer whole rows"):
+        launch.gated_delta_rule_verify(q, k, v, g, beta, state, pos, slots, o, torch.empty(1, 2, 2, 16, 16))
     with pytest.raises(RouteError, match="must be float32"):
         launch.gated_delta_rule_verify(q, k, v, g, beta, state, pos, slots, o,
                                        torch.empty(2, 2, 2, 16, 16, dtype=torch.bfloat16))

@@ -50,6 +50,17 @@ def test_select_all_accepted_writes_nothing():
     assert torch.equal(state, torch.arange(24, dtype=torch.float32).reshape(4, 6))
 
 
+def test_select_narrowed_to_the_first_rows():
+    """slots covering fewer rows than columns / accepted hold (a narrowed launch): only those rows."""
+    state = torch.zeros(5, 4)
+    cols = torch.arange(3 * 2 * 4, dtype=torch.float32).reshape(3, 2, 4)
+    slots = torch.tensor([3, 3, 3, 1, 1, 1, 4, 4, 4], dtype=torch.int32)
+    accepted = torch.tensor([1, 0, 0], dtype=torch.int32)
+    launch.state_select(state, cols, accepted, slots[:6].contiguous())
+    want = reference.state_select(torch.zeros(5, 4), cols[:2], accepted[:2], slots[:6])
+    assert torch.equal(state, want) and (state[4] == 0).all() and (state[3] == cols[0, 1]).all()
+
+
 def test_select_refuses_bad_operands():
     st, cols = torch.zeros(4, 6), torch.zeros(2, 3, 6)
     acc, slots = torch.zeros(2, dtype=torch.int32), torch.zeros(8, dtype=torch.int32)
