@@ -126,14 +126,22 @@ def _check_core(name, q, k, v, g, beta, state, positions, slots, out):
     return T, Hk, Dk, Hv, Dv
 
 
+def refuse_columns(name: str, columns, operand: str = "state_columns") -> None:
+    """A plain (window 0) route writes no per-column states: the optional verify output must be absent."""
+    if columns is not None:
+        raise RouteError(f"{name}: writes no {operand} (a verify op, window >= 2, takes route gdn_recurrent_verify)")
+
+
 def gated_delta_rule_decode(q, k, v, g, beta, state, positions, slots, out, scale: float | None = None,
-                            l2_eps: float = L2_EPS, block_v: int | None = None, num_warps: int = 4) -> None:
+                            l2_eps: float = L2_EPS, block_v: int | None = None, num_warps: int = 4,
+                            state_columns=None) -> None:
     """One recurrent step per column; columns must use distinct slots.
 
     q, k: [T, Hk, Dk] (raw conv outputs; L2 norm fused), v: [T, Hv, Dv], g, beta: [T, Hv] f32,
     state: [slots, Hv, Dk, Dv] f32 (updated in place), out: [T, Hv, Dv]; q is scaled by `scale`
     (None = 1/sqrt(Dk)) after its L2 norm, q and k are L2-normalised with epsilon `l2_eps`.
     """
+    refuse_columns("gated_delta_rule_decode", state_columns)
     T, Hk, Dk, Hv, Dv = _check_core("gated_delta_rule_decode", q, k, v, g, beta, state, positions, slots, out)
     scale, l2_eps = check_scale_eps("gated_delta_rule_decode", Dk, scale, l2_eps)
     if not 1 <= T <= DECODE_MAX_T:
@@ -189,12 +197,13 @@ def gated_delta_rule_verify(q, k, v, g, beta, state, positions, slots, out, stat
 
 def gated_delta_rule_chunked(q, k, v, g, beta, state, positions, slots, out, workspace,
                              scale: float | None = None, l2_eps: float = L2_EPS,
-                             block_v: int | None = None, chunk: int = CHUNK) -> None:
+                             block_v: int | None = None, chunk: int = CHUNK, state_columns=None) -> None:
     """Chunked (chunk 64, UT transform) prefill of one sequence (slot slots[0]), any T.
 
     Operands as gated_delta_rule_decode; workspace: float32 with >= chunked_workspace_numel(...)
     elements (contents are scratch).
     """
+    refuse_columns("gated_delta_rule_chunked", state_columns)
     T, Hk, Dk, Hv, Dv = _check_core("gated_delta_rule_chunked", q, k, v, g, beta, state, positions, slots, out)
     scale, l2_eps = check_scale_eps("gated_delta_rule_chunked", Dk, scale, l2_eps)
     need = chunked_workspace_numel(T, Hv, Dk, Dv)

@@ -123,3 +123,12 @@ def test_verify_27b_width_and_cuda_graph_gpu():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(o_g.float().cpu(), out) and torch.equal(sd.cpu(), st) and torch.equal(c_g.cpu(), cols)
+
+
+def test_plain_routes_refuse_conv_state_columns():
+    x, w, state, pos, slots = verify_case(1, 2, 8, 2)
+    out = torch.empty(2, 8, dtype=torch.bfloat16)
+    cols = torch.empty(1, 1, 3, 8, dtype=torch.bfloat16)
+    for fn in (launch.conv1d_decode, launch.conv1d_prefill):
+        with pytest.raises(RouteError, match=f"{fn.__name__}: writes no conv_state_columns .*conv1d_verify"):
+            fn(x, w, state, pos, slots, out, conv_state_columns=cols)

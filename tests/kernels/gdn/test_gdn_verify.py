@@ -130,3 +130,15 @@ def test_verify_27b_shapes_and_cuda_graph_gpu():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(o_g.float().cpu(), o) and torch.equal(st.cpu(), s) and torch.equal(cols_g.cpu(), cols)
+
+
+def test_plain_routes_refuse_state_columns():
+    """A window-0 route writes no per-column states: given the verify output, it says which route does."""
+    q, k, v, g, beta, state, pos, slots = verify_inputs(1, 2, 1, 2, 16, 16, 2, seed=2)
+    o = torch.empty(2, 2, 16, dtype=torch.bfloat16)
+    cols = torch.empty(1, 1, 2, 16, 16)
+    with pytest.raises(RouteError, match="gated_delta_rule_decode: writes no state_columns .*gdn_recurrent_verify"):
+        launch.gated_delta_rule_decode(q, k, v, g, beta, state, pos, slots, o, state_columns=cols)
+    ws = torch.empty(launch.chunked_workspace_numel(2, 2, 16, 16))
+    with pytest.raises(RouteError, match="gated_delta_rule_chunked: writes no state_columns"):
+        launch.gated_delta_rule_chunked(q, k, v, g, beta, state, pos, slots, o, ws, state_columns=cols)
