@@ -111,7 +111,7 @@ def test_gating_proj_before_after():
 
 
 @pytest.mark.parametrize("kw", [{"t": 3, "phase": "prefill"}, {"t": 129}, {"t": 2, "a_is_output": True}],
-                         ids=["prefill", "t129", "a_also_output"])  # gdn_gating_proj_rows: max_t 128 (verify rounds)
+                         ids=["prefill", "t129", "a_also_output"])  # the route serves T <= 128
 def test_gating_proj_not_applied_outside_the_route(kw):
     ctx = _ctx()
     after = fuse.run(_bound(ctx, **kw), ctx)
