@@ -10,7 +10,8 @@ An extent is the number of token columns T one step processes:
 
 The text model is lowered per extent; when the contract has the MTP part the MTP draft head is
 lowered as its own graph for the same extents (`mtp_<extent>`), fed by the text graph's `hidden`
-output (at K = 0 only when `LowerOptions.mtp` asks: the CLI leaves it out, it serves drafting only). Lowering emits the *unfused* model schedule (model doc §3-§7) in logical form: every
+output (the CLI lowers it only with a draft window K > 0: it serves drafting only). Lowering emits
+the *unfused* model schedule (model doc §3-§7) in logical form: every
 projection is its own `linear` over a logical weight (a whole object or a role of a fused parent),
 residual adds and the SwiGLU product are structural ops, and weights are not yet bound to artifact
 objects (`bind_weights` does that). Persistent state (KV cache, GDN conv / recurrent state) appears
@@ -94,11 +95,8 @@ def plan_extents(spec, opts: LowerOptions) -> list[Extent]:
         draft_head(spec, opts)  # refuse a shortlist head the artifact lacks before any lowering
     out = [Extent(name=f"prefill_t{opts.prefill_chunk}", phase="prefill", t=opts.prefill_chunk)]
     cs = sorted(set(opts.concurrency))
-    for c in cs:
-        if k == 0:  # K = 0: exactly the plans before speculative decoding
-            out.append(_step_extent("decode", c, 0, opts))
+    out += [_step_extent("decode", c, 0, opts) for c in cs]  # K = 0: exactly the plans before drafting
     if k > 0:
-        out += [_step_extent("decode", c, 0, opts) for c in cs]
         out += [_step_extent("verify", c, k, opts) for c in cs]
     if mtp:
         out += [e.model_copy(update={"name": f"mtp_{e.name}", "graph": "mtp"}) for e in list(out)]
@@ -385,7 +383,8 @@ class _Builder:
                                                "slots": "slots"}, {"state": self.next_state(buf)})
             outs.update({"tokens": tokens, "accepted": accepted})
         elif self.opts.sampling:
-            ids = self.act("next_rows" if shortlist else "next_ids", (R,), "i32", "activation" if shortlist else "output")
+            ids = (self.act("next_rows", (R,), "i32") if shortlist  # a draft head row, mapped by `take`
+                   else self.act("next_ids", (R,), "i32", "output"))
             self.op("sampling", "sampling", {"logits": logits, **{n: n for n in SAMPLING_INPUTS}}, {"ids": ids},
                     mode="per_slot")
             if shortlist:  # draft head row -> token id
