@@ -251,3 +251,42 @@ def test_27b_header_plan_with_draft_window(tmp_path, tmp_path_factory, capsys):
     assert take["args"]["table"]["weight"] == "text/draft_head_token_ids"
     txt = (out / "memory.txt").read_text()
     assert "MTP KV    M" in txt and f"verify    V {48 * 8 * 3 * per_col:>16,d} B" in txt
+
+
+def test_runtime_take_maps_the_shortlist_row_to_its_token_id(tmp_path_factory):
+    """The runtime's `take` builtin (runtime/ninfer_runtime/executor.py): one MTP draft step of a
+    compiled shortlist plan on the CPU returns draft_head_token_ids[argmax of the draft-head logits]."""
+    import torch
+
+    import ninfer_runtime as nr
+    from ninfer_compile.compile_cli import compile_artifact
+    from ninfer_compile.ir.lower import LowerOptions
+    from ninfer_compile.plan.writer import write_plan
+    from runtime.support import interp_table
+
+    d = tmp_path_factory.mktemp("take")
+    art = tiny_artifact(d / "tiny.ninfer")  # real (random) payloads: the runtime uploads them
+    opts = LowerOptions(prefill_chunk=4, concurrency=(1,), max_context=8, draft_tokens=1)
+    c = compile_artifact(art, 90, routes=interp_table(d / "interp90.yaml"), opts=opts)
+    write_plan(d / "p.plan", c.manifest, c.memory_txt, extra_files=c.kernel_files)
+    eng = nr.load(d / "p.plan", art, progress=False)
+    try:
+        r = eng.extents["mtp_decode_c1_k0"]
+        assert "take" in [L["kind"] for L in r.entry["launches"]]
+        r.inputs["ids"].fill_(5)
+        r.inputs["positions"].zero_()
+        r.inputs["slots"].zero_()
+        r.inputs["hidden"].copy_(torch.randn(r.inputs["hidden"].shape, generator=torch.Generator().manual_seed(0)))
+        for n in ("temperature", "top_k", "seed", "sample_pos"):
+            r.inputs[n].zero_()
+        r.inputs["top_p"].fill_(1.0)
+        r.run()
+        row = int(r.outputs["logits"][0].float().argmax())
+        from ninfer_compile.artifact import Artifact
+
+        with Artifact.open(art) as a:
+            table = a.load("text/draft_head_token_ids")
+        assert int(table[row]) != row  # (the synthetic table has no fixed point: a missing take would show)
+        assert int(r.outputs["ids"][0]) == int(table[row])
+    finally:
+        eng.close()
