@@ -342,3 +342,22 @@ def test_kernel_emits_the_target_distribution():
     assert abs(float(wrong.sum()) - 1) < 1e-9 and tv(wrong, exact)[0] > bound + 0.05
     assert got < bound, (got, bound)
     assert int(acc.max()) <= 1 and int(acc.min()) >= 0
+
+
+def test_tune_builder_times_c_rows_of_four_and_checks_exactly(monkeypatch):
+    """The TuneSpec: T = C x 4 for C in 1, 2, 4, 8 (others pruned); the bench's check is exact on
+    greedy rows (0 relative error) and its timed launch runs."""
+    from ninfer_compile.kernels.registry import default_registry
+    from ninfer_compile.kernels.tuning import tune_spec
+    from ninfer_compile.tune import measure as M
+    from ninfer_compile.tune.shapes import MatchCase
+
+    if not torch.cuda.is_available():
+        monkeypatch.setattr(M, "DEVICE", "cpu")
+    spec = tune_spec("spec_accept")
+    route = default_registry.get_route("spec_accept_rows")
+    assert [t for t in range(1, 65) if not spec.pruned(route, t, False)] == [4, 8, 16, 32]
+    case = MatchCase("spec_accept", {"format": "BF16", "n": 50}, {"logits": (8, 50)})
+    bench = spec.load_builder()(case, 8, None, None, 0)
+    assert bench.check(route, {}) == 0.0
+    bench.launches(route, {})[0]()
