@@ -361,3 +361,50 @@ def test_tune_builder_times_c_rows_of_four_and_checks_exactly(monkeypatch):
     bench = spec.load_builder()(case, 8, None, None, 0)
     assert bench.check(route, {}) == 0.0
     bench.launches(route, {})[0]()
+
+
+@pytest.mark.gpu
+def test_qwen_vocab_verify_round_in_a_cuda_graph_gpu():
+    """C = 8 rows x W = 9 at the 27B vocabulary, captured once and replayed with new inputs: greedy
+    rows equal the reference exactly; then sampled rows (new per-column parameters, same graph)
+    emit accepted drafts and a stop token from the filtered support."""
+    C, W, V = 8, 9, 248320
+    T = C * W
+    real, ids, n = _greedy_case(C, W, V, seed=3)
+    x, ids, n = real.flip(1).cuda(), ids.cuda(), n.cuda()  # captured with other logits
+    params = [p.cuda() for p in _params(T, seed=list(range(T)), pos=list(range(T)))]
+    tokens = torch.empty(T, dtype=torch.int32, device="cuda")
+    acc = torch.empty(C, dtype=torch.int32, device="cuda")
+    ws = torch.empty(sizing.workspace_elems(T, V), device="cuda")
+    launch.spec_accept(x, ids, n, *params, tokens, acc, ws)  # compile
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        launch.spec_accept(x, ids, n, *params, tokens, acc, ws)
+    x.copy_(real)  # the round's logits, same buffers
+    want_t, want_a = reference.spec_accept(x.cpu(), ids.cpu(), n.cpu(), *(p.cpu() for p in params))
+    g.replay()
+    assert acc.cpu().tolist() == want_a.tolist()
+    assert emitted(tokens.cpu(), acc.cpu(), W) == emitted(want_t, want_a, W)
+    params[0].fill_(0.8)
+    params[1].fill_(40)
+    params[2].fill_(0.9)
+    g.replay()
+    got_a = acc.cpu()
+    for r, row in enumerate(emitted(tokens.cpu(), got_a, W)):
+        a = int(got_a[r])
+        assert 0 <= a <= int(n[r]) and row[:a] == ids[r * W + 1: r * W + 1 + a].tolist()
+        c = r * W + a
+        assert filtered_probs(x[c:c + 1].cpu(), 0.8, 40, 0.9)[0][row[a]] > 0
+
+
+@pytest.mark.gpu
+def test_kernel_distribution_on_many_rounds_gpu():
+    """The reference's distribution test on the device kernel with 100,000 rounds in one launch."""
+    C, W, V, n = 100_000, REF_CASE["W"], REF_CASE["V"], REF_CASE["n"]
+    logits, p0, p1, d = _ref_case()
+    x, ids, nd, params = _sampling_rows(C, W, logits, d, n, top_k=5, top_p=0.95)
+    tokens, acc = run_kernel(x, ids, nd, *params)
+    got, cells = tv(empirical_joint(tokens, acc, W, V), exact_joint(p0, p1, d[0], n))
+    assert got < tv_bound(C, cells), got
+    assert abs(float((acc >= 1).double().mean()) - float(p0[d[0]])) < 0.01
