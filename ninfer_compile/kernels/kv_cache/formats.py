@@ -234,7 +234,8 @@ def identify(head_dim: int, k_code: tuple[str, int], v_code: tuple[str, int],
 
 def codec_constexprs(c: Codec, head_dim: int, block_d: int) -> dict:
     """The kernels' constexprs of one codec at head width d padded to block_d lanes: kind, values
-    per scale (ROW: block_d, the one scale of the row) and the rotation block (0: none)."""
+    per scale (ROW: block_d, the one scale of the row) and the rotation block (0: none; ROW: d,
+    a power of two)."""
     g = c.group_size(head_dim)
     return {"kind": c.kind, "group": block_d if c.group == ROW else (g or 64),
-            "rot": block_d if c.rotation == ROW else c.rotation}
+            "rot": head_dim if c.rotation == ROW else c.rotation}
