@@ -111,17 +111,17 @@ class Codec:
         return code + self.scale_width(d) * (2 if self.scale_dtype == "f16" else 1)
 
     def head_dim_problem(self, d: int) -> str | None:
-        """Why this codec cannot store rows of d values (None: it can)."""
+        """(requirement, reason) when this codec cannot store rows of d values (None: it can)."""
         g = self.group_size(d)
         if self.bits == 4 and d % 2:
-            return "4-bit codes pack two per byte, which needs an even width"
+            return "a multiple of 2", "packs two 4-bit codes per byte"
         if g and self.group != ROW and d % g:
-            return f"its {g}-value groups do not divide the width"
+            return f"a multiple of {g}", f"has {g}-value scale groups"
         r = self.rotation_size(d)
         if self.rotation == ROW and (d < 2 or d & (d - 1)):
-            return "its Hadamard rotation over the row needs a power-of-two width"
+            return "a power of two", "rotates the whole row by a Hadamard transform"
         if r and self.rotation != ROW and d % r:
-            return f"its {r}-point rotation blocks do not divide the width"
+            return f"a multiple of {r}", f"has {r}-point rotation blocks"
         return None
 
 
@@ -143,10 +143,11 @@ class KvFormat:
         return bool(self.k.group or self.v.group)
 
     def head_dim_problem(self, d: int) -> str | None:
+        """"head_dim <requirement>: the K|V codec <name>" when d does not fit (None: it does)."""
         for what, c in (("K", self.k), ("V", self.v)):
             why = c.head_dim_problem(d)
             if why:
-                return f"{what} codec {c.name}: {why}"
+                return f"head_dim {why[0]} (its {what} codec {c.name} {why[1]})"
         return None
 
 
@@ -184,14 +185,15 @@ def kv_format(name: str) -> KvFormat:
     return f
 
 
-def format_problem(name: str, head_dim: int) -> str | None:
-    """One line when `name` is no format or cannot store the head width (None: fine)."""
+def format_problem(name: str, head_dim: int | None = None, model: str = "the model") -> str | None:
+    """One line when `name` is no format, or (head_dim given) cannot store that head width: it
+    names the format and the width (None: fine)."""
     f = FORMATS.get(name)
     if f is None:
         return f"--kv-dtype must be one of {', '.join(KV_DTYPES)}, got {name}"
-    why = f.head_dim_problem(head_dim)
+    why = None if head_dim is None else f.head_dim_problem(head_dim)
     if why:
-        return f"--kv-dtype {name} cannot store head width {head_dim}: {why}"
+        return f"--kv-dtype {name} needs {why}; {model} has head_dim {head_dim}"
     return None
 
 

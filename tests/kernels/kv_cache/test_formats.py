@@ -35,9 +35,11 @@ def test_layouts_identify_their_format_uniquely(d):
 
 
 def test_head_width_problems_name_format_and_width():
-    assert F.format_problem("rk8v4", 32) == ("--kv-dtype rk8v4 cannot store head width 32: K codec "
-                                             "int8_g64_wht64: its 64-value groups do not divide the width")
-    assert "power-of-two" in F.format_problem("fp8", 192)
+    assert F.format_problem("rk8v4", 32, "tiny") == (
+        "--kv-dtype rk8v4 needs head_dim a multiple of 64 (its K codec int8_g64_wht64 has 64-value scale "
+        "groups); tiny has head_dim 32")
+    assert F.format_problem("fp8", 192).startswith("--kv-dtype fp8 needs head_dim a power of two")
+    assert "int8 needs head_dim a multiple of 64" in F.format_problem("int8", 32)
     assert F.format_problem("nvfp4", 48) is None and F.format_problem("rk4v4", 192) is None
     assert F.format_problem("fp4", 64).startswith("--kv-dtype must be one of bf16, int8, fp8")
 
