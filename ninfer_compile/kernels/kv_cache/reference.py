@@ -228,3 +228,16 @@ def kv_as_float(k_cache, v_cache, k_scale, v_scale, head_dim: int) -> tuple[torc
     """Caches of any format -> (K, V) float32 [slots, ctx, Hkv, D] in the original basis."""
     fmt = format_of(k_cache, v_cache, k_scale, v_scale, head_dim)
     return (decode(fmt.k, k_cache, k_scale, head_dim), decode(fmt.v, v_cache, v_scale, head_dim))
+
+
+def kv_roundtrip_fn(name: str):
+    """(k, v) -> (k', v'): what a cache of format `name` gives back for bf16 K / V rows [..., D]
+    (quantize -> dequantize, original basis). For model-level references with a quantized KV cache
+    (e.g. wrapping ninfer_compile.reference's KVCache.append in tests and bench/bench_kv.py)."""
+    fmt = F.kv_format(name)
+
+    def fn(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        kk, vv = roundtrip(fmt, k.to(torch.bfloat16), v.to(torch.bfloat16))
+        return kk.to(k.dtype), vv.to(v.dtype)
+
+    return fn
