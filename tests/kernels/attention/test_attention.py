@@ -192,3 +192,44 @@ def test_tiny_head_dim_formats(name):
     out = torch.empty(T, Hq * D, dtype=torch.bfloat16, device=DEV)
     launch.attention_decode(q, gate, kc, vc, pos, slots, out, k_scale=ks, v_scale=vs)
     assert _rel_rms(out.cpu(), _ref(q, gate, kc, vc, ks, vs, pos, slots)) < 3e-2  # int8 itself: 1.6%
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", [n for n in F.KV_DTYPES if n != "bf16"])
+def test_27b_shapes_every_format_gpu(name):
+    """The 27B head shape on the GPU (triton 3.6 there): caches written by kv_append, decode at a
+    split depth and a prefill chunk, vs quantize -> dequantize -> attention."""
+    from ninfer_compile.kernels.kv_cache import launch as kv_launch
+
+    Hq, Hkv, D, ctx = 24, 4, 256, 1100
+    g = torch.Generator().manual_seed(9)
+    k = torch.randn(ctx, Hkv, D, generator=g)
+    k[..., [3, 100]] *= 15.0
+    k, v = k.bfloat16().to(DEV), torch.randn(ctx, Hkv, D, generator=g).bfloat16().to(DEV)
+    bufs = [torch.zeros(s, dtype=kv_reference._TORCH[d], device=DEV)
+            for _, s, d in F.cache_buffers(F.FORMATS[name], 2, ctx, Hkv, D)]
+    kc, vc, ks, vs = bufs
+    for s in (0, 1):
+        for a in range(0, ctx, 512):
+            b = min(ctx, a + 512)
+            kv_launch.kv_append(k[a:b], v[a:b], torch.arange(a, b, dtype=torch.int32, device=DEV),
+                                torch.full((b - a,), s, dtype=torch.int32, device=DEV), kc, vc, ks, vs)
+    ref_caches = kv_reference.kv_append(k.cpu(), v.cpu(), torch.arange(ctx, dtype=torch.int32),
+                                        torch.zeros(ctx, dtype=torch.int32), *[c.cpu().zero_() for c in bufs])
+    rk, rv = kv_reference.kv_as_float(*ref_caches, D)
+    gk, gv = kv_reference.kv_as_float(*[c.cpu() for c in bufs], D)
+    assert _rel_rms(gk[0], rk[0]) < 2e-2 and _rel_rms(gv[0], rv[0]) < 2e-2  # GPU rounding at code boundaries
+    q, gate = _qg(4, Hq, D, seed=4)
+    slots = torch.tensor([1, 0, 1, 0], dtype=torch.int32, device=DEV)
+    pos = torch.tensor([1099, 0, 600, 513], dtype=torch.int32, device=DEV)
+    out = torch.empty(4, Hq * D, dtype=torch.bfloat16, device=DEV)
+    ws = torch.empty(launch.decode_workspace_numel(4, Hq, D, ctx, 256), device=DEV)
+    launch.attention_decode(q, gate, kc, vc, pos, slots, out, workspace=ws, k_scale=ks, v_scale=vs, split_tokens=256)
+    assert _rel_rms(out.cpu(), _ref(q, gate, kc, vc, ks, vs, pos, slots)) < 3e-2
+    T = 300
+    q, gate = _qg(T, Hq, D, seed=5)
+    slots = torch.zeros(T, dtype=torch.int32, device=DEV)
+    pos = torch.arange(700, 700 + T, dtype=torch.int32, device=DEV)
+    out = torch.empty(T, Hq * D, dtype=torch.bfloat16, device=DEV)
+    launch.attention_prefill(q, gate, kc, vc, pos, slots, out, k_scale=ks, v_scale=vs)
+    assert _rel_rms(out.cpu(), _ref(q, gate, kc, vc, ks, vs, pos, slots)) < 3e-2
