@@ -116,7 +116,7 @@ def oracle_errors(ctx: int, device: str, names=F.KV_DTYPES, seed: int = 0) -> di
 
 # ------------------------------------------------------------------ GPU timings
 
-def gpu_bench(res: dict) -> None:
+def gpu_bench(res: dict, save=lambda: None) -> None:
     from _common import pick_best, timed, eager, try_config
     from ninfer_compile.kernels.attention import launch
     from ninfer_compile.kernels.kv_cache import launch as kv_launch
@@ -147,6 +147,7 @@ def gpu_bench(res: dict) -> None:
                 del caches
         del k, v
         torch.cuda.empty_cache()
+        save()
     T = 1024
     for depth in (0, 3072):
         k, v = outlier_kv(depth + T, HKV, D, gen, dev)
@@ -166,6 +167,7 @@ def gpu_bench(res: dict) -> None:
             pick_best(row)
             res["prefill"].append(row)
             print(f"prefill T={T} depth={depth} {name}: {row['ours_us']:.1f} us ({row['best_config']})", flush=True)
+        save()
     for t in (1, 1024):
         k, v = outlier_kv(t, HKV, D, gen, dev)
         for name in F.KV_DTYPES:
@@ -177,9 +179,11 @@ def gpu_bench(res: dict) -> None:
             pick_best(row)
             res["append"].append(row)
             print(f"append T={t} {name}: {row['ours_us']:.1f} us", flush=True)
+    save()
     for ctx in (4096, 32768):
         res["oracle"][str(ctx)] = oracle_errors(ctx, dev)
         print(f"oracle ctx={ctx}: {json.dumps(res['oracle'][str(ctx)])}", flush=True)
+        save()
 
 
 def markdown(res: dict) -> str:
@@ -318,8 +322,13 @@ def main(argv=None) -> int:
     from _common import env_info, write_results
 
     res["env"] = env_info()
+
+    def save():  # partial results survive a timeout
+        with open(os.path.join(args.out, "kv_formats.json"), "w") as f:
+            json.dump(res, f, indent=1)
+
     try:
-        gpu_bench(res)
+        gpu_bench(res, save)
     except Exception as exc:  # noqa: BLE001 - keep what was measured
         res.setdefault("errors", []).append(f"{type(exc).__name__}: {exc}"[:400])
     write_results(args.out, "kv_formats", res, markdown)
