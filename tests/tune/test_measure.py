@@ -148,6 +148,7 @@ def _tiny_cases():
                            {"q": (2, 1, 16), "k": (2, 1, 16), "v": (2, 2, 16)}, {"window": 2}))
     cases.append(MatchCase("conv1d", {"format": "BF16", "n": 24, "k": 4, "phase": "verify"},
                            {"x": (2, 24), "weight": (4, 24)}, {"window": 2}))
+    cases.append(MatchCase("spec_accept", {"format": "BF16", "n": 50}, {"logits": (8, 50)}))
     cases.append(MatchCase("state_select", {"format": "BF16"},
                            {"state": (3, 2, 16, 16), "columns": (1, 1, 2, 16, 16), "accepted": (1,), "slots": (2,)}))
     return cases
