@@ -24,7 +24,8 @@ from . import formats as F
 
 GROUP = 64
 _TORCH = {"bf16": torch.bfloat16, "i8": torch.int8, "u8": torch.uint8, "f16": torch.float16}
-_NAME = {v: k for k, v in _TORCH.items()}
+# (float32 reads as bf16: the fp32 IR executor, ir/execute.py, holds every bf16 buffer as float32)
+_NAME = {**{v: k for k, v in _TORCH.items()}, torch.float32: "bf16"}
 E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 
