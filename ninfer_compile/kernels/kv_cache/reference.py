@@ -213,6 +213,9 @@ def kv_append(k, v, positions, slots, k_cache, v_cache, k_scale=None, v_scale=No
     for t in range(k.shape[0]):
         s, p = int(slots[t]), int(positions[t])
         for codec, x, c, sc in ((fmt.k, k[t], kc, ks), (fmt.v, v[t], vc, vs)):
+            if codec.kind == F.BF16 and c.dtype == torch.float32:  # the fp32 IR executor: values kept exact
+                c[s, p] = x.float()
+                continue
             codes, scales = encode(codec, x)
             c[s, p] = codes.to(c.dtype)
             if sc is not None:
