@@ -156,18 +156,17 @@ def load_rows(c_ptr, sc_ptr, row, nmask, od, D, NSC, KIND: tl.constexpr, GROUP: 
               BN: tl.constexpr, BD: tl.constexpr):
     """Cache rows `row` ([BN] int64 row indices (slot * max_ctx + n) * Hkv + h) of a codec of kind
     2..5 -> [BN, BD] float32 values in the stored basis (dequantized: code value x scale).
-    Contiguous loads only: the codes as stored (4-bit: [BN, BD/2] bytes, unpacked into the low /
-    high nibble halves and interleaved back), the scales as [BN, BD/GROUP], broadcast per group."""
+    The scales load as [BN, BD/GROUP] and broadcast per group; 4-bit codes as each lane's byte."""
     NG: tl.constexpr = BD // GROUP
+    m = nmask[:, None] & (od < D)[None, :]
     if KIND == 2:
-        m = nmask[:, None] & (od < D)[None, :]
         b = tl.load(c_ptr + row[:, None] * D + od[None, :], mask=m, other=0).to(tl.int32) & 255
         vals = e4m3_to_f32_fast(b)
     else:
-        oh = tl.arange(0, BD // 2)
-        m = nmask[:, None] & (oh < D // 2)[None, :]
-        b = tl.load(c_ptr + row[:, None] * (D // 2) + oh[None, :], mask=m, other=0).to(tl.int32) & 255
-        vals = tl.reshape(tl.join(_nibble_vals(b & 15, KIND), _nibble_vals(b >> 4, KIND)), [BN, BD])
+        # lane d reads byte d // 2 (neighbouring lanes share it) and takes its nibble: an unpack
+        # through tl.join / reshape miscompiled on triton 3.6 for 16-row blocks (prefill, block_n 16)
+        b = tl.load(c_ptr + row[:, None] * (D // 2) + (od // 2)[None, :], mask=m, other=0).to(tl.int32) & 255
+        vals = _nibble_vals((b >> ((od & 1) * 4)[None, :]) & 15, KIND)
     gi = tl.arange(0, NG)
     s = tl.load(sc_ptr + row[:, None] * NSC + gi[None, :], mask=nmask[:, None] & (gi * GROUP < D)[None, :], other=0)
     if KIND == 3:
