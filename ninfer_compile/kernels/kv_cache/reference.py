@@ -24,7 +24,8 @@ from . import formats as F
 
 GROUP = 64
 _TORCH = {"bf16": torch.bfloat16, "i8": torch.int8, "u8": torch.uint8, "f16": torch.float16}
-_NAME = {v: k for k, v in _TORCH.items()}
+# (float32 reads as bf16: the fp32 IR executor, ir/execute.py, holds every bf16 buffer as float32)
+_NAME = {**{v: k for k, v in _TORCH.items()}, torch.float32: "bf16"}
 E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 
@@ -212,6 +213,9 @@ def kv_append(k, v, positions, slots, k_cache, v_cache, k_scale=None, v_scale=No
     for t in range(k.shape[0]):
         s, p = int(slots[t]), int(positions[t])
         for codec, x, c, sc in ((fmt.k, k[t], kc, ks), (fmt.v, v[t], vc, vs)):
+            if codec.kind == F.BF16 and c.dtype == torch.float32:  # the fp32 IR executor: values kept exact
+                c[s, p] = x.float()
+                continue
             codes, scales = encode(codec, x)
             c[s, p] = codes.to(c.dtype)
             if sc is not None:
