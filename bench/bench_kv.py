@@ -273,10 +273,11 @@ def quality(res: dict, tokens: int = 0) -> None:
         m.eager_attention_forward = attn if name != "bf16" else orig
         t0 = time.perf_counter()
         try:
-            ppl = perplexity_of_ids(S.hf_scorer(model), ids, CONTEXT, STRIDE)
+            r = perplexity_of_ids(S.hf_scorer(model), ids, CONTEXT, STRIDE)
         finally:
             m.eager_attention_forward = orig
-        res["rows"][name] = {"perplexity": ppl, "seconds": round(time.perf_counter() - t0, 1)}
+        ppl = r.perplexity
+        res["rows"][name] = {"perplexity": ppl, "scored": r.scored, "seconds": round(time.perf_counter() - t0, 1)}
         print(f"{name}: ppl {ppl:.4f} ({time.perf_counter() - t0:.0f}s)", flush=True)
     b = res["rows"]["bf16"]["perplexity"]
     for r in res["rows"].values():

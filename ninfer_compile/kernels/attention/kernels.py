@@ -63,7 +63,7 @@ def _load_any(c_ptr, sc_ptr, s, n, nmask, h, Hkv, D, max_ctx, od, NSC,
         x = _load_kv(c_ptr, sc_ptr, s, n, nmask, h, Hkv, D, max_ctx, od, KIND == 1, BN, BD)
     else:
         row = (s * max_ctx + n.to(tl.int64)) * Hkv + h
-        x = load_rows(c_ptr, sc_ptr, row, nmask, od, D, NSC, KIND, GROUP).to(tl.bfloat16)
+        x = load_rows(c_ptr, sc_ptr, row, nmask, od, D, NSC, KIND, GROUP, BN, BD).to(tl.bfloat16)
     return x
 
 

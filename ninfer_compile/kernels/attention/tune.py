@@ -27,7 +27,11 @@ def build_attention(case, t: int, ctx: int | None, copies: int | None, seed: int
     sh = case.shapes
     _, hq, d = sh["q"]
     hkv = sh["k_cache"][2]
-    quant = case.match.get("kv_dtype") == "int8_g64"
+    from ..kv_cache.formats import kv_format
+    from ..kv_cache.reference import encode
+
+    fmt = kv_format(case.match.get("kv_dtype") or "bf16")  # any KV format (kv_cache/formats.py)
+    quant = fmt.name == "int8"
     decode = case.match.get("phase") == "decode"
     ctx = int(ctx or 4096)
     gen = M.generator(seed)
@@ -37,6 +41,10 @@ def build_attention(case, t: int, ctx: int | None, copies: int | None, seed: int
     shape = (slots_n, max_ctx, hkv, d)
 
     def cache():
+        if fmt.name not in ("bf16", "int8"):  # the format's own codes of Gaussian K / V
+            k, v = M.randn(shape, gen), M.randn(shape, gen)
+            (kc, ks), (vc, vs) = encode(fmt.k, k), encode(fmt.v, v)
+            return kc, vc, ks, vs
         if quant:
             kc = torch.randint(-127, 128, shape, dtype=torch.int8, device=M.dev(), generator=gen)
             vc = torch.randint(-127, 128, shape, dtype=torch.int8, device=M.dev(), generator=gen)
@@ -46,7 +54,8 @@ def build_attention(case, t: int, ctx: int | None, copies: int | None, seed: int
             return kc, vc, ks, vs
         return M.randn(shape, gen), M.randn(shape, gen), None, None
 
-    per = 2 * math.prod(shape) * (1 if quant else 2)
+    per = (2 * math.prod(shape) * (1 if quant else 2) if fmt.name in ("bf16", "int8")
+           else math.prod(shape[:3]) * fmt.row_bytes(d))
     nc = M.n_copies(per) if copies is None else copies
     caches = [cache() for _ in range(nc)]
     q = M.randn((t, hq, d), gen)

@@ -11,25 +11,18 @@ def build_kv_append(case, t: int, ctx: int | None, copies: int | None, seed: int
 
     from ninfer_compile.tune import measure as M
 
-    from .reference import cache_as_float
+    from .formats import cache_buffers, kv_format
+    from .reference import _TORCH, kv_as_float
 
     _, hkv, d = case.shapes["k"]
-    quant = case.match.get("kv_dtype") == "int8_g64"
+    fmt = kv_format(case.match.get("kv_dtype") or "bf16")  # any KV format (formats.py)
     gen = M.generator(seed)
     k = M.randn((t, hkv, d), gen)
     v = M.randn((t, hkv, d), gen)
     positions = torch.arange(t, dtype=torch.int32, device=M.dev())
     slots = torch.zeros(t, dtype=torch.int32, device=M.dev())
-    shape = (1, t, hkv, d)
-    if quant:
-        kc = torch.zeros(shape, dtype=torch.int8, device=M.dev())
-        vc = torch.zeros_like(kc)
-        ks = torch.zeros(*shape[:3], d // 64, dtype=torch.float16, device=M.dev())
-        vs = torch.zeros_like(ks)
-    else:
-        kc = torch.zeros(shape, dtype=torch.bfloat16, device=M.dev())
-        vc = torch.zeros_like(kc)
-        ks = vs = None
+    bufs = [torch.zeros(s, dtype=_TORCH[dt], device=M.dev()) for _, s, dt in cache_buffers(fmt, 1, t, hkv, d)]
+    kc, vc, ks, vs = bufs + [None] * (4 - len(bufs))
 
     def make(route, params, i):
         fn = route.load_launcher()
@@ -38,13 +31,13 @@ def build_kv_append(case, t: int, ctx: int | None, copies: int | None, seed: int
         return lambda: M.call_launcher(fn, args, params)
 
     def check(route, params):
-        z = [torch.zeros_like(a) for a in (kc, vc)] + ([torch.zeros_like(ks), torch.zeros_like(vs)]
-                                                       if quant else [None, None])
+        z = [None if a is None else torch.zeros_like(a) for a in (kc, vc, ks, vs)]
         make(route, params, 0)()
         M.sync()
         rk, rv, rks, rvs = M.ref_call(route, k, v, positions, slots, *z)
-        return max(M.rel_rms(cache_as_float(kc, ks), cache_as_float(rk, rks)),
-                   M.rel_rms(cache_as_float(vc, vs), cache_as_float(rv, rvs)))
+        gk, gv = kv_as_float(kc, vc, ks, vs, d)
+        wk, wv = kv_as_float(rk, rv, rks, rvs, d)
+        return max(M.rel_rms(gk, wk), M.rel_rms(gv, wv))
 
     return M.Bench(case, t, ctx, 0, 1, make, check)
 
