@@ -8,9 +8,13 @@
 #   bash bench/gpu_session.sh bench          # ~2 min: kernel benchmarks with same-run peers
 #   bash bench/gpu_session.sh e2e            # ~6 min: full-size end to end (bf16 + int8 KV), then the peers
 #                                            #   (E2E_KV=bf16: ~3 min; PEERS=0 skips the peers)
+#   bash bench/gpu_session.sh spec           # speculative decoding (not yet timed on the H200): one plan per
+#                                            #   K in $SPEC_K (default "1 2 3 4 5") with --draft-tokens K, then
+#                                            #   bench/bench_spec.py over all of them (round / plain step, MTP
+#                                            #   draft cost, forced-acceptance and modelled tok/s, targets)
 #   bash bench/aot_check.sh                  # ~2.5 min: plan binaries loaded by the runtime without a JIT
 #
-# Stages: tests | tune | gemv | cliff | bench | e2e | peers. Results go to $OUT (the device tool's folder) or
+# Stages: tests | tune | gemv | cliff | bench | e2e | peers | spec. Results go to $OUT (the device tool's folder) or
 # out/gpu; copy what should be committed into bench/results/ and routes/ afterwards.
 # e2e: our engine for each KV dtype in $E2E_KV (default "bf16 int8"), then the peers (HF
 # transformers eager bf16 and the fp32 reference under torch.compile, bench/bench_peers.py) in
@@ -109,10 +113,25 @@ for stage in "$@"; do
           2>&1 | tail -n 70 | tee "$OUT/e2e_$kv${E2E_TAG:-}.log"
       done
       [ "${PEERS:-1}" = 0 ] || run_peers $(( ${E2E_BUDGET_S:-540} - (SECONDS - T0) )) ;;
+    spec)
+      # SPEC_K: the draft windows (one plan each); SPEC_C: the concurrencies timed; SPEC_FORCED_C: the
+      # concurrencies of the forced-acceptance runs; SPEC_BUDGET_S bounds the bench (compiles not included)
+      ensure_artifact
+      ROUTES=""; [ -f "$OUT/sm90.yaml" ] && ROUTES="--routes $OUT/sm90.yaml"
+      PLANS=""
+      for k in ${SPEC_K:-1 2 3 4 5}; do
+        python3 -m ninfer_compile.cli "$A" --sm 90 $ROUTES --concurrency ${SPEC_C:-1,2,4,8} --max-context 20480 \
+          --draft-tokens "$k" -o "/tmp/p90_spec_k$k" 2>&1 | tail -n 1 | tee -a "$OUT/spec_compile.log"
+        [ -f "/tmp/p90_spec_k$k/plan.json" ] && PLANS="$PLANS --plan /tmp/p90_spec_k$k"
+      done
+      [ -n "$PLANS" ] || { echo "spec: no plan compiled (see spec_compile.log)"; continue; }
+      timeout ${SPEC_BUDGET_S:-420} python3 bench/bench_spec.py $PLANS --artifact "$A" --out "$OUT" --label 27b \
+        --concurrency ${SPEC_C:-1,2,4,8} --context 4096 --forced-concurrency ${SPEC_FORCED_C:-1,8} \
+        2>&1 | tail -n 90 | tee "$OUT/spec.log" ;;
     peers)
       T0=$SECONDS
       ensure_artifact
       run_peers $(( ${PEERS_BUDGET_S:-540} - (SECONDS - T0) )) ;;
-    *) echo "error: unknown stage $stage (tests | tune | gemv | cliff | bench | e2e | peers)"; exit 2 ;;
+    *) echo "error: unknown stage $stage (tests | tune | gemv | cliff | bench | e2e | peers | spec)"; exit 2 ;;
   esac
 done
