@@ -5,7 +5,8 @@ Streams the generated text to stdout when the artifact has a tokenizer; the last
 run together and the other sequences' ids are printed first as `tokens[i]: ...`). Load time,
 prefill / decode tokens/s and why generation stopped (`stopped: eos | max tokens | context full`)
 go to stderr. `--concurrency` takes compile's list form too (`1,2,4`): each C in turn, one block
-of output per C. Errors: one line `error: ...` naming the flag, exit 2; SIGINT exits 130 and
+of output per C. `--spec mtp|ngram|none` decodes in speculative rounds on a plan with a draft window
+(stderr: `spec mtp K=3: acceptance 56.1%, 2.68 tokens/round, ...`). Errors: one line `error: ...` naming the flag, exit 2; SIGINT exits 130 and
 SIGTERM 143, each with one line.
 """
 
@@ -70,6 +71,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="run C copies of the prompt concurrently (default 1); a comma-separated list, as "
                         "given to ninfer-compile, runs each C in turn; each C must be a decode extent's C or "
                         "below the plan's largest")
+    p.add_argument("--spec", default=None, metavar="MODE", choices=("mtp", "ngram", "none"),
+                   help="speculative decoding (a plan compiled with --draft-tokens K): mtp (the artifact's MTP "
+                        "head; the default when the plan has MTP draft extents), ngram (prompt lookup), none "
+                        "(plain steps); stderr reports acceptance and tokens per round")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the artifact's chat template")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop on the artifact's eos ids")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
@@ -200,6 +205,19 @@ def _main(argv: list[str] | None) -> int:
         return 2
 
 
+def spec_line(st: dict) -> str:
+    """`spec mtp K=3: acceptance 56.1%, 2.68 tokens/round, N tok/s (R rounds, P plain steps)`:
+    acceptance = accepted / proposed drafts, tokens per sequence round, decode tok/s (rounds and
+    plain steps together)."""
+    sp = st["spec"]
+    acc = 100.0 * sp["accepted"] / sp["proposed"] if sp["proposed"] else 0.0
+    per = sp["tokens"] / sp["lane_rounds"] if sp.get("lane_rounds") else 0.0
+    tps = st["decode_tokens"] / st["decode_s"] if st["decode_s"] else 0.0
+    r, p = sp["rounds"], sp["plain_steps"]
+    return (f"spec {sp['mode']} K={sp['k']}: acceptance {acc:.1f}%, {per:.2f} tokens/round, {tps:.1f} tok/s "
+            f"({r} round{'s' if r != 1 else ''}, {p} plain step{'s' if p != 1 else ''})")
+
+
 def _stop_line(results) -> str:
     """`stopped: eos` (all sequences alike) or `stopped: seq 0 eos, seq 1 max tokens, ...`."""
     reasons = [STOP_WORDS.get(r.finish_reason or "", r.finish_reason or "unknown") for r in results]
@@ -256,7 +274,7 @@ def _generate(engine, args, prompt, concurrency: int, several: bool) -> None:
                             top_k=args.top_k or 0, top_p=1.0 if args.top_p is None else args.top_p,
                             seed=args.seed, greedy=True if args.greedy else None, ignore_eos=args.ignore_eos,
                             chat=args.chat, concurrency=concurrency, use_graphs=not args.no_graphs,
-                            _results=results):
+                            spec=args.spec, _results=results):
         if streaming and ev.index == 0 and ev.text:
             sys.stdout.write(ev.text)
             sys.stdout.flush()
@@ -269,6 +287,8 @@ def _generate(engine, args, prompt, concurrency: int, several: bool) -> None:
         dc = st["decode_tokens"] / st["decode_s"] if st["decode_s"] else 0.0
         print(f"{head}prefill: {st['prefill_tokens']} tokens, {pf:.1f} tok/s; decode: {st['decode_tokens']} tokens "
               f"in {st['decode_steps']} steps, {dc:.1f} tok/s", file=sys.stderr)
+        if "spec" in st:
+            print(head + spec_line(st), file=sys.stderr)
         print(head + _stop_line(results), file=sys.stderr)
     for r in results[1:]:
         print(f"tokens[{r.index}]: " + " ".join(str(t) for t in r.tokens))

@@ -113,10 +113,14 @@ def upload_columns(ids, pos, slots, chunk: list[int], start: int, slot: int) -> 
     slots[:n].copy_(host[2])
 
 
-def prefill(engine, tokens: list[int], slot: int, params: SamplingParams | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def prefill(engine, tokens: list[int], slot: int, params: SamplingParams | None = None, *,
+            after_chunk=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the prompt through the prefill extent in chunks into `slot` (reset first); the last
     chunk samples with `params` (None: greedy) for position len(tokens). Returns the last column's
-    (logits row [V], sampled id [1]) (device tensor views)."""
+    (logits row [V], sampled id [1]) (device tensor views). `after_chunk(start, n, row)`, when
+    given, runs after each chunk (columns start .. start+n-1; `row` = the logits / ids row of the
+    chunk's last column) while the chunk's outputs are still in the arena (speculative/rounds.py:
+    the MTP prefill chunk); it may return replacement (logits row, id) views for the last chunk."""
     r = engine.prefill_runner
     T = r.t
     engine.reset_slot(slot)
@@ -137,6 +141,10 @@ def prefill(engine, tokens: list[int], slot: int, params: SamplingParams | None 
             sel[i] = (params, len(tokens))
         upload_rows(r, host_rows(sel, R))
         r.run(None if len(chunk) == T else len(chunk))
+        if after_chunk is not None:
+            got = after_chunk(start, len(chunk), i)
+            if got is not None:
+                return got
     return logits[i], out[i:i + 1]
 
 
@@ -152,9 +160,10 @@ def _pinned_words(engine, runner, n: int) -> torch.Tensor:
 
 
 def decode_step(engine, columns: list[tuple[int, int, int]], params: list[SamplingParams | None] | None = None,
-                *, use_graphs: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                *, use_graphs: bool = True, busy=()) -> tuple[torch.Tensor, torch.Tensor]:
     """One decode step for columns (token, position, slot), column i sampling with params[i] (None:
     greedy) for position + 1. Returns the device views (logits [len(columns), V], ids [len(columns)]).
+    Padding columns go to slots neither in `columns` nor in `busy` (slots holding other sequences).
     Host work: one packed upload of the step's inputs; no sync (the caller reads the ids)."""
     a = len(columns)
     runner = next((r for r in engine.decode_runners if r.concurrency >= a), None)
@@ -163,8 +172,10 @@ def decode_step(engine, columns: list[tuple[int, int, int]], params: list[Sampli
                                  f"(C={engine.decode_runners[-1].concurrency})")
     C = runner.t
     require_device_sampling(runner)
-    used = {s for _, _, s in columns}
+    used = {s for _, _, s in columns} | set(busy)
     free = [s for s in range(engine.slots) if s not in used]
+    if len(free) < C - a:
+        raise NinferRuntimeError(f"no free slot left to pad a decode step of {a} columns to C={C}")
     cols = list(columns) + [(0, 0, free[i]) for i in range(C - a)]
     ps = list(params) if params is not None else [None] * a
     host = torch.cat([torch.tensor([[c[0] for c in cols], [c[1] for c in cols], [c[2] for c in cols]],
@@ -185,10 +196,16 @@ def stream(engine, prompts, max_new_tokens: int = 32, *, temperature: float = 0.
            top_p: float = 1.0, seed: int = 0, greedy: bool | None = None, sampling: SamplingParams | None = None,
            stop_ids: Iterable[int] | None = None, ignore_eos: bool = False, chat: bool = False,
            concurrency: int | None = None, return_logits: bool = False, use_graphs: bool = True,
-           _results: list | None = None) -> Iterator[TokenEvent]:
-    """Yield a `TokenEvent` per generated token, as produced (prompts in order of admission)."""
+           spec=None, _results: list | None = None) -> Iterator[TokenEvent]:
+    """Yield a `TokenEvent` per generated token, as produced (prompts in order of admission).
+    `spec`: speculative decoding on a plan with a draft window (docs/SPECULATIVE.md): "mtp" |
+    "ngram" | "none" | None (the plan's default: mtp when it has MTP draft extents, else none) | a
+    drafter factory `callable(prompt_tokens) -> drafter` (`.extend(tokens)`, `.propose(k)`)."""
+    from .speculative.rounds import resolve_spec
+
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    mode, factory = resolve_spec(engine, spec)
     token_lists, _single = normalize_prompts(engine, prompts, chat)
     params = _sampling(sampling, len(token_lists), temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                        greedy=greedy)
@@ -205,6 +222,9 @@ def stream(engine, prompts, max_new_tokens: int = 32, *, temperature: float = 0.
     active: list[_Seq] = []
     free = list(range(engine.slots))
     stats = {"prefill_tokens": 0, "prefill_s": 0.0, "decode_tokens": 0, "decode_s": 0.0, "decode_steps": 0}
+    if mode != "none":
+        stats["spec"] = {"mode": mode, "k": engine.draft_tokens, "rounds": 0, "lane_rounds": 0, "proposed": 0,
+                         "accepted": 0, "tokens": 0, "plain_steps": 0}
     engine.last_stats = stats
 
     def emit(seq: _Seq, tok: int, logits_row: torch.Tensor | None) -> TokenEvent:
@@ -228,6 +248,9 @@ def stream(engine, prompts, max_new_tokens: int = 32, *, temperature: float = 0.
                 res.text = seq.decoder.sent
         return TokenEvent(seq.index, tok, text, seq.done, reason)
 
+    if mode != "none":
+        yield from _stream_spec(engine, waiting, free, limit, stats, emit, factory, use_graphs)
+        return
     while waiting or active:
         while waiting and free and len(active) < limit:
             seq = waiting.popleft()
@@ -257,6 +280,59 @@ def stream(engine, prompts, max_new_tokens: int = 32, *, temperature: float = 0.
         for i, (s, tok) in enumerate(zip(active, toks)):
             s.pos += 1
             yield emit(s, tok, logits[i])
+            if s.done:
+                free.append(s.slot)
+            else:
+                still.append(s)
+        free.sort()
+        active = still
+
+
+def _stream_spec(engine, waiting, free, limit, stats, emit, factory, use_graphs) -> Iterator[TokenEvent]:
+    """`stream`'s loop in speculative rounds (speculative/rounds.py): admission = prefill_lane
+    (+ MTP prefill chunks); then one `spec_round` per iteration for all active sequences, each
+    round's tokens emitted in order until the sequence stops (stop ids / max tokens / context cut
+    the emission). stats["spec"]: rounds (verify launches), lane_rounds (sequence rounds),
+    proposed / accepted drafts, tokens (emitted by verify rounds), plain_steps (plain launches)."""
+    from .speculative.rounds import Lane, prefill_lane, spec_round
+
+    sp = stats["spec"]
+    active: list[_Seq] = []
+    while waiting or active:
+        while waiting and free and len(active) < limit:
+            seq = waiting.popleft()
+            seq.slot = free.pop(0)
+            keep = seq.result.logits is not None
+            seq.lane = Lane(seq.slot, seq.params, factory(list(seq.prompt)) if factory is not None else None,
+                            keep_logits=keep)
+            t0 = time.perf_counter()
+            row, tok = prefill_lane(engine, seq.lane, seq.prompt)
+            stats["prefill_s"] += time.perf_counter() - t0
+            stats["prefill_tokens"] += len(seq.prompt)
+            seq.pos = len(seq.prompt)
+            yield emit(seq, tok, row if keep else None)
+            if seq.done:
+                free.append(seq.slot)
+                free.sort()
+            else:
+                active.append(seq)
+        if not active:
+            continue
+        t0 = time.perf_counter()
+        before = (sp["rounds"], sp["plain_steps"])
+        emitted = spec_round(engine, [s.lane for s in active], use_graphs, stats=sp)
+        stats["decode_s"] += time.perf_counter() - t0
+        stats["decode_steps"] += (sp["rounds"] - before[0]) + (sp["plain_steps"] - before[1])
+        still = []
+        for s, toks in zip(active, emitted):
+            for j, tok in enumerate(toks):
+                s.pos += 1
+                stats["decode_tokens"] += 1
+                if s.lane.last_step == "verify":
+                    sp["tokens"] += 1
+                yield emit(s, tok, s.lane.logits[j] if s.lane.keep_logits else None)
+                if s.done:
+                    break
             if s.done:
                 free.append(s.slot)
             else:

@@ -1,10 +1,13 @@
-"""CUDA graphs: one captured graph per decode extent (GPU only).
+"""CUDA graphs: one captured graph per decode-like extent (GPU only).
 
-A decode extent has a fixed column count T = C and fixed arena offsets, so its launch list is
-captured once at load and replayed every step: the engine writes the step's ids / positions /
-slots into the extent's (static) input buffers, replays, and reads the static logits buffer.
-Capture runs the list twice on a side stream first (Triton compiles its kernels there), then
-records it; the state written by those dummy steps (distinct free slots, position 0) is zeroed.
+A decode extent (and, in a plan with a draft window, a verify extent and the MTP decode / verify
+extents: docs/SPECULATIVE.md) has a fixed column count T and fixed arena offsets, so its launch
+list is captured once at load and replayed every step: the engine writes the step's ids /
+positions / slots (and, for the others, n_drafts / hidden) into the extent's (static) input
+buffers, replays, and reads the static output buffers. Capture runs the list twice on a side
+stream first (Triton compiles its kernels there), then records it; the state written by those
+dummy steps (distinct slots per row, positions 0..) is zeroed. The extents captured are those
+the plan marks `cuda_graph.capture` (`Engine.captured_runners`).
 """
 
 from __future__ import annotations
@@ -12,22 +15,30 @@ from __future__ import annotations
 import torch
 
 
-def _dummy_inputs(runner) -> None:
-    c = runner.t
-    runner.inputs["ids"].zero_()
-    runner.inputs["positions"].zero_()
-    runner.inputs["slots"].copy_(torch.arange(c, dtype=torch.int32, device=runner.inputs["slots"].device)
-                                 % runner.engine.slots)
-    if "logit_rows" in runner.inputs:
-        runner.inputs["logit_rows"].zero_()
+def dummy_inputs(runner) -> None:
+    """Inputs a dummy run (warm-up, capture) may use: every input zero (greedy sampling rows,
+    no real drafts, zero hidden rows), then one slot per row (a decode column, a verify row of
+    W columns, a prefill chunk: slot 0) at positions 0.. within the row, inside the context."""
+    eng = runner.engine
+    dev = eng.device
+    for t in runner.inputs.values():
+        t.zero_()
+    if "top_p" in runner.inputs:
+        runner.inputs["top_p"].fill_(1.0)  # off (rows are greedy: temperature 0)
+    T = runner.t
+    C = max(1, int(runner.concurrency)) if runner.phase != "prefill" else 1
+    W = max(1, T // C)
+    col = torch.arange(T, dtype=torch.int32, device=dev)
+    if "positions" in runner.inputs:
+        runner.inputs["positions"].copy_((col % W) % eng.max_context)
+    if "slots" in runner.inputs:
+        runner.inputs["slots"].copy_((col // W) % eng.slots)
 
 
 def capture_decode_graphs(engine) -> dict[str, torch.cuda.CUDAGraph]:
     graphs: dict[str, torch.cuda.CUDAGraph] = {}
-    for runner in engine.decode_runners:
-        if not runner.capture:
-            continue
-        _dummy_inputs(runner)
+    for runner in engine.captured_runners():
+        dummy_inputs(runner)
         side = torch.cuda.Stream(device=engine.device)
         side.wait_stream(torch.cuda.current_stream(engine.device))
         with torch.cuda.stream(side):

@@ -44,6 +44,7 @@ from .plan_source import (KERNELS_FORMAT, PLAN_FORMAT, PlanDir, PlanInMemory, ch
                           check_kernel_files, import_kernels, read_plan, used_weights)
 
 _DIRECT = {"BF16": torch.bfloat16, "FP32": torch.float32, "I32": torch.int32}
+MAX_DRAFT_TOKENS = 8
 _DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32,
            "i8": torch.int8, "u8": torch.uint8}
 
@@ -139,7 +140,7 @@ class Engine:
         if self.backend.capture_graphs:
             from .graphs import capture_decode_graphs
 
-            self.graphs = capture_decode_graphs(self)
+            self.graphs = capture_decode_graphs(self)  # decode, verify and MTP extents (graphs.py)
         t_cap = time.perf_counter() - t_cap
         self.load_times = {"upload": t_up, "kernels": t_kern, "capture": t_cap,
                            "total": time.perf_counter() - t0}
@@ -150,8 +151,10 @@ class Engine:
         self.max_context = int(opts["max_context"])
         self.prefill_chunk = int(opts["prefill_chunk"])
         self.slots = int(opts.get("slots") or max(opts.get("concurrency") or [1]))
-        if int(opts.get("draft_tokens", 0)) != 0:
-            raise PlanError("plans with a draft window (--draft-tokens > 0) are not supported by this runtime yet")
+        k = int(opts.get("draft_tokens", 0))
+        if not 0 <= k <= MAX_DRAFT_TOKENS:
+            raise PlanError(f"options.draft_tokens {k} is outside [0, {MAX_DRAFT_TOKENS}]")
+        self.draft_tokens = k  # K of the plan's verify extents (0: none; docs/SPECULATIVE.md)
 
     def _allocate(self) -> None:
         """The activation arena and the per-slot state buffers, on `self.device`."""
@@ -168,48 +171,110 @@ class Engine:
             self._state[name] = self.backend.zeros([int(d) for d in b["shape"]], dt)
 
     def _bind_extents(self) -> None:
-        """One `ExtentRunner` per text extent (launches bound to the emitted launchers)."""
+        """One `ExtentRunner` per extent, text and MTP (launches bound to the emitted launchers),
+        grouped by graph and phase: `prefill_runner`, `decode_runners` (the text decode extents,
+        by C), `verify_runners` (text verify, by C); `mtp_prefill_runner`, `mtp_decode_runners`,
+        `mtp_verify_runners` (the MTP draft graphs; empty / None without them)."""
         from .executor import ExtentRunner
 
         self.extents: dict[str, ExtentRunner] = {}
         for name, entry in sorted(self.plan["extents"].items()):
-            if entry.get("graph", "text") != "text":
-                continue  # MTP draft graphs: not used by this runtime (no speculative decoding yet)
             try:
-                self.extents[name] = ExtentRunner(self, name, entry)
+                runner = ExtentRunner(self, name, entry)
             except NinferRuntimeError:
                 raise
             except (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
                 msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "(no message)"
                 raise PlanError(f"extent {name}: invalid plan entry: {type(exc).__name__}: {msg}") from None
-        prefill = [r for r in self.extents.values() if r.phase == "prefill"]
+            graph = entry.get("graph", "text")
+            if graph not in ("text", "mtp"):
+                raise PlanError(f"extent {name}: unknown graph {graph!r} (text or mtp)")
+            runner.graph = graph
+            self.extents[name] = runner
+
+        def group(graph: str, phase: str):
+            return sorted((r for r in self.extents.values() if r.graph == graph and r.phase == phase),
+                          key=lambda r: r.concurrency)
+
+        prefill = group("text", "prefill")
         if len(prefill) != 1:
             raise PlanError(f"plan has {len(prefill)} text prefill extents; the runtime needs exactly one")
         self.prefill_runner = prefill[0]
-        self.decode_runners = sorted((r for r in self.extents.values() if r.phase == "decode"),
-                                     key=lambda r: r.concurrency)
+        self.decode_runners = group("text", "decode")
         if not self.decode_runners:
             raise PlanError("plan has no decode extent")
+        self.verify_runners = group("text", "verify")
+        mtp_prefill = group("mtp", "prefill")
+        if len(mtp_prefill) > 1:
+            raise PlanError(f"plan has {len(mtp_prefill)} MTP prefill extents; the runtime needs at most one")
+        self.mtp_prefill_runner = mtp_prefill[0] if mtp_prefill else None
+        self.mtp_decode_runners = group("mtp", "decode")
+        self.mtp_verify_runners = group("mtp", "verify")
         for r in self.extents.values():
             if "logits" not in r.outputs:
                 raise PlanError(f"extent {r.name} has no logits output")
         self.vocab_rows = int(self.prefill_runner.outputs["logits"].shape[-1])
         self.max_concurrency = min(self.slots, self.decode_runners[-1].concurrency)
+        self._check_speculative()
+
+    def _check_speculative(self) -> None:
+        """A plan with K > 0 has one verify extent per decode C (T = C (K+1)), each with the
+        inputs / outputs the rounds bind (docs/SPECULATIVE.md); MTP drafting needs the three MTP
+        extent kinds at the same Cs. Sets `draft_tokens` (K) and `has_mtp_drafts`."""
+        K = self.draft_tokens
+        if K == 0:
+            if self.verify_runners:
+                raise PlanError(f"extent {self.verify_runners[0].name}: a verify extent in a plan with draft_tokens 0")
+            self.has_mtp_drafts = False
+            return
+        W = K + 1
+        dec = [r.concurrency for r in self.decode_runners]
+        ver = [r.concurrency for r in self.verify_runners]
+        if ver != dec:
+            raise PlanError(f"plan with draft_tokens {K}: verify extents for C={ver}, decode extents for C={dec}")
+        for r in self.verify_runners:
+            if r.t != r.concurrency * W:
+                raise PlanError(f"extent {r.name}: T={r.t}, a verify extent of C={r.concurrency}, K={K} needs {r.concurrency * W}")
+            for n in ("ids", "positions", "slots", "n_drafts"):
+                if n not in r.inputs:
+                    raise PlanError(f"extent {r.name}: verify extent without input {n!r}")
+            for n in ("tokens", "accepted"):
+                if n not in r.outputs:
+                    raise PlanError(f"extent {r.name}: verify extent without output {n!r}")
+        mtp = [self.mtp_prefill_runner is not None, bool(self.mtp_decode_runners), bool(self.mtp_verify_runners)]
+        self.has_mtp_drafts = all(mtp)
+        if any(mtp) and not all(mtp):
+            raise PlanError("plan has some MTP draft extents but not all of mtp_prefill, mtp_decode, mtp_verify")
+        if self.has_mtp_drafts:
+            if [r.concurrency for r in self.mtp_verify_runners] != dec or \
+                    [r.concurrency for r in self.mtp_decode_runners] != dec:
+                raise PlanError(f"plan with MTP drafts: MTP extents for C={[r.concurrency for r in self.mtp_verify_runners]}"
+                                f" / {[r.concurrency for r in self.mtp_decode_runners]}, decode extents for C={dec}")
+            needs = [(self.prefill_runner, "outputs", "hidden")] + \
+                [(r, "outputs", "hidden") for r in self.verify_runners] + \
+                [(r, io, n) for r in (self.mtp_prefill_runner, *self.mtp_decode_runners, *self.mtp_verify_runners)
+                 for io, n in (("inputs", "hidden"), ("outputs", "hidden"), ("outputs", "ids"))]
+            for r, io, n in needs:
+                if n not in getattr(r, io):
+                    raise PlanError(f"extent {r.name}: MTP drafting needs its {io[:-1]} {n!r}")
+            if self.mtp_prefill_runner.t != self.prefill_runner.t:
+                raise PlanError(f"extent {self.mtp_prefill_runner.name}: T={self.mtp_prefill_runner.t}, the text prefill "
+                                f"has T={self.prefill_runner.t}")
+
+    def captured_runners(self) -> list:
+        """The runners a GPU replays from CUDA graphs (those the plan marks `cuda_graph.capture`):
+        the text decode and verify extents and the MTP decode / verify extents."""
+        return [r for r in (*self.decode_runners, *self.verify_runners, *self.mtp_decode_runners,
+                            *self.mtp_verify_runners) if r.capture]
 
     def _warm_kernels(self) -> None:
-        """Run every extent once on dummy inputs (slot 0, positions 0..T-1) so every kernel is loaded
-        from the plan's binaries or JIT-compiled now, inside the load's "kernels" time; the state
-        they write is zeroed."""
-        for r in [self.prefill_runner, *self.decode_runners]:
-            ins = r.inputs
-            ins["ids"].zero_()
-            if "positions" in ins:
-                ins["positions"].copy_(torch.arange(r.t, dtype=torch.int32, device=self.device) % self.max_context)
-            if "slots" in ins:
-                ins["slots"].copy_(torch.arange(r.t, dtype=torch.int32, device=self.device) % self.slots
-                                   if r.phase == "decode" else torch.zeros(r.t, dtype=torch.int32, device=self.device))
-            if "logit_rows" in ins:
-                ins["logit_rows"].zero_()
+        """Run every extent once on dummy inputs (graphs.dummy_inputs: slot per row, positions
+        0..) so every kernel is loaded from the plan's binaries or JIT-compiled now, inside the
+        load's "kernels" time; the state they write is zeroed."""
+        from .graphs import dummy_inputs
+
+        for r in self.extents.values():
+            dummy_inputs(r)
             r.run()
         self.backend.synchronize()
         self.zero_state()
