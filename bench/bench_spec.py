@@ -146,11 +146,12 @@ def targets(rows: list[dict], field: float = FIELD_TOKENS_PER_ROUND) -> dict:
 
 def forced_summary(stats: dict, decode_s: float, accept: int, k: int) -> dict:
     """A forced row from engine.last_stats["spec"] (+ decode seconds)."""
-    rounds = max(1, int(stats.get("rounds", 0)))
+    rounds = max(1, int(stats.get("lane_rounds", stats.get("rounds", 0))))  # sequence rounds (C rows per launch)
     proposed = int(stats.get("proposed", 0))
     accepted = int(stats.get("accepted", 0))
     tokens = int(stats.get("tokens", 0))
-    return {"forced_accept": accept, "K": k, "rounds": int(stats.get("rounds", 0)), "proposed": proposed,
+    return {"forced_accept": accept, "K": k, "rounds": int(stats.get("lane_rounds", stats.get("rounds", 0))),
+            "launches": int(stats.get("rounds", 0)), "proposed": proposed,
             "accepted": accepted, "acceptance": accepted / proposed if proposed else 0.0,
             "tokens_per_round": tokens / rounds, "plain_steps": int(stats.get("plain_steps", 0)),
             "decode_s": decode_s, "label": "forced"}
