@@ -1,7 +1,8 @@
 """`ninfer-compile ARTIFACT --sm N` — compile an artifact into a plan directory for one GPU arch.
 
 Reads only the artifact's JSON directory (no payload bytes), matches it to its model contract,
-lowers one graph per extent (a prefill chunk; decode T = C x (K+1) per concurrency C), runs the
+lowers one graph per extent (a prefill chunk; decode T = C per concurrency C; with --draft-tokens K > 0
+also verify T = C x (K+1) and, when the artifact has MTP, the MTP head's extents), runs the
 pass pipeline (passes/pipeline.py) with the route table for the sm, plans memory and writes
 `ARTIFACT.smN.plan/` atomically: plan.json, memory.txt, kernels/ (the emitted source and, unless
 --no-binaries, the kernels compiled ahead of time for the sm: kernels/bin/, codegen/aot.py).
@@ -19,7 +20,8 @@ from typing import Any, Callable
 
 from .errors import CompileError, ContractError
 from .ir.graph import Graph
-from .ir.lower import KV_DTYPES, LowerOptions, lower_all, plan_extents
+from .ir.lower import (DRAFT_HEADS, KV_DTYPES, MAX_DRAFT_TOKENS, LowerOptions, draft_head, lower_all,
+                       plan_extents)
 from .passes.context import PassContext
 from .passes.pipeline import PASS_NAMES, check_disabled, run_pipeline
 from .plan.manifest import build_manifest
@@ -39,7 +41,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--routes", type=Path, default=None, help="route table (default routes/smN.yaml)")
     parser.add_argument("--contract", type=Path, default=None, help="model contract YAML")
     parser.add_argument("--concurrency", default="1", help="decode concurrencies C, comma separated (default 1)")
-    parser.add_argument("--draft-tokens", type=int, default=0, help="draft window K; decode T = C x (K+1)")
+    parser.add_argument("--draft-tokens", type=int, default=0,
+                        help=f"draft window K (0..{MAX_DRAFT_TOKENS}, default 0): K > 0 adds the speculative verify "
+                             "extents verify_cC_kK (T = C x (K+1)) and, when the artifact has MTP, the MTP head's "
+                             "extents (docs/SPECULATIVE.md)")
+    parser.add_argument("--draft-head", choices=DRAFT_HEADS, default=None,
+                        help="the MTP graphs' output head: shortlist (text/draft_head + a take of "
+                             "text/draft_head_token_ids; the default when the artifact has them) or full "
+                             "(text/output_head)")
     parser.add_argument("--prefill-chunk", type=int, default=1024,
                         help="prefill extent T (default 1024; clamped to --max-context, with a note)")
     parser.add_argument("--max-context", type=int, default=4096, help="KV cache positions per slot (default 4096)")
@@ -123,6 +132,8 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
     from .routes import table as table_mod
 
     ctx = PassContext(spec=spec, objects=objects, table=table, registry=table_mod.default_registry)
+    if opts.draft_head is not None:  # an explicit head the artifact lacks is refused whatever K is
+        draft_head(spec, opts)
     extents = plan_extents(spec, opts)
     say(f"lowering {len(extents)} extents")
     lowered = lower_all(spec, opts)
@@ -137,6 +148,9 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
                "prefill_chunk": opts.prefill_chunk, "max_context": opts.max_context, "kv_dtype": opts.kv_dtype,
                "memory_budget_gib": budget_gib, "prefill_logits": opts.prefill_logits,
                "slots": opts.slots}
+    if opts.draft_tokens > 0:  # (absent at K = 0: those plans stay byte-identical to before)
+        mtp = any(g.extent.graph == "mtp" for g in graphs)
+        options["draft_head"] = draft_head(spec, opts) if mtp else None
     # file names only: a plan never carries host paths (the sha256 identifies the bytes)
     table_ref = f"{table.name} (--routes)" if routes is not None else f"routes/{table.name}"
     contract_ref = f"{Path(contract).name} (--contract)" if contract is not None else (
@@ -206,6 +220,8 @@ def run(args) -> int:
 
     # everything that can be refused without reading the artifact is refused here, before any work
     check_budget_value(args.memory_budget)
+    if not 0 <= args.draft_tokens <= MAX_DRAFT_TOKENS:
+        raise CompileError(f"--draft-tokens must be in 0..{MAX_DRAFT_TOKENS}, got {args.draft_tokens}")
     chunk = args.prefill_chunk
     if 1 <= args.max_context < chunk:
         print(f"note: --prefill-chunk {chunk} clamped to --max-context {args.max_context}", file=sys.stderr)
@@ -214,7 +230,8 @@ def run(args) -> int:
     # kernels would be compiled, allocated and captured for nothing
     opts = LowerOptions(prefill_chunk=chunk, concurrency=_concurrency(args.concurrency),
                         draft_tokens=args.draft_tokens, max_context=args.max_context, kv_dtype=args.kv_dtype,
-                        mtp=args.draft_tokens > 0, prefill_logits=args.prefill_logits)
+                        mtp=args.draft_tokens > 0, prefill_logits=args.prefill_logits,
+                        draft_head=args.draft_head)
     out_dir = args.output or Path(f"{args.artifact}.sm{args.sm}.plan")
     inputs = [args.artifact, args.routes, args.contract]
     out_flag = "-o" if args.output is not None else "-o (default)"

@@ -3,7 +3,7 @@
 Each family op runs its selected route's `reference` ("module:function", called with the op's
 operands and attributes by name) once `select_routes` ran, or its family's reference
 (`FamilySpec.reference`, in `kernels/<family>/reference.py`) before selection (or with
-`use_routes=False`). Structural ops (split, concat, reshape, add, swiglu, select_rows) are built in. Activations are float32 throughout: this proves that
+`use_routes=False`). Structural ops (split, concat, reshape, add, swiglu, select_rows, take) are built in. Activations are float32 throughout: this proves that
 lowering and the passes preserve the model's semantics, not kernel numerics.
 
 State is explicit: `ExecState.buffers` maps each persistent buffer name (`kv/3/k_cache`,
@@ -136,6 +136,8 @@ class Executor:
                 outs = [F.silu(args["gate"].float()) * args["up"].float()]
             elif k == "select_rows":
                 outs = [args["x"][args["rows"].long()]]
+            elif k == "take":  # out[i] = table[index[i]] (the draft head's row -> token id)
+                outs = [args["table"].reshape(-1)[args["index"].long()]]
             else:
                 base = op.attrs.get("parts_of")
                 if base:  # an input given as ranges of its last axis (fuse rewriter concat_into): join it

@@ -3,11 +3,14 @@
 An extent is the number of token columns T one step processes:
 
 - prefill: one chunk of `prefill_chunk` columns of one sequence (phase `prefill`);
-- decode: concurrency C times (draft window K + 1) columns, one extent per requested C.
+- decode: concurrency C columns (one per sequence), one extent per requested C;
+- verify (draft window K > 0, docs/SPECULATIVE.md): C rows of W = K + 1 columns, T = C * W, one
+  extent per C: logits for every column, `spec_accept` instead of `sampling`, the GDN ops write
+  their per-column states and `state_select` rolls each state back to the accepted column.
 
 The text model is lowered per extent; when the contract has the MTP part the MTP draft head is
 lowered as its own graph for the same extents (`mtp_<extent>`), fed by the text graph's `hidden`
-output. Lowering emits the *unfused* model schedule (model doc §3-§7) in logical form: every
+output (at K = 0 only when `LowerOptions.mtp` asks: the CLI leaves it out, it serves drafting only). Lowering emits the *unfused* model schedule (model doc §3-§7) in logical form: every
 projection is its own `linear` over a logical weight (a whole object or a role of a fused parent),
 residual adds and the SwiGLU product are structural ops, and weights are not yet bound to artifact
 objects (`bind_weights` does that). Persistent state (KV cache, GDN conv / recurrent state) appears
@@ -30,6 +33,10 @@ KV_INT8_GROUP = 64
 # The sampling op's per-row parameter inputs (kernels/sampling/spec.py): name -> (trailing dims, dtype).
 SAMPLING_INPUTS = {"temperature": ((), "f32"), "top_k": ((), "i32"), "top_p": ((), "f32"),
                    "seed": ((2,), "i32"), "sample_pos": ((), "i32")}
+MAX_DRAFT_TOKENS = 8
+DRAFT_HEADS = ("shortlist", "full")
+# the optimized draft head of an artifact (contract part draft_head): rows + their token ids
+DRAFT_HEAD, DRAFT_HEAD_IDS = "text/draft_head", "text/draft_head_token_ids"
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,9 @@ class LowerOptions:
     prefill_logits: str = "last"
     sampling: bool = True
     mtp: bool = True  # lower the MTP graph when the contract has the part
+    # the MTP graphs' output head: "shortlist" (text/draft_head + a `take` of its token ids), "full"
+    # (text/output_head), None: shortlist when the artifact has the draft head, else full
+    draft_head: str | None = None
 
     @property
     def slots(self) -> int:
@@ -58,11 +68,12 @@ Dims = HybridDims
 
 
 def plan_extents(spec, opts: LowerOptions) -> list[Extent]:
-    """The extents to compile (validated): prefill first, then decode by concurrency."""
+    """The extents to compile (validated): prefill first, then decode by concurrency; with a draft
+    window K > 0 also verify by concurrency, and the MTP head's copies when the artifact has it."""
     if opts.prefill_chunk < 1:
         raise CompileError(f"--prefill-chunk must be >= 1, got {opts.prefill_chunk}")
-    if opts.draft_tokens < 0:
-        raise CompileError(f"--draft-tokens must be >= 0, got {opts.draft_tokens}")
+    if opts.draft_tokens < 0 or opts.draft_tokens > MAX_DRAFT_TOKENS:
+        raise CompileError(f"--draft-tokens must be in 0..{MAX_DRAFT_TOKENS}, got {opts.draft_tokens}")
     if not opts.concurrency:
         raise CompileError("--concurrency needs at least one value")
     for c in opts.concurrency:
@@ -77,18 +88,47 @@ def plan_extents(spec, opts: LowerOptions) -> list[Extent]:
     k = opts.draft_tokens
     if k + 1 > opts.max_context:
         raise CompileError(f"draft window {k}+1 exceeds --max-context {opts.max_context}")
-    out = [Extent(name=f"prefill_t{opts.prefill_chunk}", phase="prefill", t=opts.prefill_chunk)]
-    for c in sorted(set(opts.concurrency)):
-        t = c * (k + 1)
-        if t > opts.prefill_chunk:
-            raise CompileError(
-                f"decode extent C={c} x (K={k}+1) = T {t} exceeds the prefill chunk "
-                f"{opts.prefill_chunk} (the widest extent the workspace is planned for)")
-        out.append(Extent(name=f"decode_c{c}_k{k}", phase="decode", t=t, concurrency=c, draft_tokens=k))
     dims = Dims.from_spec(spec)
-    if dims.has_mtp and opts.mtp:
+    mtp = dims.has_mtp and opts.mtp
+    if mtp and k > 0:
+        draft_head(spec, opts)  # refuse a shortlist head the artifact lacks before any lowering
+    out = [Extent(name=f"prefill_t{opts.prefill_chunk}", phase="prefill", t=opts.prefill_chunk)]
+    cs = sorted(set(opts.concurrency))
+    for c in cs:
+        if k == 0:  # K = 0: exactly the plans before speculative decoding
+            out.append(_step_extent("decode", c, 0, opts))
+    if k > 0:
+        out += [_step_extent("decode", c, 0, opts) for c in cs]
+        out += [_step_extent("verify", c, k, opts) for c in cs]
+    if mtp:
         out += [e.model_copy(update={"name": f"mtp_{e.name}", "graph": "mtp"}) for e in list(out)]
     return out
+
+
+def _step_extent(phase: str, c: int, k: int, opts: LowerOptions) -> Extent:
+    t = c * (k + 1)
+    if t > opts.prefill_chunk:
+        raise CompileError(
+            f"{phase} extent C={c} x (K={k}+1) = T {t} exceeds the prefill chunk "
+            f"{opts.prefill_chunk} (the widest extent the workspace is planned for)")
+    name = f"decode_c{c}_k0" if phase == "decode" else f"verify_c{c}_k{k}"
+    return Extent(name=name, phase=phase, t=t, concurrency=c, draft_tokens=k)
+
+
+def draft_head(spec, opts: LowerOptions) -> str:
+    """The MTP graphs' output head: "shortlist" | "full" (opts.draft_head, or the default: shortlist
+    when the artifact has text/draft_head + text/draft_head_token_ids)."""
+    objects = getattr(spec, "objects", None) or {}
+    has = DRAFT_HEAD in objects and DRAFT_HEAD_IDS in objects
+    want = opts.draft_head
+    if want is None:
+        return "shortlist" if has else "full"
+    if want not in DRAFT_HEADS:
+        raise CompileError(f"--draft-head must be one of {', '.join(DRAFT_HEADS)}, got {want!r}")
+    if want == "shortlist" and not has:
+        raise CompileError(f"--draft-head shortlist: the artifact ({spec.model_id}) has no {DRAFT_HEAD} + "
+                           f"{DRAFT_HEAD_IDS}; use --draft-head full")
+    return want
 
 
 # ------------------------------------------------------------------------------ builder
@@ -108,6 +148,10 @@ class _Builder:
             "slots": opts.slots,
         })
         self._state_version: dict[str, int] = {}
+        # verify extents: W = K + 1 columns per row; the per-column states to roll back after
+        # spec_accept: (op name, state buffer, columns tensor)
+        self.W = extent.draft_tokens + 1 if extent.phase == "verify" else 0
+        self.rollback: list[tuple[str, str, str]] = []
 
     # tensors
     def act(self, name: str, shape: tuple[int, ...], dtype: str = "bf16", role: str = "activation") -> str:
@@ -240,9 +284,15 @@ class _Builder:
         cin = self.state(buf, (), "")
         cout = self.next_state(buf)
         conv = self.act(f"{tag}.conv.out", (T, C))
+        conv_outs, conv_attrs = {"out": conv, "conv_state": cout}, {}
+        if self.W:  # verify: the last K-1 inputs after each of a row's first K columns
+            cols = self.act(f"{tag}.conv.columns", (T // self.W, self.W - 1, d.conv_kernel - 1, C))
+            conv_outs["conv_state_columns"] = cols
+            conv_attrs["window"] = self.W
+            self.rollback.append((f"{tag}.conv_state_select", buf, cols))
         self.op("conv1d", f"{tag}.conv", {"x": qkv, "weight": self.weight(f"{p}/gdn/convolution"),
                                           "conv_state": cin, "positions": "positions", "slots": "slots"},
-                {"out": conv, "conv_state": cout}, activation="silu")
+                conv_outs, activation="silu", **conv_attrs)
         qc, kc, vc = (self.act(f"{tag}.conv.{n}", (T, w)) for n, w in
                       (("q", d.gdn_k_width), ("k", d.gdn_k_width), ("v", d.gdn_v_width)))
         self.op("split", f"{tag}.conv_split", {"x": conv}, {"out0": qc, "out1": kc, "out2": vc},
@@ -260,10 +310,17 @@ class _Builder:
         sin = self.state(sbuf, (), "")
         sout = self.next_state(sbuf)
         o = self.act(f"{tag}.delta_rule.out", (T, d.gdn_v_heads, d.gdn_v_dim))
+        rule_outs, rule_attrs = {"out": o, "state": sout}, {}
+        if self.W:  # verify: the recurrent state after each of a row's first K columns (f32)
+            cols = self.act(f"{tag}.delta_rule.columns",
+                            (T // self.W, self.W - 1, d.gdn_v_heads, d.gdn_k_dim, d.gdn_v_dim), "f32")
+            rule_outs["state_columns"] = cols
+            rule_attrs["window"] = self.W
+            self.rollback.append((f"{tag}.state_select", sbuf, cols))
         self.op("gated_delta_rule", f"{tag}.delta_rule",
                 {"q": q3, "k": k3, "v": v3, "g": g, "beta": beta, "state": sin, "positions": "positions",
                  "slots": "slots"},
-                {"out": o, "state": sout}, scale=1.0 / math.sqrt(d.gdn_k_dim), l2_eps=d.l2_eps)
+                rule_outs, scale=1.0 / math.sqrt(d.gdn_k_dim), l2_eps=d.l2_eps, **rule_attrs)
         z3 = self.reshape(f"{tag}.z_heads", z, (T, d.gdn_v_heads, d.gdn_v_dim))
         on = self.act(f"{tag}.gated_norm.out", (T, d.gdn_v_width))
         self.op("gated_rmsnorm", f"{tag}.gated_norm", {"x": o, "z": z3, "weight": self.weight(f"{p}/gdn/norm")},
@@ -290,14 +347,19 @@ class _Builder:
                 "slots": self.act("slots", (T,), "i32", "input")}
         for n, (shape, dt) in (extra or {}).items():
             outs[n] = self.act(n, shape, dt, "input")
-        if self.opts.sampling:  # one row per logits row: 1 for a last-column prefill head, else T
+        if self.W and self.g.extent.graph == "text":  # verify: real drafts per row (spec_accept)
+            outs["n_drafts"] = self.act("n_drafts", (T // self.W,), "i32", "input")
+        if self.opts.sampling or "n_drafts" in outs:  # one row per logits row: 1 for a last-column
+            # prefill head, else T (verify: per column, spec_accept reads them)
             R = 1 if self.g.extent.phase == "prefill" and self.opts.prefill_logits == "last" else T
             for n, (rest, dt) in SAMPLING_INPUTS.items():
                 outs[n] = self.act(n, (R, *rest), dt, "input")
         self.op("input", "inputs", {}, outs)
 
-    def head(self, x: str, final_norm: str, extra_outputs: dict[str, str]) -> None:
-        """Final norm, output head over the selected rows, sampling, outputs."""
+    def head(self, x: str, final_norm: str, extra_outputs: dict[str, str], *, shortlist: bool = False) -> None:
+        """Final norm, output head over the selected rows, sampling (verify: spec_accept, then the
+        state rollback), outputs. `shortlist`: the head is text/draft_head and a `take` maps the
+        sampled row to its token id (the MTP graphs' draft head)."""
         d, T = self.d, self.T
         hidden = self.rmsnorm("final_norm", x, self.weight(final_norm))
         rows_in = hidden
@@ -305,14 +367,31 @@ class _Builder:
             rows_in = self.act("head_rows", (1, d.hidden))
             self.op("select_rows", "select_rows", {"x": hidden, "rows": "logit_rows"}, {"out": rows_in})
         R = self.g.tensors[rows_in].shape[0]
-        logits = self.act("logits", (R, d.vocab_rows), "bf16", "output")
-        self.op("linear", "lm_head", {"x": rows_in, "weight": self.weight("text/output_head")},
-                {"out": logits}, epilogue="none")
+        head_w = self.weight(DRAFT_HEAD if shortlist else "text/output_head")
+        logits = self.act("logits", (R, self.g.tensors[head_w].shape[0]), "bf16", "output")
+        self.op("linear", "lm_head", {"x": rows_in, "weight": head_w}, {"out": logits}, epilogue="none")
         outs = {"logits": logits}
-        if self.opts.sampling:
-            ids = self.act("next_ids", (R,), "i32", "output")
+        verify = bool(self.W) and self.g.extent.graph == "text"
+        if verify:
+            # C rows of W columns: the accepted drafts and the target's token per row
+            tokens = self.act("tokens", (T,), "i32", "output")
+            accepted = self.act("accepted", (T // self.W,), "i32", "output")
+            self.op("spec_accept", "spec_accept",
+                    {"logits": logits, "ids": "ids", "n_drafts": "n_drafts", **{n: n for n in SAMPLING_INPUTS}},
+                    {"tokens": tokens, "accepted": accepted})
+            for name, buf, cols in self.rollback:  # state[slot of row r] = columns[r, accepted[r]]
+                sin = self.state(buf, (), "")
+                self.op("state_select", name, {"state": sin, "columns": cols, "accepted": accepted,
+                                               "slots": "slots"}, {"state": self.next_state(buf)})
+            outs.update({"tokens": tokens, "accepted": accepted})
+        elif self.opts.sampling:
+            ids = self.act("next_rows" if shortlist else "next_ids", (R,), "i32", "activation" if shortlist else "output")
             self.op("sampling", "sampling", {"logits": logits, **{n: n for n in SAMPLING_INPUTS}}, {"ids": ids},
                     mode="per_slot")
+            if shortlist:  # draft head row -> token id
+                tid = self.act("next_ids", (R,), "i32", "output")
+                self.op("take", "draft_ids", {"table": self.weight(DRAFT_HEAD_IDS), "index": ids}, {"out": tid})
+                ids = tid
             outs["ids"] = ids
         for k, v in extra_outputs.items():
             outs[k] = v if k != "hidden" else hidden
@@ -401,7 +480,8 @@ def lower_mtp(spec, extent: Extent, opts: LowerOptions, dims: Dims | None = None
     x = b.attention_layer(p, "mtp.attn", x, h, [(qkgv, "query"), (qkgv, "key"), (qkgv, "gate"), (qkgv, "value")],
                           "mtp_kv")
     x = b.mlp(p, "mtp.mlp", x)
-    b.head(x, "mtp/final_norm", {})
+    # every phase returns its hidden rows (after mtp/final_norm): the next chained draft step's input
+    b.head(x, "mtp/final_norm", {"hidden": "hidden"}, shortlist=draft_head(spec, opts) == "shortlist")
     return b.g
 
 

@@ -13,7 +13,7 @@ A `TensorType` is a named value of concrete shape. Roles:
 
 An `Op` names a route family (a `FamilySpec` declared in `kernels/<family>/spec.py`; its operand
 names are the spec's) or a structural op (`input`, `output`, `add`, `split`, `concat`, `reshape`,
-`swiglu`, `select_rows`).
+`swiglu`, `select_rows`, `take`: out[i] = table[index[i]], the MTP shortlist head's row -> token id).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 STRUCTURAL: tuple[str, ...] = (
-    "input", "output", "add", "split", "concat", "reshape", "swiglu", "select_rows",
+    "input", "output", "add", "split", "concat", "reshape", "swiglu", "select_rows", "take",
 )
 
 

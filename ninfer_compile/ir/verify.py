@@ -223,3 +223,8 @@ def _check_shapes(graph: Graph, op: Op, T: int) -> None:
     elif k == "select_rows":
         x, rows = S("x"), S("rows")
         _eq("out", O("out"), (rows[0], *x[1:]))
+    elif k == "take":
+        tab, idx = S("table"), S("index")
+        if len(tab) != 1 or len(idx) != 1:
+            raise _Fail(f"take: table {list(tab)} and index {list(idx)} must be 1-D")
+        _eq("out", O("out"), idx)

@@ -3,7 +3,7 @@ launch (PDL, `ninfer_compile/kernels/pdl.py`).
 
 Requires: the CUDA-graph decision (plan_cuda_graphs) and the route table's sm.
 Guarantees: `graph.meta["dependent_launch"] = {"enabled": bool, "reason": str}` — enabled for the
-  extents captured as CUDA graphs (decode) when the plan's sm is 90 or newer; the runtime then
+  extents captured as CUDA graphs (decode and verify, text and MTP) when the plan's sm is 90 or newer; the runtime then
   launches every PDL-capable kernel of that extent with the attribute (unless NINFER_PDL=0).
   Prefill extents and everything else launch plainly.
 
@@ -32,6 +32,7 @@ def run(graph: Graph, ctx: PassContext) -> Graph:
     elif not captured:
         dl = {"enabled": False, "reason": "not a CUDA-graph extent (eager prefill measured slower with PDL)"}
     else:
-        dl = {"enabled": True, "reason": "CUDA-graph decode extent on sm >= 90: launches overlap the previous kernel's tail"}
+        dl = {"enabled": True, "reason": f"CUDA-graph {graph.extent.phase} extent on sm >= 90: launches overlap the "
+                                         f"previous kernel's tail"}
     out.meta["dependent_launch"] = dl
     return out

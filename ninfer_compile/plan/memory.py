@@ -10,6 +10,11 @@
   partials / dequant-GEMM W_hat, split-KV decode attention, chunked GDN prefill, sampling). The plan
   writes the same numbers (`extents.X.workspace.numel`, each launch's `workspace` binding) and the
   runtime allocates what the plan says (tests/runtime/test_runtime_e2e.py checks all three agree).
+
+Speculative plans (--draft-tokens K > 0) add two lines of their own (absent at K = 0):
+- M: the MTP head's KV cache (`mtp_kv/*`, per slot like `kv/*`; part of K);
+- V: the verify extents' per-column GDN states (`state_columns` + `conv_state_columns` of every
+  verify op: arena activations, part of A), per verify extent; the line gives the largest.
 """
 
 from __future__ import annotations
@@ -40,6 +45,13 @@ class MemoryReport:
     arena_by_extent: dict[str, int] = field(default_factory=dict)
     route_workspace: int = 0
     route_workspace_by_extent: dict[str, int] = field(default_factory=dict)
+    mtp_kv: int = 0  # bytes of mtp_kv/* (included in kv)
+    verify_columns_by_extent: dict[str, int] = field(default_factory=dict)  # per-column states (in the arena)
+
+    @property
+    def verify_columns(self) -> int:
+        """The largest verify extent's per-column state bytes (the arena is a max over extents)."""
+        return max(self.verify_columns_by_extent.values(), default=0)
 
     @property
     def total(self) -> int:
@@ -52,7 +64,11 @@ class MemoryReport:
                 "max_context": self.max_context, "kv_dtype": self.kv_dtype,
                 "weight_objects": self.weight_objects, "arena_by_extent": dict(sorted(self.arena_by_extent.items())),
                 "route_workspace_bytes": self.route_workspace,
-                "route_workspace_by_extent": dict(sorted(self.route_workspace_by_extent.items()))}
+                "route_workspace_by_extent": dict(sorted(self.route_workspace_by_extent.items())),
+                **({"mtp_kv_bytes": self.mtp_kv} if self.mtp_kv else {}),
+                **({"verify_columns_bytes": self.verify_columns,
+                    "verify_columns_by_extent": dict(sorted(self.verify_columns_by_extent.items()))}
+                   if self.verify_columns_by_extent else {})}
 
 
 def _object_bytes(name: str, objects: Mapping[str, Any] | None, spec) -> int:
@@ -116,6 +132,16 @@ def route_workspace_bytes(g: Graph, registry=None) -> int:
     return extent_workspace_numel(g, registry) * 4
 
 
+# outputs of a verify op (attribute window >= 2) holding its per-column states
+COLUMN_OUTPUTS = ("state_columns", "conv_state_columns")
+
+
+def verify_column_bytes(g: Graph) -> int:
+    """Bytes of every per-column state a verify extent's ops write (kernels/gdn/spec.py WINDOW)."""
+    return sum(g.tensors[t].nbytes for op in g.ops() if op.attrs.get("window")
+               for name, t in op.outputs.items() if name in COLUMN_OUTPUTS)
+
+
 def memory_report(graphs: list[Graph], objects: Mapping[str, Any] | None, spec, *, slots: int,
                   max_context: int, kv_dtype: str, registry=None) -> MemoryReport:
     used: set[str] = set()
@@ -131,7 +157,10 @@ def memory_report(graphs: list[Graph], objects: Mapping[str, Any] | None, spec, 
     per_token = kv // max(1, slots * max_context)
     rws = {g.extent.name: route_workspace_bytes(g, registry) for g in graphs}
     rws = {k: v for k, v in rws.items() if v}
-    return MemoryReport(weights=weights, kv=kv, state=st, workspace=max(arenas.values(), default=0),
+    mtp_kv = sum(b["bytes"] for n, b in bufs.items() if n.startswith("mtp_kv/"))
+    cols = {g.extent.name: verify_column_bytes(g) for g in graphs if g.extent.phase == "verify"}
+    return MemoryReport(mtp_kv=mtp_kv, verify_columns_by_extent={k: v for k, v in cols.items() if v},
+                        weights=weights, kv=kv, state=st, workspace=max(arenas.values(), default=0),
                         kv_bytes_per_token=per_token, slots=slots, max_context=max_context, kv_dtype=kv_dtype,
                         weight_objects=len(used), state_buffers=bufs, arena_by_extent=arenas,
                         route_workspace=sum(rws.values()), route_workspace_by_extent=rws)
@@ -168,7 +197,11 @@ def report_text(r: MemoryReport, budget_gib: float | None = None) -> str:
         f"weights   W {_h(r.weights)}  ({r.weight_objects} artifact objects)",
         f"KV cache  K {_h(r.kv)}  ({r.kv_bytes_per_token:,d} B/token, all attention layers)",
         f"state     S {_h(r.state)}  (GDN conv + recurrent, {r.slots} slot(s))",
+        *([f"MTP KV    M {_h(r.mtp_kv)}  (mtp_kv/*: the MTP head's own cache, {r.slots} slot(s); in K)"]
+          if r.mtp_kv else []),
         f"workspace A {_h(r.workspace)}  (activation arena, max over extents)",
+        *([f"verify    V {_h(r.verify_columns)}  (per-column GDN states of the largest verify extent: "
+           f"state_columns + conv_state_columns; in A)"] if r.verify_columns_by_extent else []),
         f"route ws  R {_h(r.route_workspace)}  (route workspaces, per extent: linear split-K / dequant-GEMM, "
         f"split-KV attention, chunked GDN, sampling)",
         f"total       {_h(r.total)}",
@@ -183,6 +216,11 @@ def report_text(r: MemoryReport, budget_gib: float | None = None) -> str:
         lines.append("")
         lines.append("route workspace by extent (float32 buffer, max over the extent's launches):")
         for name, n in sorted(r.route_workspace_by_extent.items()):
+            lines.append(f"  {name:<24} {n:>14,d} B")
+    if r.verify_columns_by_extent:
+        lines.append("")
+        lines.append("verify per-column states by extent (arena activations, read by state_select):")
+        for name, n in sorted(r.verify_columns_by_extent.items()):
             lines.append(f"  {name:<24} {n:>14,d} B")
     lines.append("")
     lines.append("persistent buffers (slot-major):")

@@ -10,7 +10,8 @@ chunk; the same memory, so no copy) — the route's declared T domain is checked
 
 Launch kinds:
 - route families (`embedding`, `linear`, ...): the plan's emitted launcher for the route;
-- builtins (`add`, `concat`, `swiglu`, `select_rows`): small torch ops here (graph-capturable);
+- builtins (`add`, `concat`, `swiglu`, `select_rows`, `take`): small torch ops here (graph-capturable;
+  `take`: out[i] = table[index[i]], the MTP shortlist head's row -> token id);
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from .plan_checks import check_bind
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32,
           "i8": torch.int8, "u8": torch.uint8}
 ESIZE = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "i8": 1, "u8": 1}
-BUILTINS = ("add", "concat", "swiglu", "select_rows")
+BUILTINS = ("add", "concat", "swiglu", "select_rows", "take")
 
 
 @dataclass
@@ -283,6 +284,11 @@ class ExtentRunner:
 
             def fn():
                 torch.index_select(x, 0, rows, out=out)
+        elif kind == "take":  # table [N] (a weight, e.g. i32 token ids), index [R] i32 -> out [R]
+            table, index = a["table"].reshape(-1), a["index"]
+
+            def fn():
+                torch.index_select(table, 0, index, out=out)
         else:  # pragma: no cover - filtered in _bind_all
             raise PlanError(f"unknown builtin {kind}")
         return Bound(L["op"], kind, None, fn, {})

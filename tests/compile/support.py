@@ -11,7 +11,8 @@ from pathlib import Path
 from ninfer_compile.kernels.registry import ParamSpec, Registry, Route, RouteDomain
 
 FAMILIES = ("embedding", "rmsnorm", "linear", "head_rmsnorm", "rope", "kv_append", "attention", "conv1d",
-            "gdn_gating", "gated_delta_rule", "gated_rmsnorm", "sampling", "qk_norm_rope")
+            "gdn_gating", "gated_delta_rule", "gated_rmsnorm", "sampling", "qk_norm_rope", "spec_accept",
+            "state_select")
 QFORMATS = ("Q4G64_F16S", "Q5G64_F16S", "Q6G64_F16S", "W8G32_F16S", "BF16")
 EPIS = ("none", "swiglu", "residual")
 

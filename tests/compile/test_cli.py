@@ -31,7 +31,8 @@ def test_mtp_head_lowered_only_with_a_draft_window(art, table, tmp_path, capsys)
     out = tmp_path / "k1.plan"
     assert _compile(art, table, out, "--concurrency", "1", "--draft-tokens", "1") == 0, capsys.readouterr().err
     ext = json.loads((out / "plan.json").read_text())["extents"]
-    assert {"mtp_prefill_t16", "mtp_decode_c1_k1"} <= set(ext) and ext["decode_c1_k1"]["t"] == 2
+    assert {"mtp_prefill_t16", "mtp_decode_c1_k0", "mtp_verify_c1_k1"} <= set(ext)
+    assert ext["verify_c1_k1"]["t"] == 2 and ext["decode_c1_k0"]["t"] == 1
 
 
 def test_compile_writes_plan(art, table, tmp_path, capsys):

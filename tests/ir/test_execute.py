@@ -99,7 +99,7 @@ def test_mtp_graph_matches_reference(tiny):
     hidden = ref.last_state.hidden
     nxt = TOKENS[1:6]
     want = ref.mtp_logits(nxt, hidden)
-    opts = LowerOptions(prefill_chunk=5, max_context=16, prefill_logits="all")
+    opts = LowerOptions(prefill_chunk=5, max_context=16, prefill_logits="all", draft_head="full")
     g = _graphs(spec, opts)["mtp_prefill_t5"]
     out = Executor(weights).run(g, step_inputs(g, nxt, hidden=hidden), ExecState.zeros(g))
     torch.testing.assert_close(out["logits"], want, rtol=1e-4, atol=1e-4)

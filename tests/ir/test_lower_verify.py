@@ -23,10 +23,14 @@ def spec():
 def test_extents_t_is_c_times_k_plus_1(spec):
     ext = plan_extents(spec, LowerOptions(prefill_chunk=64, concurrency=(4, 1, 2), draft_tokens=3, max_context=128))
     text = [(e.name, e.phase, e.t) for e in ext if e.graph == "text"]
-    assert text == [("prefill_t64", "prefill", 64), ("decode_c1_k3", "decode", 4), ("decode_c2_k3", "decode", 8),
-                    ("decode_c4_k3", "decode", 16)]
-    assert [e.name for e in ext if e.graph == "mtp"] == ["mtp_prefill_t64", "mtp_decode_c1_k3", "mtp_decode_c2_k3",
-                                                           "mtp_decode_c4_k3"]
+    # docs/SPECULATIVE.md: plain decode steps (T = C) and the verify rounds (T = C x (K+1))
+    assert text == [("prefill_t64", "prefill", 64), ("decode_c1_k0", "decode", 1), ("decode_c2_k0", "decode", 2),
+                    ("decode_c4_k0", "decode", 4), ("verify_c1_k3", "verify", 4), ("verify_c2_k3", "verify", 8),
+                    ("verify_c4_k3", "verify", 16)]
+    assert [e.name for e in ext if e.graph == "mtp"] == [f"mtp_{n}" for n, _, _ in text]
+    k0 = plan_extents(spec, LowerOptions(prefill_chunk=64, concurrency=(2,), max_context=128))
+    assert [(e.name, e.phase, e.t) for e in k0 if e.graph == "text"] == [("prefill_t64", "prefill", 64),
+                                                                         ("decode_c2_k0", "decode", 2)]
 
 
 @pytest.mark.parametrize("opts, needle", [

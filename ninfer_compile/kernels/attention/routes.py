@@ -7,7 +7,7 @@ _KV = ("bf16", "int8_g64")
 
 register(Route(
     name="attention_decode_splitkv", family="attention",
-    domain=RouteDomain(max_t=64, extra={"kv_dtype": _KV, "phase": ("decode",)}),
+    domain=RouteDomain(max_t=128, extra={"kv_dtype": _KV, "phase": ("decode", "verify")}),
     params={
         "split_tokens": ParamSpec("split_tokens", (256, 512, 1024, 2048, 4096), 512, "cache rows per split"),
         "balance": ParamSpec("balance", ("ctx", "fixed"), "ctx",

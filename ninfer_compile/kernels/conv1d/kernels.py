@@ -13,6 +13,11 @@ the projections' outputs instead of from a concatenated copy (fuse rule `conv_in
 every column has its own slot (decode). The prefill path runs `conv1d_kernel` (FUSE_STATE=False)
 then `conv1d_state_kernel`, in which only the last column of each slot's run writes that slot's
 state, after all reads of the old state have completed (stream order).
+
+`conv1d_verify_kernel`, grid (C rows, C_ch blocks): a verify row is W consecutive columns of one
+slot (columns r*W .. r*W+W-1); the program computes the W outputs (column j reads lags <= j from x,
+older ones from the old state), the row's last K-1 inputs after each of its first W-1 columns
+(conv_state_columns[r, j]) and, after a barrier, the final state in place.
 """
 
 import triton
@@ -137,3 +142,47 @@ def conv1d_state_kernel(
         p = tl.load(pos_ptr + t)
         n_prev = _n_prev(slots_ptr, t, s, K)
         _roll_state(xp, state_ptr, t, s, p, n_prev, cols, cmask, stride_ss, stride_sk, K, KP, PARTS)
+
+
+@triton.jit
+def conv1d_verify_kernel(
+    x_ptr, w_ptr, state_ptr, out_ptr, pos_ptr, slots_ptr, cols_ptr,
+    C, W, stride_xt, stride_ot, stride_ss, stride_sk, stride_cr, stride_cj, stride_ck,
+    x1_ptr, stride_x1, x2_ptr, stride_x2, C0, C01,
+    K: tl.constexpr, KP: tl.constexpr, BLOCK_C: tl.constexpr,
+    PARTS: tl.constexpr = 1,
+    SILU: tl.constexpr = True,
+    PDL: tl.constexpr = False,
+):
+    pdl_enter(PDL)
+    xp = (x_ptr, stride_xt, x1_ptr, stride_x1, x2_ptr, stride_x2, C0, C01)
+    r = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    t0 = r * W
+    s = tl.load(slots_ptr + t0)
+    p0 = tl.load(pos_ptr + t0)
+    i = tl.arange(0, KP)
+    d = K - 1 - i  # lag of tap i (taps i >= K give d < 0, masked off)
+    dn = K - 2 - i  # lag of state row i after a column (rows i >= K-1 masked off)
+    rmask = (i < K - 1)[:, None] & cmask[None, :]
+    w = tl.load(w_ptr + i[:, None] * C + cols[None, :], mask=(i < K)[:, None] & cmask[None, :], other=0.0)
+    w = w.to(tl.float32)  # [KP, BLOCK_C]
+    cb = cols_ptr + r.to(tl.int64) * stride_cr + i[:, None] * stride_ck + cols[None, :]
+    nv = tl.zeros([KP, BLOCK_C], dtype=tl.float32)  # the state as of the row's latest column
+    for j in range(0, W):
+        t = t0 + j
+        n_prev = tl.minimum(j, K - 1)  # same-row columns before t (the rest of the window is state)
+        vals = _lagged(xp, state_ptr, t, s, p0 + j, n_prev, d, cols, cmask, stride_ss, stride_sk, K, PARTS)
+        acc = tl.sum(vals * w, axis=0)  # [BLOCK_C]
+        if SILU:
+            y = acc / (1.0 + tl.exp(-acc))
+        else:
+            y = acc
+        tl.store(out_ptr + t * stride_ot + cols, y.to(out_ptr.dtype.element_ty), mask=cmask)
+        nv = _lagged(xp, state_ptr, t, s, p0 + j, n_prev, dn, cols, cmask, stride_ss, stride_sk, K, PARTS)
+        if j < W - 1:  # the row's last K-1 inputs after column j (the rollback's column j)
+            tl.store(cb + j * stride_cj, nv.to(cols_ptr.dtype.element_ty), mask=rmask)
+    tl.debug_barrier()  # every read of the old state is done before the final state overwrites it
+    tl.store(state_ptr + s * stride_ss + i[:, None] * stride_sk + cols[None, :],
+             nv.to(state_ptr.dtype.element_ty), mask=rmask)

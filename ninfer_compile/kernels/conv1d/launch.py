@@ -3,6 +3,9 @@
 conv1d_decode: every column is its own slot (C concurrent sequences, one column each); output and
 state roll in one kernel. conv1d_prefill: any T; columns of a slot form one contiguous run with
 consecutive positions (several sequences may share a launch); two kernels (output, then state).
+conv1d_verify: verify rows (T = C*W; row r = columns r*W .. r*W+W-1 of one slot, W =
+conv_state_columns.shape[1] + 1); outputs, conv_state_columns [C, W-1, K-1, C_ch] (the row's last
+K-1 inputs after each of its first W-1 columns) and the final state in one kernel.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import triton
 
 from ninfer_compile.errors import RouteError
 
-from .kernels import conv1d_kernel, conv1d_state_kernel
+from .kernels import conv1d_kernel, conv1d_state_kernel, conv1d_verify_kernel
 from ..pdl import pdl_launch
 
 DECODE_MAX_T = 64
@@ -124,4 +127,37 @@ def conv1d_prefill(
         xb, sb, xc, sc, c0, c01,
         K=K, KP=kp, BLOCK_C=BLOCK_C, PARTS=parts, num_warps=2,
         **pdl_launch(conv1d_state_kernel),
+    )
+
+
+def conv1d_verify(
+    x: torch.Tensor | None = None, weight: torch.Tensor = None, conv_state: torch.Tensor = None,
+    positions: torch.Tensor = None, slots: torch.Tensor = None, out: torch.Tensor = None,
+    conv_state_columns: torch.Tensor = None,
+    x0: torch.Tensor | None = None, x1: torch.Tensor | None = None, x2: torch.Tensor | None = None,
+    activation: str = "silu", block_c: int = BLOCK_C, num_warps: int = 2,
+) -> None:
+    """x[T,C] (or its channel ranges x0 | x1 | x2), weight[K,C], conv_state[slots,K-1,C] (updated to
+    each row's state after its last column), conv_state_columns [R, W-1, K-1, C] (same dtype as the
+    state; T = R*W) -> out[T,C] = activation(conv) (silu | none). Rows must use distinct slots."""
+    name = "conv1d_verify"
+    silu = _silu(name, activation)
+    T, C, K, (xa, xb, xc), (sa, sb, sc, c0, c01), parts = _inputs(
+        name, x, x0, x1, x2, weight, conv_state, out, positions, slots)
+    cols = conv_state_columns
+    if cols is None or cols.dim() != 4:
+        raise RouteError(f"{name}: needs conv_state_columns [R, W-1, {K - 1}, {C}] (a verify op, window >= 2)")
+    R, W = cols.shape[0], cols.shape[1] + 1
+    if W < 2 or R * W != T or cols.shape[2:] != (K - 1, C) or cols.stride(3) != 1:
+        raise RouteError(f"{name}: conv_state_columns{tuple(cols.shape)} must be [R, W-1, {K - 1}, {C}] with "
+                         f"T={T} = R*W and a contiguous last axis")
+    if cols.dtype != conv_state.dtype:
+        raise RouteError(f"{name}: conv_state_columns dtype {cols.dtype} != conv_state dtype {conv_state.dtype}")
+    grid = (R, triton.cdiv(C, block_c))
+    conv1d_verify_kernel[grid](
+        xa, weight, conv_state, out, positions, slots, cols,
+        C, W, sa, out.stride(0), conv_state.stride(0), conv_state.stride(1),
+        cols.stride(0), cols.stride(1), cols.stride(2), xb, sb, xc, sc, c0, c01,
+        K=K, KP=triton.next_power_of_2(K), BLOCK_C=block_c, PARTS=parts, SILU=silu, num_warps=num_warps,
+        **pdl_launch(conv1d_verify_kernel),
     )

@@ -11,6 +11,11 @@ position is zero (so a sequence starting at position 0 ignores whatever its slot
 Returns out [T, C] float32 = act(sum_j weight[j] * in(t - (K-1-j))) and the new state
 [slots, K-1, C] float32 (untouched slots copied): the run's last K-1 inputs. act: SiLU
 (`activation="silu"`, the default) or the identity (`"none"`).
+
+Verify ops (attribute window W >= 2, docs/SPECULATIVE.md): the T columns are C = T / W rows of W
+consecutive columns, each row one run of its own slot; the reference then also returns
+conv_state_columns [C, W-1, K-1, C_ch] float32 (like the state): entry [r, j] = the row's last K-1
+inputs after its column j (what the slot's state would be had the row stopped there).
 """
 
 from __future__ import annotations
@@ -20,21 +25,28 @@ import torch
 
 def conv1d(
     x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor,
-    positions: torch.Tensor, slots: torch.Tensor, activation: str = "silu",
-) -> tuple[torch.Tensor, torch.Tensor]:
+    positions: torch.Tensor, slots: torch.Tensor, activation: str = "silu", window: int = 0,
+) -> tuple[torch.Tensor, ...]:
     if activation not in ("silu", "none"):
         raise ValueError(f"conv1d: activation {activation!r} is not silu or none")
+    W = int(window or 0)
+    if W == 1 or W < 0 or (W and x.shape[0] % W):
+        raise ValueError(f"conv1d: window={W} must be 0 or >= 2 and divide T={x.shape[0]}")
     T, C = x.shape
     K = weight.shape[0]
     xf, wf = x.float(), weight.float()
     new_state = conv_state.float().clone()
     out = torch.empty(T, C, dtype=torch.float32)
+    cols = torch.zeros(T // W, W - 1, K - 1, C, dtype=torch.float32) if W else None
     t = 0
     while t < T:
         s = int(slots[t])
         e = t
-        while e + 1 < T and int(slots[e + 1]) == s:
-            e += 1
+        if W:  # a verify row: W columns of one slot, never merged with the next row
+            e = t + W - 1
+        else:
+            while e + 1 < T and int(slots[e + 1]) == s:
+                e += 1
         p0 = int(positions[t])
         hist = conv_state[s].float().clone()  # [K-1, C], positions p0-K+1 .. p0-1
         for i in range(K - 1):
@@ -42,9 +54,12 @@ def conv1d(
                 hist[i] = 0.0
         seq = torch.cat([hist, xf[t:e + 1]], 0)  # [K-1 + n, C]
         for i in range(e - t + 1):
-            window = seq[i:i + K]  # [K, C]
-            y = (window * wf).sum(0)
+            win = seq[i:i + K]  # [K, C]
+            y = (win * wf).sum(0)
             out[t + i] = torch.nn.functional.silu(y) if activation == "silu" else y
         new_state[s] = seq[-(K - 1):]
+        if W:
+            for j in range(W - 1):
+                cols[t // W, j] = seq[j + 1:j + K]  # the last K-1 inputs up to column j
         t = e + 1
-    return out, new_state
+    return (out, new_state) if not W else (out, new_state, cols)

@@ -8,6 +8,11 @@ gdn_gating_proj_kernel  a = x Wa^T, b = x Wb^T and g / beta in one launch; grid
                         split-K partials and no second launch.
 gdn_decode_kernel       recurrent step; grid (T, Hv, cdiv(Dv, BV)); each column its own slot.
                         q/k L2 norm fused; the [Dk, BV] state block lives in registers.
+gdn_verify_kernel       verify rows (speculative decoding): grid (C, Hv, cdiv(Dv, BV)); row r =
+                        columns r*W .. r*W+W-1 of one slot; the program walks them in order with
+                        the [Dk, BV] state block in registers (read once), writing out per column,
+                        the state after each of the first W-1 columns to state_columns[r, j] and
+                        the final state in place.
 gdn_chunk_prep_kernel   chunked prefill phase 1, grid (n_chunks, Hv), all chunks in parallel:
                         A[i,j] = beta_i exp(gc_i - gc_j) k_i.k_j (j < i, gc = in-chunk cumsum
                         of g), Tinv = (I + A)^-1 by forward substitution, then
@@ -123,6 +128,50 @@ def gdn_decode_kernel(
     o = tl.sum(S * q[:, None], axis=0)
     tl.store(sptrs, S, mask=smask)
     tl.store(o_ptr + t * stride_ot + h * stride_oh + ov, o.to(o_ptr.dtype.element_ty), mask=vmask)
+
+
+@triton.jit
+def gdn_verify_kernel(
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, o_ptr, pos_ptr, slots_ptr, cols_ptr,
+    W, Hv, REP, Dk, Dv, scale, eps,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+    stride_ss, stride_sh, stride_ot, stride_oh, stride_cr, stride_cj, stride_ch,
+    BK: tl.constexpr, BV: tl.constexpr,
+    PDL: tl.constexpr = False,
+):
+    pdl_enter(PDL)
+    r = tl.program_id(0)
+    h = tl.program_id(1)
+    vb = tl.program_id(2)
+    hk = h // REP
+    t0 = r * W
+    s = tl.load(slots_ptr + t0).to(tl.int64)
+    p = tl.load(pos_ptr + t0)
+    ok = tl.arange(0, BK)
+    ov = vb * BV + tl.arange(0, BV)
+    kmask = ok < Dk
+    vmask = ov < Dv
+    blk = ok[:, None] * Dv + ov[None, :]  # [BK, BV] offsets in a [Dk, Dv] block
+    smask = kmask[:, None] & vmask[None, :]
+    sptrs = state_ptr + s * stride_ss + h * stride_sh + blk
+    S = tl.load(sptrs, mask=smask, other=0.0)  # [BK, BV] f32, read once
+    S = tl.where(p > 0, S, 0.0)  # a row starting at position 0 starts from a zero state
+    cbase = cols_ptr + r.to(tl.int64) * stride_cr + h * stride_ch + blk
+    for j in range(0, W):
+        t = t0 + j
+        q = _load_qk_row(q_ptr, t * stride_qt + hk * stride_qh, ok, Dk, eps) * scale
+        k = _load_qk_row(k_ptr, t * stride_kt + hk * stride_kh, ok, Dk, eps)
+        v = tl.load(v_ptr + t * stride_vt + h * stride_vh + ov, mask=vmask, other=0.0).to(tl.float32)
+        g = tl.load(g_ptr + t * Hv + h)
+        beta = tl.load(beta_ptr + t * Hv + h)
+        S = S * tl.exp(g)
+        u = beta * (v - tl.sum(S * k[:, None], axis=0))  # [BV]
+        S = S + k[:, None] * u[None, :]
+        o = tl.sum(S * q[:, None], axis=0)
+        tl.store(o_ptr + t * stride_ot + h * stride_oh + ov, o.to(o_ptr.dtype.element_ty), mask=vmask)
+        if j < W - 1:  # the state after column j, for the rollback (kernels/spec_state)
+            tl.store(cbase + j * stride_cj, S, mask=smask)
+    tl.store(sptrs, S, mask=smask)
 
 
 @triton.jit

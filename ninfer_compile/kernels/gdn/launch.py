@@ -5,6 +5,9 @@ gdn_gating_proj           x[T,K], a_weight/b_weight bf16[Hv,K], a_log[Hv], dt_bi
                           (the a/b projections + gating in one launch); T <= GATING_PROJ_MAX_T.
 gated_delta_rule_decode   recurrent step; every column its own slot (C concurrent sequences);
                           T <= DECODE_MAX_T.
+gated_delta_rule_verify   verify rows: C rows of W consecutive columns of one slot each (T = C*W, W
+                          = state_columns.shape[1] + 1); also writes state_columns [C, W-1, Hv, Dk,
+                          Dv] f32 (the state after each of a row's first W-1 columns).
 gated_delta_rule_chunked  chunked prefill of ONE sequence: all T columns belong to slot slots[0]
                           with consecutive positions from positions[0]; any T. Needs a float32
                           workspace of chunked_workspace_numel(T, Hv, Dk, Dv) elements.
@@ -22,12 +25,12 @@ from triton.runtime.errors import OutOfResources
 from ninfer_compile.errors import RouteError
 
 from .kernels import (gdn_chunk_prep_kernel, gdn_chunk_state_kernel, gdn_decode_kernel, gdn_gating_kernel,
-                      gdn_gating_proj_kernel)
+                      gdn_gating_proj_kernel, gdn_verify_kernel)
 from ..pdl import pdl_launch
 from .routes import chunked_workspace_numel  # noqa: F401  (the route's sizing; the launcher checks it)
 
 DECODE_MAX_T = 64
-GATING_PROJ_MAX_T = 64
+GATING_PROJ_MAX_T = 128  # no kernel limit (grid over column blocks); a verify extent has up to 8 x 9 columns
 CHUNK = 64
 L2_EPS = 1e-6
 
@@ -145,6 +148,40 @@ def gated_delta_rule_decode(q, k, v, g, beta, state, positions, slots, out, scal
         state.stride(0), state.stride(1), out.stride(0), out.stride(1),
         BK=bk, BV=bv, num_warps=num_warps,
         **pdl_launch(gdn_decode_kernel),
+    )
+
+
+def gated_delta_rule_verify(q, k, v, g, beta, state, positions, slots, out, state_columns=None,
+                            scale: float | None = None, l2_eps: float = L2_EPS, block_v: int | None = None,
+                            num_warps: int = 4) -> None:
+    """Verify rows: row r = columns r*W .. r*W + W-1 (slot slots[r*W], consecutive positions).
+
+    Operands as gated_delta_rule_decode, plus state_columns: float32 [C, W-1, Hv, Dk, Dv] (T = C*W)
+    with contiguous [Dk, Dv] blocks; entry [r, j] = the row's state after its column j. `state`
+    ends as each row's state after its last column. Rows must use distinct slots.
+    """
+    name = "gated_delta_rule_verify"
+    T, Hk, Dk, Hv, Dv = _check_core(name, q, k, v, g, beta, state, positions, slots, out)
+    scale, l2_eps = check_scale_eps(name, Dk, scale, l2_eps)
+    cols = state_columns
+    if cols is None or cols.dim() != 5:
+        raise RouteError(f"{name}: needs state_columns [C, W-1, {Hv}, {Dk}, {Dv}] float32 (a verify op, window >= 2)")
+    C, W = cols.shape[0], cols.shape[1] + 1
+    if W < 2 or C * W != T or cols.shape[2:] != (Hv, Dk, Dv) or cols.dtype != torch.float32 \
+            or cols.stride(4) != 1 or cols.stride(3) != Dv:
+        raise RouteError(f"{name}: state_columns{tuple(cols.shape)} must be float32 [C, W-1, {Hv}, {Dk}, {Dv}] "
+                         f"with T={T} = C*W and contiguous [Dk, Dv] blocks")
+    bk = max(16, triton.next_power_of_2(Dk))
+    bv = block_v or min(32, triton.next_power_of_2(Dv))
+    grid = (C, Hv, triton.cdiv(Dv, bv))
+    gdn_verify_kernel[grid](
+        q, k, v, g, beta, state, out, positions, slots, cols,
+        W, Hv, Hv // Hk, Dk, Dv, scale, l2_eps,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        state.stride(0), state.stride(1), out.stride(0), out.stride(1),
+        cols.stride(0), cols.stride(1), cols.stride(2),
+        BK=bk, BV=bv, num_warps=num_warps,
+        **pdl_launch(gdn_verify_kernel),
     )
 
 

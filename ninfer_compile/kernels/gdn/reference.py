@@ -9,6 +9,11 @@ Per token and value head (q, k L2-normalised with eps 1e-6, scale = 1/sqrt(Dk)):
     S  = S + k u^T
     o  = scale * S^T q
 A sequence whose first column has position 0 starts from a zero state (whatever its slot holds).
+
+Verify ops (attribute window W >= 2, docs/SPECULATIVE.md): the T columns are C = T / W rows of W
+consecutive columns (row r = columns r*W .. r*W + W-1, one slot at consecutive positions), and the
+reference also returns state_columns [C, W-1, Hv, Dk, Dv] f32: row r's state after each of its first
+W-1 columns (state_select rolls a slot back to one of them).
 """
 
 from __future__ import annotations
@@ -44,15 +49,20 @@ def _l2(x, eps=1e-6):
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
 
 
-def gated_delta_rule(q, k, v, g, beta, state, positions, slots, scale=None, l2_eps=1e-6):
+def gated_delta_rule(q, k, v, g, beta, state, positions, slots, scale=None, l2_eps=1e-6, window=0):
     """Sequential recurrence over the columns in order (the oracle for every route).
 
     q, k: [T, Hk, Dk]; v: [T, Hv, Dv]; g, beta: [T, Hv]; state: [slots, Hv, Dk, Dv];
     positions, slots: [T] int; scale: the output scale (None: 1/sqrt(Dk)); l2_eps: the q / k L2
-    normalisation eps. Returns (o [T, Hv, Dv] f32, new state [slots, Hv, Dk, Dv] f32).
+    normalisation eps. Returns (o [T, Hv, Dv] f32, new state [slots, Hv, Dk, Dv] f32), and with
+    window W >= 2 also state_columns [T // W, W-1, Hv, Dk, Dv] f32 (entry [r, j] = the state of
+    row r's slot after the row's column j).
     Columns of one slot are processed in column order (each slot's columns are consecutive
     positions of one sequence).
     """
+    W = int(window or 0)
+    if W == 1 or W < 0 or (W and q.shape[0] % W):
+        raise ValueError(f"gated_delta_rule: window={W} must be 0 or >= 2 and divide T={q.shape[0]}")
     T, Hk, Dk = q.shape
     Hv = v.shape[1]
     rep = Hv // Hk
@@ -62,6 +72,7 @@ def gated_delta_rule(q, k, v, g, beta, state, positions, slots, scale=None, l2_e
     vf, gf, bf = v.float(), g.float(), beta.float()
     S_all = state.float().clone()
     o = torch.empty(T, Hv, v.shape[2], dtype=torch.float32)
+    cols = torch.zeros(T // W, W - 1, *S_all.shape[1:], dtype=torch.float32) if W else None
     for t in range(T):
         s = int(slots[t])
         if int(positions[t]) == 0:
@@ -72,4 +83,6 @@ def gated_delta_rule(q, k, v, g, beta, state, positions, slots, scale=None, l2_e
         S = S + kn[t][:, :, None] * u[:, None, :]
         o[t] = torch.einsum("hkv,hk->hv", S, qn[t]) * scale
         S_all[s] = S
-    return o, S_all
+        if W and t % W < W - 1:
+            cols[t // W, t % W] = S
+    return (o, S_all) if not W else (o, S_all, cols)

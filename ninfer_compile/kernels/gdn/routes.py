@@ -12,7 +12,7 @@ register(Route(
 ))
 register(Route(
     name="gdn_gating_proj_rows", family="gdn_gating_proj",
-    domain=RouteDomain(formats=("BF16",), max_t=64, extra={"phase": ("decode",)}),
+    domain=RouteDomain(formats=("BF16",), max_t=128, extra={"phase": ("decode", "verify")}),
     params={
         "BLOCK_H": ParamSpec("BLOCK_H", (1, 2, 4, 8), 1, "value heads (rows of Wa and Wb) per program"),
         "BLOCK_T": ParamSpec("BLOCK_T", (1, 2, 4, 8), 1, "token columns per program (weight reuse)"),
@@ -22,7 +22,7 @@ register(Route(
     },
     reference=f"{_M}.reference:gdn_gating_proj", launcher=f"{_M}.launch:gdn_gating_proj",
     kernels=(f"{_M}.kernels:gdn_gating_proj_kernel",),
-    doc="decode (T <= 64): a = x Wa^T, b = x Wb^T (bf16 [Hv, K], fp32 accumulation, K reduced in "
+    doc="decode / verify (T <= 128; per column, so several columns of one slot are fine): a = x Wa^T, b = x Wb^T (bf16 [Hv, K], fp32 accumulation, K reduced in "
         "registers across the program's warps) + g / beta in one launch; grid (cdiv(Hv, BLOCK_H), "
         "cdiv(T, BLOCK_T)). Replaces 2x bf16_gemv (+ split-K reduces) + gdn_gating_elementwise",
 ))
@@ -36,6 +36,19 @@ register(Route(
     reference=f"{_M}.reference:gated_delta_rule", launcher=f"{_M}.launch:gated_delta_rule_decode",
     kernels=(f"{_M}.kernels:gdn_decode_kernel",),
     doc="one recurrent step per column, columns = distinct slots; grid (T, Hv, Dv/block_v); q/k L2 norm fused",
+))
+register(Route(
+    name="gdn_recurrent_verify", family="gated_delta_rule",
+    domain=RouteDomain(extra={"phase": ("verify",)}),
+    params={
+        "block_v": ParamSpec("block_v", (16, 32, 64, 128), 32, "Dv columns of state per program"),
+        "num_warps": ParamSpec("num_warps", (1, 2, 4, 8), 4),
+    },
+    reference=f"{_M}.reference:gated_delta_rule", launcher=f"{_M}.launch:gated_delta_rule_verify",
+    kernels=(f"{_M}.kernels:gdn_verify_kernel",),
+    doc="verify rows (attribute window W): grid (C = T/W, Hv, Dv/block_v); each program walks its row's W "
+        "columns with the state block in registers (read once; q/k L2 norm fused), writes the state after "
+        "each of the first W-1 columns to state_columns and the final state in place",
 ))
 register(Route(
     name="gdn_chunked_prefill", family="gated_delta_rule",

@@ -81,8 +81,8 @@ def test_gating_proj_strided_x():
 
 
 def test_gating_proj_refuses_t_outside_domain_and_bad_shapes():
-    x, wa, wb, a_log, dt_bias = _inputs(65, 6, 200, 0)
-    with pytest.raises(RouteError, match="T=65 outside the route domain"):
+    x, wa, wb, a_log, dt_bias = _inputs(launch.GATING_PROJ_MAX_T + 1, 6, 200, 0)
+    with pytest.raises(RouteError, match=f"T={launch.GATING_PROJ_MAX_T + 1} outside the route domain"):
         _run(x, wa, wb, a_log, dt_bias)
     with pytest.raises(RouteError, match="T=0 outside"):
         _run(x[:0], wa, wb, a_log, dt_bias)
@@ -98,12 +98,13 @@ def test_gating_proj_refuses_t_outside_domain_and_bad_shapes():
         launch.gdn_gating_proj(x, wa, wb, a_log, dt_bias, g, torch.empty(2, 6))
 
 
-def test_route_domain_is_decode_t64():
+def test_route_domain_is_decode_verify_t128():
     (r,) = default_registry.routes_for("gdn_gating_proj")
-    assert r.name == "gdn_gating_proj_rows" and r.domain.max_t == launch.GATING_PROJ_MAX_T == 64
+    assert r.name == "gdn_gating_proj_rows" and r.domain.max_t == launch.GATING_PROJ_MAX_T == 128
     m = {"format": "BF16", "n": 48, "k": 5120, "phase": "decode"}
-    assert r.covers(1, 64, m) is None
-    assert "exceeds" in r.covers(1, 65, m)
+    assert r.covers(1, 128, m) is None
+    assert r.covers(1, 72, {**m, "phase": "verify"}) is None  # a verify extent: C*W = 8*9 columns
+    assert "exceeds" in r.covers(1, 129, m)
     assert "phase" in r.covers(1, 8, {**m, "phase": "prefill"})
     assert "format" in r.covers(1, 8, {**m, "format": "Q4G64_F16S"})
     assert callable(r.load_reference()) and callable(r.load_launcher())
