@@ -52,6 +52,28 @@ def _uniform(x):
 
 
 @triton.jit
+def row_seed(seed_ptr, r):
+    """The 64-bit Philox key of row r from seed [R, 2] int32 (low word first)."""
+    lo = tl.load(seed_ptr + r * 2).to(tl.uint32, bitcast=True).to(tl.uint64)
+    hi = tl.load(seed_ptr + r * 2 + 1).to(tl.uint32, bitcast=True).to(tl.uint64)
+    return (hi << 32) | lo
+
+
+@triton.jit
+def gumbel(seed, pos, cols):
+    """Gumbel(0, 1) noise of tokens `cols` (int32 block) at position `pos` (uint32):
+    -log(-log(u)), u = Philox(key = seed, counter = (token, pos, 0, 0)) word 0 (shared with
+    spec_accept: a bonus draw there is the draw this family makes at the same seed and position)."""
+    c0 = cols.to(tl.uint32)
+    c1 = tl.zeros_like(c0) + pos
+    z = tl.zeros_like(c0)
+    u0, _u1, _u2, _u3 = tl.philox(seed, c0, c1, z, z)
+    u = _uniform(u0)
+    u = tl.minimum(tl.maximum(u, 1e-10), 1.0 - 1e-7)
+    return -tl.log(-tl.log(u))
+
+
+@triton.jit
 def block_max_kernel(logits_ptr, ws_ptr, V, NB, stride_lt, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     pdl_enter(PDL)
     r = tl.program_id(0)
@@ -143,20 +165,12 @@ def gumbel_block_kernel(logits_ptr, temp_ptr, seed_ptr, pos_ptr, ws_ptr, row_ptr
     temp = tl.load(temp_ptr + r)
     if temp > 0:
         tau = tl.load(row_ptr + r * 2)
-        lo = tl.load(seed_ptr + r * 2).to(tl.uint32, bitcast=True).to(tl.uint64)
-        hi = tl.load(seed_ptr + r * 2 + 1).to(tl.uint32, bitcast=True).to(tl.uint64)
-        seed = (hi << 32) | lo
+        seed = row_seed(seed_ptr, r)
         pos = tl.load(pos_ptr + r).to(tl.uint32, bitcast=True)
         cols = b * BLOCK + tl.arange(0, BLOCK)
         m = cols < V
         x = tl.load(logits_ptr + r.to(tl.int64) * stride_lt + cols, mask=m, other=-float("inf")).to(tl.float32) / temp
-        c0 = cols.to(tl.uint32)
-        c1 = tl.zeros_like(c0) + pos
-        z = tl.zeros_like(c0)
-        u0, _u1, _u2, _u3 = tl.philox(seed, c0, c1, z, z)
-        u = _uniform(u0)
-        u = tl.minimum(tl.maximum(u, 1e-10), 1.0 - 1e-7)
-        s = tl.where(m & (x >= tau), x - tl.log(-tl.log(u)), -float("inf"))
+        s = tl.where(m & (x >= tau), x + gumbel(seed, pos, cols), -float("inf"))
         mx = tl.max(s, axis=0)
         idx = tl.min(tl.where((s == mx) & m & (x >= tau), cols, _BIG), axis=0)
         base = (r * NB + b) * 2
