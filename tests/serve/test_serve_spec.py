@@ -137,3 +137,109 @@ def test_server_metrics_log_and_cancel_with_spec():
         st.close()
         wait_until(lambda: health(srv)["slots_used"] == 0, 10, what="the slot to be freed")
         wait_until(lambda: not a.lanes, 10, what="the lane to be released")
+
+
+# ---------------------------------------------------------------------- the real engine (interpreter)
+SPEC_K = 2
+TINY_CHUNK, TINY_CONTEXT = 16, 64
+MSGS = [{"role": "user", "content": "x = 1"}]  # 14 chat tokens: one prefill chunk
+
+
+def _tiny_spec_plan(d):
+    """The trained tiny model (it has the MTP head) packed bf16 and compiled with --draft-tokens 2,
+    slots 2 (C = 1, 2), chunk 16, context 64, under the interpreter route table."""
+    from ninfer_compile.compile_cli import compile_artifact
+    from ninfer_compile.ir.lower import LowerOptions
+    from ninfer_compile.plan.writer import write_plan
+    from quality import support as QS
+    from runtime import support as RS
+
+    import yaml
+
+    art = QS.pack(d / "tiny-trained-bf16.ninfer", "bf16")
+    table = RS.interp_table(d / "interp90.yaml")
+    data = yaml.safe_load(table.read_text())
+    if "spec_accept" not in data:  # a table from before the spec_accept rows: its one route
+        data["spec_accept"] = [{"match": {}, "routes": [{"t": [1, "max"], "route": "spec_accept_rows"}]}]
+        table.write_text(yaml.safe_dump(data, sort_keys=False))
+    opts = LowerOptions(prefill_chunk=TINY_CHUNK, concurrency=(1, 2), max_context=TINY_CONTEXT,
+                        draft_tokens=SPEC_K)
+    c = compile_artifact(art, 90, routes=table, opts=opts, binaries=False)
+    plan = d / "tiny-trained-k2.sm90.plan"
+    write_plan(plan, c.manifest, c.memory_txt, extra_files=c.kernel_files)
+    return art, plan
+
+
+def _ninfer_run(plan, art, *args) -> list[int]:
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from ninfer_runtime.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = main([str(plan), "--artifact", str(art), "--quiet", *args])
+    assert rc == 0, err.getvalue()
+    last = out.getvalue().strip().splitlines()[-1]
+    assert last.startswith("tokens: "), out.getvalue()
+    return [int(t) for t in last.split()[1:]]
+
+
+def test_openai_client_with_mtp_spec_on_the_tiny_model(tmp_path):
+    """Greedy chat through ninfer-serve --spec mtp == ninfer-run --spec none == ninfer-run --spec mtp;
+    streamed the same; acceptance in the log line; a cancelled stream frees its slot; the CLI refuses
+    --spec mtp on a plan without a draft window in one line."""
+    from ninfer_runtime.serve.cli import main as serve_main
+    from ninfer_runtime.serve.engine_adapter import EngineAdapter, open_engine
+
+    art, plan = _tiny_spec_plan(tmp_path)
+    n = 5
+    plain = _ninfer_run(plan, art, "--chat", "--prompt", "x = 1", "--max-new-tokens", str(n), "--spec", "none",
+                        "--ignore-eos")
+    assert _ninfer_run(plan, art, "--chat", "--prompt", "x = 1", "--max-new-tokens", str(n), "--spec", "mtp",
+                       "--ignore-eos") == plain
+    engine = open_engine(str(plan), str(art))
+    adapter = EngineAdapter(engine)
+    assert adapter.spec_mode == "mtp" and adapter.draft_tokens == SPEC_K
+    text = engine.frontend.decode(plain)
+    with running(adapter, model_name="tiny") as srv:
+        c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", timeout=600, max_retries=0)
+        r = c.chat.completions.create(model="tiny", messages=MSGS, max_tokens=n, temperature=0,
+                                      extra_body={"ignore_eos": True})
+        assert r.choices[0].message.content == text and r.usage.completion_tokens == n
+        s = c.chat.completions.create(model="tiny", messages=MSGS, max_tokens=n, temperature=0, stream=True,
+                                      extra_body={"ignore_eos": True})
+        assert "".join(ch.choices[0].delta.content or "" for ch in s if ch.choices) == text
+        recs = srv.test_log.requests()
+        assert [x["spec"]["mode"] for x in recs] == ["mtp", "mtp"]
+        assert all(x["spec"]["rounds"] >= 1 and x["spec"]["proposed"] == SPEC_K * x["spec"]["rounds"] for x in recs)
+        assert metric(srv, "ninfer_spec_draft_tokens_total") == sum(x["spec"]["proposed"] for x in recs)
+        st = c.chat.completions.create(model="tiny", messages=MSGS, max_tokens=40, temperature=0, stream=True,
+                                       extra_body={"ignore_eos": True})
+        it = iter(st)
+        next(it)  # the role chunk
+        next(it)  # the first token
+        st.close()
+        wait_until(lambda: health(srv)["slots_used"] == 0, 300, 0.2, "the cancelled stream's slot")
+        assert not adapter.lanes
+    engine.close()
+    # a plan without a draft window: --spec mtp is one line, exit 2 (the conftest's plan is K = 0)
+    import io
+    from contextlib import redirect_stderr
+
+    from ninfer_runtime.serve.server import free_port
+
+    k0 = tmp_path / "k0.plan"
+    from ninfer_compile.compile_cli import compile_artifact
+    from ninfer_compile.ir.lower import LowerOptions
+    from ninfer_compile.plan.writer import write_plan
+    from runtime import support as RS
+
+    cc = compile_artifact(art, 90, routes=RS.interp_table(tmp_path / "t.yaml"),
+                          opts=LowerOptions(prefill_chunk=8, concurrency=(1,), max_context=16), binaries=False)
+    write_plan(k0, cc.manifest, cc.memory_txt, extra_files=cc.kernel_files)
+    err = io.StringIO()
+    with redirect_stderr(err):
+        rc = serve_main([str(k0), "--artifact", str(art), "--spec", "mtp", "--port", str(free_port())])
+    assert rc == 2 and err.getvalue().startswith("error: ") and len(err.getvalue().strip().splitlines()) == 1
+    assert "--draft-tokens" in err.getvalue()
