@@ -57,6 +57,27 @@ def test_rounds_emit_the_plain_tokens_and_count_acceptance():
     assert [c for c in a.calls if c[0] == "decode"] == []  # rounds only, no plain steps
 
 
+def test_chunked_prefill_interleaves_with_rounds():
+    a = FakeSpecAdapter(k=3, slots=2, chunk=8)
+    s = Scheduler(a, log=open("/dev/null", "w"))
+    r1 = _req([40, 41, 42], 60)
+    s.submit(r1)
+    s._step()
+    s._step()
+    assert r1.state == "decode"
+    a.calls.clear()
+    long_prompt = [50 + i % 40 for i in range(30)]  # chunks 8, 8, 8, 6
+    r2 = _req(long_prompt, 5)
+    s.submit(r2)
+    for _ in range(4):
+        s._step()
+    assert [c[0] for c in a.calls] == ["prefill", "round"] * 4, a.calls
+    # r2 joins the round of the step that ran its last chunk
+    assert [c for c in a.calls if c[0] == "round"] == [("round", 1)] * 3 + [("round", 2)]
+    _run(s, [r1, r2])
+    assert r2.tokens == fake_generate(long_prompt, 5, a.max_context)
+
+
 def test_prefix_reuse_under_mtp_is_keyed_by_the_follower():
     """Greedy: equal outputs; a second turn restores the end-of-generation state (the fake asserts its
     MTP row); the same prompt again is not restored whole (its first token follows the lookup)."""
