@@ -369,7 +369,7 @@ def dry_plans(d: Path, ks: list[int]) -> tuple[Path, list[Path]]:
     table = interp_spec_table(d / "interp90.yaml")
     plans = []
     for k in ks:
-        opts = LowerOptions(prefill_chunk=8, concurrency=(1, 2), max_context=64, draft_tokens=k)
+        opts = LowerOptions(prefill_chunk=8, concurrency=(1,), max_context=32, draft_tokens=k)
         c = compile_artifact(art, 90, routes=table, opts=opts, binaries=False)
         plan = d / f"tiny-mtp-k{k}.plan"
         write_plan(plan, c.manifest, c.memory_txt, extra_files=c.kernel_files)

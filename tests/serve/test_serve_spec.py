@@ -168,7 +168,7 @@ MSGS = [{"role": "user", "content": "x = 1"}]  # 14 chat tokens: one prefill chu
 
 def _tiny_spec_plan(d):
     """The trained tiny model (it has the MTP head) packed bf16 and compiled with --draft-tokens 2,
-    slots 2 (C = 1, 2), chunk 16, context 64, under the interpreter route table."""
+    one slot (C = 1: the fewest extents to warm under the interpreter), chunk 16, context 64."""
     from ninfer_compile.compile_cli import compile_artifact
     from ninfer_compile.ir.lower import LowerOptions
     from ninfer_compile.plan.writer import write_plan
@@ -183,7 +183,7 @@ def _tiny_spec_plan(d):
     if "spec_accept" not in data:  # a table from before the spec_accept rows: its one route
         data["spec_accept"] = [{"match": {}, "routes": [{"t": [1, "max"], "route": "spec_accept_rows"}]}]
         table.write_text(yaml.safe_dump(data, sort_keys=False))
-    opts = LowerOptions(prefill_chunk=TINY_CHUNK, concurrency=(1, 2), max_context=TINY_CONTEXT,
+    opts = LowerOptions(prefill_chunk=TINY_CHUNK, concurrency=(1,), max_context=TINY_CONTEXT,
                         draft_tokens=SPEC_K)
     c = compile_artifact(art, 90, routes=table, opts=opts, binaries=False)
     plan = d / "tiny-trained-k2.sm90.plan"
@@ -214,12 +214,14 @@ def test_openai_client_with_mtp_spec_on_the_tiny_model(tmp_path):
     from ninfer_runtime.serve.engine_adapter import EngineAdapter, open_engine
 
     art, plan = _tiny_spec_plan(tmp_path)
-    n = 5
-    plain = _ninfer_run(plan, art, "--chat", "--prompt", "x = 1", "--max-new-tokens", str(n), "--spec", "none",
-                        "--ignore-eos")
+    n = 4
+    engine = open_engine(str(plan), str(art))
+    # without spec (plain decode_c1_k0 steps of the same plan) and as ninfer-run --spec mtp (tests/runtime
+    # compares ninfer-run's --spec mtp with --spec none): each engine load warms every extent, seconds each here
+    plain = engine.generate(engine.frontend.encode_chat(MSGS), max_new_tokens=n, greedy=True, ignore_eos=True,
+                            spec="none").tokens
     assert _ninfer_run(plan, art, "--chat", "--prompt", "x = 1", "--max-new-tokens", str(n), "--spec", "mtp",
                        "--ignore-eos") == plain
-    engine = open_engine(str(plan), str(art))
     adapter = EngineAdapter(engine)
     assert adapter.spec_mode == "mtp" and adapter.draft_tokens == SPEC_K
     text = engine.frontend.decode(plain)

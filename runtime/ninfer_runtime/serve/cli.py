@@ -72,6 +72,28 @@ def _check(args) -> None:
     if args.api_key is not None and not args.api_key.strip():
         raise ValueError("--api-key is empty")
     _check_bind(args.host, args.port)
+    _check_spec(args.plan, args.spec)
+
+
+def _check_spec(plan: str, spec: str | None) -> None:
+    """Refuse --spec mtp / ngram on a plan that cannot run it before loading the model (the engine
+    adapter checks again against the loaded plan)."""
+    if spec in (None, "none"):
+        return
+    import json
+    from pathlib import Path
+
+    try:
+        body = json.loads((Path(plan) / "plan.json").read_text())
+    except (OSError, ValueError):
+        return  # the loader reports an unreadable plan in its own words
+    k = int((body.get("options") or {}).get("draft_tokens", 0) or 0)
+    if k == 0:
+        raise ValueError(f"--spec {spec} needs a plan compiled with --draft-tokens K (this plan has no draft "
+                         f"window; use --spec none)")
+    if spec == "mtp" and not any(str(e.get("graph", "text")) == "mtp" for e in (body.get("extents") or {}).values()):
+        raise ValueError("--spec mtp needs MTP draft extents: the plan has none (the artifact has no MTP part, or it "
+                         "was compiled without it); use --spec ngram or none")
 
 
 def _check_bind(host: str, port: int) -> None:
