@@ -6,6 +6,7 @@ reports' 3.5 tokens per round, printed against the targets.
         [--concurrency 1,2,4,8] [--context 4096] [--reps 50] [--warmup 10]
         [--forced-concurrency 1] [--forced-tokens 64] [--forced-prompt 512]
     python bench/bench_spec.py --dry --out DIR    # CPU, Triton interpreter: the tiny synthetic MTP model
+    python bench/bench_spec.py --merge DIR/spec_a.json DIR/spec_b.json --out DIR --label 27b
 
 One plan per draft window K (`ninfer-compile A --draft-tokens K`); each is loaded in turn. Per plan
 and concurrency C:
@@ -408,6 +409,25 @@ def run(args) -> dict:
                 print(res["errors"][-1], flush=True)
         finally:
             eng.close()
+            del eng
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    res["modelled"] = modelled_rows(res["rounds"])
+    res["targets"] = targets(res["rounds"])
+    return res
+
+
+def merge(paths: list[Path]) -> dict:
+    """One result from several runs' JSON (plans of different K measured in separate calls): rounds,
+    forced rows and plans concatenated, modelled rows and targets recomputed; the first run's
+    provenance, the others' dates listed."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    res = dict(runs[0])
+    res["merged_from"] = [{"path": str(p), "date": r["provenance"]["date"]} for p, r in zip(paths, runs)]
+    for key in ("rounds", "forced", "errors"):
+        res[key] = [x for r in runs for x in r.get(key, [])]
+    res["plans"] = {k: v for r in runs for k, v in r.get("plans", {}).items()}
+    res["rounds"].sort(key=lambda r: (r["K"], r["C"]))
     res["modelled"] = modelled_rows(res["rounds"])
     res["targets"] = targets(res["rounds"])
     return res
@@ -428,8 +448,18 @@ def main(argv=None) -> int:
     ap.add_argument("--forced-prompt", type=int, default=512)
     ap.add_argument("--vocab", type=int, default=1000, help="random prompt ids below this")
     ap.add_argument("--dry", action="store_true", help="CPU interpreter run on the tiny synthetic MTP model")
+    ap.add_argument("--merge", nargs="+", type=Path, default=None, metavar="JSON",
+                    help="combine earlier runs' spec_*.json (e.g. K = 1..3 and 4..5 from two calls) into spec_<label>")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        res = merge(args.merge)
+        res["label"] = args.label
+        (args.out / f"spec_{args.label}.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+        md = render_md(res)
+        (args.out / f"spec_{args.label}.md").write_text(md)
+        print(md)
+        return 0
     tmp = None
     if args.dry:
         import os

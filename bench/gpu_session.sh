@@ -11,7 +11,9 @@
 #   bash bench/gpu_session.sh spec           # speculative decoding (not yet timed on the H200): one plan per
 #                                            #   K in $SPEC_K (default "1 2 3 4 5") with --draft-tokens K, then
 #                                            #   bench/bench_spec.py over all of them (round / plain step, MTP
-#                                            #   draft cost, forced-acceptance and modelled tok/s, targets)
+#                                            #   draft cost, forced-acceptance and modelled tok/s, targets);
+#                                            #   five 27B compiles may not fit one 10-min call: SPEC_K="1 2 3",
+#                                            #   then "4 5", then bench_spec.py --merge the two JSON files
 #   bash bench/aot_check.sh                  # ~2.5 min: plan binaries loaded by the runtime without a JIT
 #
 # Stages: tests | tune | gemv | cliff | bench | e2e | peers | spec. Results go to $OUT (the device tool's folder) or
@@ -125,7 +127,9 @@ for stage in "$@"; do
         [ -f "/tmp/p90_spec_k$k/plan.json" ] && PLANS="$PLANS --plan /tmp/p90_spec_k$k"
       done
       [ -n "$PLANS" ] || { echo "spec: no plan compiled (see spec_compile.log)"; continue; }
-      timeout ${SPEC_BUDGET_S:-420} python3 bench/bench_spec.py $PLANS --artifact "$A" --out "$OUT" --label 27b \
+      # label 27b-k<K list>: SPEC_K="1 2 3" and "4 5" in two calls keep both; bench_spec.py --merge joins them
+      timeout ${SPEC_BUDGET_S:-420} python3 bench/bench_spec.py $PLANS --artifact "$A" --out "$OUT" \
+        --label "27b-k$(echo ${SPEC_K:-1 2 3 4 5} | tr ' ' '-')" \
         --concurrency ${SPEC_C:-1,2,4,8} --context 4096 --forced-concurrency ${SPEC_FORCED_C:-1,8} \
         2>&1 | tail -n 90 | tee "$OUT/spec.log" ;;
     peers)

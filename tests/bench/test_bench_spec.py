@@ -129,3 +129,19 @@ def test_dry_run_end_to_end(tmp_path):
         assert f["proposed"] == 2 * f["rounds"] and f["accepted"] == a * f["rounds"], f
     assert {m["tokens_per_round"] for m in res["modelled"]} == {1.0, 2.0, 3.0}
     assert (tmp_path / "spec_dry.md").read_text().startswith("# Speculative decoding, dry")
+
+
+def test_merge_joins_runs_and_recomputes(tmp_path):
+    prov = {"gpu": "G", "date": "d1", "driver": "1", "torch": "t", "triton": "3"}
+    base = {"provenance": prov, "label": "a", "context": 4096, "reps": 50, "warmup": 10, "timer": "CUDA events",
+            "forced": [], "errors": []}
+    a = {**base, "plans": {"1": {}}, "rounds": [_rows()[1]]}
+    b = {**base, "provenance": {**prov, "date": "d2"}, "plans": {"3": {}}, "rounds": [_rows()[0], _rows()[2]]}
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    assert bs.main(["--merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(tmp_path),
+                    "--label", "m"]) == 0
+    m = json.loads((tmp_path / "spec_m.json").read_text())
+    assert [(r["K"], r["C"]) for r in m["rounds"]] == [(1, 1), (3, 1), (3, 2)]
+    assert m["targets"]["mtp3_round_ratio"] == pytest.approx(1.13) and sorted(m["plans"]) == ["1", "3"]
+    assert [x["date"] for x in m["merged_from"]] == ["d1", "d2"]
