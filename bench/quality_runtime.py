@@ -79,6 +79,26 @@ def run_rounds(engine, prompts: list[list[int]], new_tokens: int) -> list[dict]:
     return out
 
 
+def compare(model, per_slot: list[dict], k: int) -> tuple[list[int], list[int], int]:
+    """(runtime L per round, the reference's L at the same rounds, how many agree). The runtime round
+    whose t0 sits at position p is the reference's round at t = p - 1 (`mtp_acceptance`, a round at
+    every position of slice + generated tokens)."""
+    from ninfer_compile.reference.acceptance import mtp_acceptance
+
+    rt_runs, ref_runs, agree = [], [], 0
+    for s in per_slot:
+        text = s["prompt"] + s["tokens"]
+        start = len(s["prompt"]) - 1
+        ref = mtp_acceptance(model, text, k_max=k, every=1, start=start)
+        for p, L in s["rounds"]:
+            i = (p - 1) - start
+            if 0 <= i < len(ref.accepted_runs):
+                rt_runs.append(L)
+                ref_runs.append(ref.accepted_runs[i])
+                agree += int(ref.accepted_runs[i] == L)
+    return rt_runs, ref_runs, agree
+
+
 def _table(runs: list[int], k_max: int) -> list[dict]:
     n = max(1, len(runs))
     return [{"k": k, "acceptance": sum(min(L, k) for L in runs) / n / k, "tokens_per_round": 1 + sum(min(L, k)
@@ -90,7 +110,6 @@ def main(out_path: Path, ks: list[int], n_prompts: int, prompt_tokens: int, new_
 
     sys.path.insert(0, str(REPO / "tests"))
     from quality import support as S
-    from ninfer_compile.reference.acceptance import mtp_acceptance
 
     import ninfer_runtime
 
@@ -122,17 +141,7 @@ def main(out_path: Path, ks: list[int], n_prompts: int, prompt_tokens: int, new_
                 per_slot = run_rounds(eng, prompts, new_tokens)
             finally:
                 eng.close()
-            rt_runs, ref_runs, agree = [], [], 0
-            for s in per_slot:
-                text = s["prompt"] + s["tokens"]
-                start = len(s["prompt"]) - 1
-                ref = mtp_acceptance(model, text, k_max=k, every=1, start=start)
-                for p, L in s["rounds"]:
-                    i = (p - 1) - start
-                    if 0 <= i < len(ref.accepted_runs):
-                        rt_runs.append(L)
-                        ref_runs.append(ref.accepted_runs[i])
-                        agree += int(ref.accepted_runs[i] == L)
+            rt_runs, ref_runs, agree = compare(model, per_slot, k)
             row = {"k": k, "rounds": len(rt_runs), "runtime": _table(rt_runs, k), "reference": _table(ref_runs, k),
                    "agree": agree / max(1, len(rt_runs)), "runtime_runs": rt_runs, "reference_runs": ref_runs,
                    "generated": [s["tokens"] for s in per_slot], "seconds": round(time.perf_counter() - t0, 1)}
@@ -142,4 +151,20 @@ def main(out_path: Path, ks: list[int], n_prompts: int, prompt_tokens: int, new_
                   f"({row['seconds']} s)", file=sys.stderr, flush=True)
             out_path.parent.mkdir(parents=True, exist_ok=True)
             out_path.write_text(json.dumps(res, indent=1) + "\n")  # after every plan: a long run keeps its rows
+    print(render_md(res))
     return res
+
+
+def render_md(res: dict) -> str:
+    """The bench/quality.md table: per plan K and derived K' <= K, runtime vs reference acceptance and
+    tokens per round at the same rounds."""
+    lines = [f"{res['device']}, {res['date']}: {res['prompts']} slices x {res['prompt_tokens']} tokens (offsets "
+             f"{res['offsets']}), {res['new_tokens']} greedy tokens each, recipe {res['recipe']}", "",
+             "| plan K | K | rounds | runtime acceptance | runtime tokens/round | reference acceptance (same rounds) | "
+             "reference tokens/round | rounds with equal L |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for k, row in sorted(res["plans"].items(), key=lambda kv: int(kv[0])):
+        for rt, ref in zip(row["runtime"], row["reference"]):
+            lines.append(f"| {k} | {rt['k']} | {row['rounds']} | {100 * rt['acceptance']:.1f}% | "
+                         f"{rt['tokens_per_round']:.3f} | {100 * ref['acceptance']:.1f}% | {ref['tokens_per_round']:.3f} | "
+                         f"{100 * row['agree']:.0f}% |")
+    return "\n".join(lines) + "\n"
