@@ -10,6 +10,9 @@ its end; a finished sequence frees its slot for the next request. A step of the 
    a GPU; its sampling launch picks every column's next token with that sequence's parameters
    (sampling.py: per-row device inputs), so the step's only device->host transfer is the read of
    the C new ids (what streaming and stopping need), and its inputs go up in one pinned buffer.
+With `spec=` (a plan with a draft window K; speculative/rounds.py, docs/SPECULATIVE.md) step 2 is
+a speculative round instead: all active sequences verify their last token + K drafts together and
+each emits accepted + 1 tokens (a sequence too close to the context end takes a plain step).
 A sequence stops on a stop id (the artifact's eos ids, plus `stop_ids`), after `max_new_tokens`,
 or when its next position would exceed the plan's max context.
 """

@@ -18,7 +18,11 @@
    were built by this Triton (version, build, ptxas, cache-relevant environment) for this sm,
    else JIT from the emitted source (`Engine.kernel_note` says which and why), then run every
    extent once so each kernel is loaded (or compiled) before capture;
-6. on a GPU, capture one CUDA graph per decode extent the plan marks for capture.
+6. on a GPU, capture one CUDA graph per decode extent the plan marks for capture (and, in a plan
+   with a draft window K > 0, per verify / MTP decode / MTP verify extent: docs/SPECULATIVE.md).
+Runners by graph and phase: `prefill_runner`, `decode_runners` (text decode, by C),
+`verify_runners`, `mtp_prefill_runner`, `mtp_decode_runners`, `mtp_verify_runners`;
+`draft_tokens` (K), `has_mtp_drafts`.
 Every device-dependent step (the sm check, uploads, allocations, binaries, warm-up, capture) goes
 through the engine's `DeviceBackend` (device.py): `TorchDevice` by default, or one injected by the
 caller (the compiler's ahead-of-time pass injects a fake device and a plan held in memory, and

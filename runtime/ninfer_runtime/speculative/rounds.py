@@ -162,11 +162,12 @@ def mtp_prefill_chunk(engine, slot: int, prompt: list[int], start: int, n: int, 
         b.logits_row.copy_(text.outputs["logits"][row])
     nxt = list(prompt[start + 1:start + n + 1]) + ([0] if last else [])  # [n]: ids x_{s+1} .. (x_L = placeholder)
     host = torch.tensor([nxt, list(range(start, start + n)), [slot] * n], dtype=torch.int32)
+    # blocking copies: the staging buffers are reused by the next chunk before any device->host read
     words = b.upload("mtp_prefill", host)
     ins = m.inputs
-    ins["ids"][:n].copy_(words[0:n], non_blocking=b.nb)
-    ins["positions"][:n].copy_(words[n:2 * n], non_blocking=b.nb)
-    ins["slots"][:n].copy_(words[2 * n:3 * n], non_blocking=b.nb)
+    ins["ids"][:n].copy_(words[0:n])
+    ins["positions"][:n].copy_(words[n:2 * n])
+    ins["slots"][:n].copy_(words[2 * n:3 * n])
     if last:
         ins["ids"][n - 1:n].copy_(b.first_id)
     ins["hidden"][:n].copy_(b.hidden[:n])
@@ -174,7 +175,8 @@ def mtp_prefill_chunk(engine, slot: int, prompt: list[int], start: int, n: int, 
     if rows is not None:
         rows.fill_(n - 1)
     if "temperature" in ins:
-        _greedy_rows(m, b, "mtp_prefill_rows")
+        R = ins["temperature"].shape[0]
+        upload_rows(m, host_rows([], R))
     m.run(None if n == m.t else n)
     if not last:
         return None

@@ -1,0 +1,243 @@
+"""Speculative decoding end to end on compiled plans (docs/SPECULATIVE.md): HF tiny model + random MTP
+head -> pack -> compile --draft-tokens K -> ninfer_runtime rounds (Triton interpreter on CPU; the
+same file runs on the GPU with CUDA graphs).
+
+Every greedy token equals the plain (--spec none) run's from the same plan and the reference's argmax
+for its prefix (near-ties excepted); an oracle drafter gives 100% acceptance, an always-wrong one 0%,
+both the same output; after a round the slot's GDN / conv / KV / MTP state equals a prefill over the
+accepted tokens; sampling is reproducible; the CLI prints the spec line and refuses bad --spec in one
+line (exit 2). Plans are compiled once per module (small max context and prefill chunk)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from . import support as S
+
+PROMPT = S.PROMPT[:9]  # two prefill chunks of 8 (the MTP prefill runs after each)
+N_NEW = 5
+
+
+def _mtp_checkpoint(out: Path):
+    """support.make_hf_checkpoint + the random MTP tensors of tests/reference/hf_tiny.py."""
+    from safetensors.torch import load_file, save_file
+
+    from reference.hf_tiny import random_hf_mtp
+
+    model = S.make_hf_checkpoint(out)
+    sd = load_file(str(out / "model.safetensors"))
+    sd.update({k: v.to(torch.bfloat16) for k, v in random_hf_mtp(model.config).items()})
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return model
+
+
+def _compile(art, out, table, *, k, concurrency, mtp=True, chunk=8):
+    from ninfer_compile.compile_cli import compile_artifact
+    from ninfer_compile.ir.lower import LowerOptions
+    from ninfer_compile.plan.writer import write_plan
+
+    opts = LowerOptions(prefill_chunk=chunk, concurrency=tuple(concurrency), max_context=40, draft_tokens=k, mtp=mtp)
+    c = compile_artifact(Path(art), 90, routes=table, opts=opts)
+    write_plan(out, c.manifest, c.memory_txt, extra_files=c.kernel_files)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("spec_rt")
+    model = _mtp_checkpoint(d / "hf")
+    table = S.interp_table(d / "interp90.yaml")
+    art = S.pack(d / "hf", d / "tiny-mtp.ninfer", "bf16")
+    return d, model, table, art
+
+
+@pytest.fixture(scope="module")
+def eng3(tiny):
+    """K = 3, C = 1, 2, MTP."""
+    import ninfer_runtime as nr
+
+    d, _, table, art = tiny
+    plan = _compile(art, d / "k3.plan", table, k=3, concurrency=(1, 2))
+    eng = nr.load(plan, art, progress=False)
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def eng1(tiny):
+    """K = 1, C = 1, no MTP extents (n-gram / host drafters only)."""
+    import ninfer_runtime as nr
+
+    d, _, table, art = tiny
+    plan = _compile(art, d / "k1.plan", table, k=1, concurrency=(1,), mtp=False)
+    eng = nr.load(plan, art, progress=False)
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def plain3(eng3):
+    """The plain (--spec none) greedy outputs of the K = 3 plan, C = 2 (two prompts)."""
+    res = eng3.generate([PROMPT, PROMPT[2:]], N_NEW, spec="none", ignore_eos=True, concurrency=2)
+    return [r.tokens for r in res]
+
+
+class Oracle:
+    """Proposes `truth`'s continuation; wrong=True: a token that never is it; `bad_at`: the j-th
+    draft of every proposal is wrong (so exactly j drafts are accepted)."""
+
+    def __init__(self, prompt, truth, V, wrong=False, bad_at=None):
+        self.n0, self.seq, self.truth, self.V, self.wrong, self.bad_at = len(prompt), list(prompt), truth, V, wrong, bad_at
+
+    def extend(self, toks):
+        self.seq += list(toks)
+
+    def propose(self, k):
+        i = len(self.seq) - self.n0
+        d = list(self.truth[i:i + k])
+        if self.wrong:
+            return [(t + 1) % self.V for t in d]
+        if self.bad_at is not None and self.bad_at < len(d):
+            d[self.bad_at] = (d[self.bad_at] + 1) % self.V
+        return d
+
+
+def test_plan_extents_bound(eng3, eng1):
+    assert eng3.draft_tokens == 3 and eng3.has_mtp_drafts
+    assert [r.name for r in eng3.verify_runners] == ["verify_c1_k3", "verify_c2_k3"]
+    assert [r.name for r in eng3.decode_runners] == ["decode_c1_k0", "decode_c2_k0"]
+    assert eng3.mtp_prefill_runner.name == "mtp_prefill_t8"
+    assert [r.name for r in eng3.mtp_verify_runners] == ["mtp_verify_c1_k3", "mtp_verify_c2_k3"]
+    assert eng1.draft_tokens == 1 and not eng1.has_mtp_drafts and eng1.mtp_prefill_runner is None
+
+
+def test_mtp_greedy_equals_plain_and_reference(tiny, eng3, plain3):
+    _, model, _, _ = tiny
+    res = eng3.generate([PROMPT, PROMPT[2:]], N_NEW, ignore_eos=True, concurrency=2)  # default spec: mtp
+    assert [r.tokens for r in res] == plain3
+    sp = eng3.last_stats["spec"]
+    assert sp["mode"] == "mtp" and sp["k"] == 3 and sp["rounds"] >= 1 and sp["proposed"] == 3 * sp["lane_rounds"]
+    for p, r in zip([PROMPT, PROMPT[2:]], res):
+        bad = S.check_tokens_against(lambda t: S.hf_logits(model, t), p, r.tokens)
+        assert not bad, "\n".join(bad)
+    r1 = eng3.generate(PROMPT, N_NEW, ignore_eos=True, spec="mtp", concurrency=1)
+    assert r1.tokens == plain3[0]
+
+
+def test_oracle_and_always_wrong_drafters(eng3, plain3):
+    V = eng3.vocab_rows
+    truth = plain3[0]
+    for wrong in (False, True):
+        r = eng3.generate(PROMPT, N_NEW, ignore_eos=True, concurrency=1,
+                          spec=lambda p, w=wrong: Oracle(p, truth, V, wrong=w))
+        assert r.tokens == truth
+        sp = eng3.last_stats["spec"]
+        assert sp["mode"] == "custom" and sp["proposed"] > 0
+        assert sp["accepted"] == (0 if wrong else sp["proposed"])
+
+
+def test_ngram_k1(eng1):
+    plain = eng1.generate(PROMPT, N_NEW, ignore_eos=True, spec="none").tokens
+    r = eng1.generate(PROMPT, N_NEW, ignore_eos=True, spec="ngram")
+    assert r.tokens == plain and eng1.last_stats["spec"]["mode"] == "ngram"
+    truth = plain
+    r = eng1.generate(PROMPT, N_NEW, ignore_eos=True, spec=lambda p: Oracle(p, truth, eng1.vocab_rows))
+    assert r.tokens == plain
+    sp = eng1.last_stats["spec"]
+    assert sp["accepted"] == sp["proposed"] > 0
+    with pytest.raises(ValueError, match="--spec mtp needs MTP draft extents"):
+        eng1.generate(PROMPT, 2, spec="mtp")
+    eng1.generate(PROMPT, 2, ignore_eos=True)  # the default without MTP extents: plain steps
+    assert "spec" not in eng1.last_stats
+
+
+def _rel(a, b) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm().clamp_min(1e-12))
+
+
+def test_state_after_a_round_equals_prefill_of_the_accepted(eng3, plain3):
+    """Slot 0: prefill + one round whose drafter gets exactly 2 of 3 drafts right. Slot 1: prefill
+    of the prompt + the 3 tokens that round consumed (t0, d1, d2). Their GDN conv / recurrent
+    state, KV rows and MTP KV rows up to the frontier, the next token and (MTP) draft agree."""
+    from ninfer_runtime.speculative.rounds import Lane, prefill_lane, spec_buffers, spec_round
+
+    eng, truth = eng3, plain3[0]
+    a = Lane(0, None, Oracle(PROMPT, truth, eng.vocab_rows, bad_at=2))
+    prefill_lane(eng, a, PROMPT)
+    stats = {}
+    em = spec_round(eng, [a], use_graphs=True, stats=stats)[0]
+    assert stats["accepted"] == 2 and em == truth[1:4]
+    consumed = PROMPT + truth[:3]  # t0 = truth[0], d1, d2
+    b = Lane(1)
+    prefill_lane(eng, b, consumed)
+    assert (b.last, b.position) == (a.last, a.position) == (truth[3], len(consumed))
+    n = len(consumed)
+    for name, info in eng.plan["buffers"]["state"].items():
+        t = eng.state(name)
+        x, y = (t[0, :n], t[1, :n]) if info["kind"] == "kv" else (t[0], t[1])
+        assert _rel(x.float(), y.float()) < 3e-2, name
+    # (slot 0 got its MTP rows from mtp_verify, slot 1 from mtp_prefill): the same next draft
+    bufs = spec_buffers(eng)
+    m = eng.mtp_prefill_runner
+    assert m is not None and int(bufs.draft_ids[0, 0]) == int(bufs.draft_ids[1, 0])
+
+
+def test_sampling_is_reproducible(eng3):
+    kw = dict(ignore_eos=True, temperature=0.9, top_p=0.95, seed=7, concurrency=2)
+    one = [r.tokens for r in eng3.generate([PROMPT, PROMPT], 4, **kw)]
+    two = [r.tokens for r in eng3.generate([PROMPT, PROMPT], 4, **kw)]
+    assert one == two and len(one[0]) == 4
+
+
+def _cli(*args):
+    env = {"PYTHONPATH": f"{S.REPO}:{S.RUNTIME}", "PATH": "/usr/bin:/bin"}
+    import os
+
+    env = {**os.environ, **env}
+    return subprocess.run([sys.executable, "-m", "ninfer_runtime", *map(str, args)], capture_output=True, text=True,
+                          env=env, cwd=S.REPO)
+
+
+def test_cli_spec_line_and_errors(eng3, tiny, tiny_plan):
+    d, _, _, art = tiny
+    toks = ",".join(map(str, PROMPT))
+    p = _cli(d / "k3.plan", "--artifact", art, "--tokens", toks, "--max-new-tokens", "3", "--ignore-eos",
+             "--spec", "ngram")
+    assert p.returncode == 0, p.stderr
+    assert "spec ngram K=3: acceptance " in p.stderr and "tokens/round" in p.stderr and "plain steps)" in p.stderr
+    assert p.stdout.strip().splitlines()[-1].startswith("tokens: ")
+    art0, plan0 = tiny_plan  # K = 0
+    for spec in ("mtp", "ngram"):
+        p = _cli(plan0, "--artifact", art0, "--tokens", "1,2,3", "--spec", spec, "--quiet")
+        assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--draft-tokens" in p.stderr, p.stderr
+    p = _cli(plan0, "--artifact", art0, "--tokens", "1,2,3", "--spec", "eagle")
+    assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_trained_tiny_mtp_k5(tmp_path_factory):
+    """The trained tiny model (examples/tiny-trained, with its MTP head), K = 5, C = 1: MTP rounds give
+    the plain run's tokens (each the reference's argmax for its prefix) and accept real drafts."""
+    import ninfer_runtime as nr
+    from quality import support as Q
+
+    d = tmp_path_factory.mktemp("spec_trained")
+    art = Q.pack(d / "tt.ninfer", "bf16")
+    plan = _compile(art, d / "k5.plan", S.interp_table(d / "interp90.yaml"), k=5, concurrency=(1,))
+    prompt = Q.heldout_ids()[:9]
+    with nr.load(plan, art, progress=False) as eng:
+        assert eng.draft_tokens == 5 and eng.has_mtp_drafts
+        plain = eng.generate(prompt, 8, spec="none", ignore_eos=True).tokens
+        r = eng.generate(prompt, 8, ignore_eos=True)
+        sp = eng.last_stats["spec"]
+    assert r.tokens == plain
+    assert sp["mode"] == "mtp" and sp["accepted"] > 0, sp
+    ref = Q.reference_model(art)
+    bad = S.check_tokens_against(lambda t: ref.prefill(list(t)).float(), prompt, r.tokens)
+    assert not bad, "\n".join(bad)
