@@ -34,8 +34,9 @@ class FakeSpecAdapter(FakeAdapter):
     spec_mode = "mtp"
     speculative = True
 
-    def __init__(self, k: int = 3, accept_of=lambda pos: pos % 4, **kw):
+    def __init__(self, k: int = 3, accept_of=lambda pos: pos % 4, mode: str = "mtp", **kw):
         super().__init__(**kw)
+        self.spec_mode = mode  # "ngram": a host drafter, no MTP rows (snapshots keyed as without speculation)
         self.draft_tokens = k
         self.accept_of = accept_of
         self.mtp = [[-1] * self.max_context for _ in range(self.slots)]
@@ -59,6 +60,9 @@ class FakeSpecAdapter(FakeAdapter):
 
     def prefill(self, slot, chunk, start, sampler=None, next_token=None):
         row, tok = super().prefill(slot, chunk, start, sampler)
+        if self.spec_mode != "mtp":
+            assert next_token is None
+            return row, tok
         follow = list(chunk[1:]) + [next_token if next_token is not None else tok]
         assert follow[-1] is not None, "a non-final MTP chunk needs the next prompt token"
         for i, f in enumerate(follow):
@@ -81,7 +85,8 @@ class FakeSpecAdapter(FakeAdapter):
         k = self.draft_tokens
         for t0, p, slot in columns:
             assert slot in self.lanes and self.lanes[slot][-1] == t0
-            assert self.mtp[slot][p - 1] == t0, f"slot {slot}: MTP row {p - 1} pairs with {self.mtp[slot][p - 1]}, not t0 {t0}"
+            if self.spec_mode == "mtp":
+                assert self.mtp[slot][p - 1] == t0, f"slot {slot}: MTP row {p - 1} pairs with {self.mtp[slot][p - 1]}, not t0 {t0}"
             # the true continuation after t0 (what the target would emit)
             h, truth = self.h[slot], []
             hh = _mix(h, t0, p)

@@ -109,6 +109,30 @@ def test_prefix_reuse_under_mtp_is_keyed_by_the_follower():
     assert r4.cached_tokens == 16 and r4.tokens == fake_generate(other, 4, a.max_context)
 
 
+def test_ngram_mode_snapshots_as_without_speculation():
+    """The n-gram drafter has no device state: the end-of-prompt snapshot is keyed by the prompt and
+    holds its logits row, so the same prompt again is restored whole (nothing prefilled); the
+    end-of-generation snapshot takes the round's logits row of the last token."""
+    a = FakeSpecAdapter(k=2, slots=1, chunk=8, accept_of=lambda p: 1, mode="ngram")
+    s = Scheduler(a, log=open("/dev/null", "w"))
+    p = [50 + i % 20 for i in range(11)]
+    r1 = _req(p, 7)  # 1 + 2 x 3: never cut
+    s.submit(r1)
+    _run(s, [r1])
+    assert s.cache.contains(p) and s.cache.contains(p + r1.tokens[:-1])
+    before = a.prefill_tokens
+    r2 = _req(p, 7)
+    s.submit(r2)
+    _run(s, [r2])
+    assert r2.tokens == r1.tokens == fake_generate(p, 7, a.max_context)
+    assert r2.cached_tokens == len(p) and a.prefill_tokens == before
+    turn2 = p + r1.tokens + [77]
+    r3 = _req(turn2, 3)
+    s.submit(r3)
+    _run(s, [r3])
+    assert r3.cached_tokens == len(p) + len(r1.tokens) - 1 and r3.tokens == fake_generate(turn2, 3, a.max_context)
+
+
 def test_a_round_cut_by_max_tokens_leaves_no_snapshot():
     """accept 3 of 3 every round: 4 tokens per round, so max_tokens 6 cuts the second round after 1
     of its 4 tokens; the slot consumed more than it emitted: no end-of-generation snapshot."""
