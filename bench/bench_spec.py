@@ -14,7 +14,9 @@ and concurrency C:
   (K-1) x `mtp_decode_c{C}_k0`: each extent replayed from its CUDA graph (eager where it has none)
   with static inputs at position `--context` (C rows in slots 0..C-1, every draft real), `--warmup`
   untimed replays, then `--reps` replays each between two CUDA events; the median. The KV rows read
-  are whatever the cache holds (no prefill: attention and GDN cost do not depend on the values).
+  are whatever the cache holds (no prefill: attention and GDN cost do not depend on the values);
+  the static drafts are rejected, so the verify time includes the rollback copies (state_select
+  copies nothing when all K are accepted).
 - round = verify + MTP draft; ratios against the plain step. Target: MTP3 round <= 1.10x a plain
   step at C = 1 (the field reports: 1.15x on an RTX 3090, 1.14x vLLM/Marlin).
 - modelled tok/s = C x tokens-per-round / round time, at 3.5 tokens per round (the reports' MTP3
