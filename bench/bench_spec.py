@@ -344,19 +344,11 @@ def forced_runs(engine, k: int, concurrency: list[int], prompt_len: int, new_tok
 
 
 def interp_spec_table(dest: Path) -> Path:
-    """tests/runtime/support.interp_table (routes/sm90.yaml with interpreter-friendly linear params),
-    plus the spec_accept family's one route when the table has no section for it yet."""
-    import yaml
-
+    """tests/runtime/support.interp_table: routes/sm90.yaml with interpreter-friendly linear params."""
     sys.path.insert(0, str(REPO / "tests"))
     from runtime.support import interp_table
 
-    table = interp_table(dest)
-    data = yaml.safe_load(table.read_text())
-    if "spec_accept" not in data:
-        data["spec_accept"] = [{"match": {}, "routes": [{"t": [1, "max"], "route": "spec_accept_rows"}]}]
-        table.write_text(yaml.safe_dump(data, sort_keys=False))
-    return table
+    return interp_table(dest)
 
 
 def dry_plans(d: Path, ks: list[int]) -> tuple[Path, list[Path]]:

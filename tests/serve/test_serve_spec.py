@@ -199,14 +199,8 @@ def _tiny_spec_plan(d):
     from quality import support as QS
     from runtime import support as RS
 
-    import yaml
-
     art = QS.pack(d / "tiny-trained-bf16.ninfer", "bf16")
     table = RS.interp_table(d / "interp90.yaml")
-    data = yaml.safe_load(table.read_text())
-    if "spec_accept" not in data:  # a table from before the spec_accept rows: its one route
-        data["spec_accept"] = [{"match": {}, "routes": [{"t": [1, "max"], "route": "spec_accept_rows"}]}]
-        table.write_text(yaml.safe_dump(data, sort_keys=False))
     opts = LowerOptions(prefill_chunk=TINY_CHUNK, concurrency=(1,), max_context=TINY_CONTEXT,
                         draft_tokens=SPEC_K)
     c = compile_artifact(art, 90, routes=table, opts=opts, binaries=False)
