@@ -165,6 +165,7 @@ def render_md(res: dict) -> str:
     for k, row in sorted(res["plans"].items(), key=lambda kv: int(kv[0])):
         for rt, ref in zip(row["runtime"], row["reference"]):
             lines.append(f"| {k} | {rt['k']} | {row['rounds']} | {100 * rt['acceptance']:.1f}% | "
-                         f"{rt['tokens_per_round']:.3f} | {100 * ref['acceptance']:.1f}% | {ref['tokens_per_round']:.3f} | "
+                         f"{rt['tokens_per_round']:.3f} | {100 * ref['acceptance']:.1f}% | "
+                         f"{ref['tokens_per_round']:.3f} | "
                          f"{100 * row['agree']:.0f}% |")
     return "\n".join(lines) + "\n"

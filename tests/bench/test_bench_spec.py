@@ -99,7 +99,8 @@ def test_forced_summary_counts():
 def test_report_renders_every_section():
     rows = _rows()
     res = {"provenance": {"gpu": "G", "date": "d", "driver": "1", "torch": "t", "triton": "3"}, "label": "x",
-           "context": 4096, "reps": 50, "warmup": 10, "timer": "CUDA events", "plans": {3: {"path": "p", "options": {}}},
+           "context": 4096, "reps": 50, "warmup": 10, "timer": "CUDA events",
+           "plans": {3: {"path": "p", "options": {}}},
            "rounds": rows, "modelled": bs.modelled_rows(rows), "targets": bs.targets(rows),
            "forced": [{**bs.forced_summary({"rounds": 4, "proposed": 12, "accepted": 12, "tokens": 16}, 0.1, 3, 3),
                        "C": 1, "tok_s": 160.0, "plain_tok_s": 50.0}]}

@@ -86,7 +86,8 @@ class FakeSpecAdapter(FakeAdapter):
         for t0, p, slot in columns:
             assert slot in self.lanes and self.lanes[slot][-1] == t0
             if self.spec_mode == "mtp":
-                assert self.mtp[slot][p - 1] == t0, f"slot {slot}: MTP row {p - 1} pairs with {self.mtp[slot][p - 1]}, not t0 {t0}"
+                assert self.mtp[slot][p - 1] == t0, \
+                    f"slot {slot}: MTP row {p - 1} pairs with {self.mtp[slot][p - 1]}, not t0 {t0}"
             # the true continuation after t0 (what the target would emit)
             h, truth = self.h[slot], []
             hh = _mix(h, t0, p)

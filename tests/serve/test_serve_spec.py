@@ -8,6 +8,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
+import pytest
 
 from ninfer_runtime.serve.scheduler import Request, Scheduler
 
@@ -224,14 +225,19 @@ def _ninfer_run(plan, art, *args) -> list[int]:
     return [int(t) for t in last.split()[1:]]
 
 
-def test_openai_client_with_mtp_spec_on_the_tiny_model(tmp_path):
+@pytest.fixture(scope="module")
+def tiny_spec_plan(tmp_path_factory):
+    return _tiny_spec_plan(tmp_path_factory.mktemp("serve_spec_tiny"))
+
+
+def test_openai_client_with_mtp_spec_on_the_tiny_model(tiny_spec_plan, tmp_path):
     """Greedy chat through ninfer-serve --spec mtp == ninfer-run --spec none == ninfer-run --spec mtp;
     streamed the same; acceptance in the log line; a cancelled stream frees its slot; the CLI refuses
     --spec mtp on a plan without a draft window in one line."""
     from ninfer_runtime.serve.cli import main as serve_main
     from ninfer_runtime.serve.engine_adapter import EngineAdapter, open_engine
 
-    art, plan = _tiny_spec_plan(tmp_path)
+    art, plan = tiny_spec_plan
     n = 4
     engine = open_engine(str(plan), str(art))
     # without spec (plain decode_c1_k0 steps of the same plan) and as ninfer-run --spec mtp (tests/runtime
@@ -284,3 +290,29 @@ def test_openai_client_with_mtp_spec_on_the_tiny_model(tmp_path):
         rc = serve_main([str(k0), "--artifact", str(art), "--spec", "mtp", "--port", str(free_port())])
     assert rc == 2 and err.getvalue().startswith("error: ") and len(err.getvalue().strip().splitlines()) == 1
     assert "--draft-tokens" in err.getvalue()
+
+
+def test_ngram_spec_on_the_tiny_model_restores_a_whole_prompt(tiny_spec_plan):
+    """--spec ngram on the same plan: greedy == plain; the same prompt again is restored whole from
+    the prefix cache (the n-gram drafter has no device state) and gives the same tokens."""
+    from ninfer_runtime.serve.engine_adapter import EngineAdapter, open_engine
+
+    art, plan = tiny_spec_plan
+    engine = open_engine(str(plan), str(art))
+    prompt = [5, 17, 99, 23, 5, 17, 99, 23, 5, 17]  # repeats: the n-gram drafter has something to propose
+    n = 5
+    plain = engine.generate(prompt, max_new_tokens=n, greedy=True, ignore_eos=True, spec="none").tokens
+    adapter = EngineAdapter(engine, spec="ngram")
+    assert adapter.spec_mode == "ngram"
+    with running(adapter, model_name="tiny") as srv:
+        c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", timeout=600, max_retries=0)
+        texts = []
+        for _ in range(2):
+            o = c.completions.create(model="tiny", prompt=prompt, max_tokens=n, temperature=0,
+                                     extra_body={"ignore_eos": True})
+            texts.append(o.choices[0].text)
+        assert texts[0] == texts[1] == engine.frontend.decode(plain)
+        assert o.usage.prompt_tokens_details.cached_tokens == len(prompt)
+        recs = srv.test_log.requests()
+        assert [x["spec"]["mode"] for x in recs] == ["ngram", "ngram"] and recs[0]["spec"]["rounds"] >= 1
+    engine.close()

@@ -1,5 +1,6 @@
 """`ninfer-serve PLAN --artifact A [--host 127.0.0.1] [--port 8000] [--model-name NAME] [--max-queue N]
-[--api-key KEY] [--prefix-cache-gib G] [--spec mtp|ngram|none] ...`: serve a compiled plan over an OpenAI-compatible API.
+[--api-key KEY] [--prefix-cache-gib G] [--spec mtp|ngram|none] ...`: serve a compiled plan over an
+OpenAI-compatible API.
 
 Errors before serving are one line `error: ...` (exit 2). SIGTERM / SIGINT drain (running requests
 get `--drain-s` seconds, default 8, then are aborted) and exit 0. One JSON line per request on
