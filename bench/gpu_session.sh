@@ -15,8 +15,10 @@
 #                                            #   five 27B compiles may not fit one 10-min call: SPEC_K="1 2 3",
 #                                            #   then "4 5", then bench_spec.py --merge the two JSON files
 #   bash bench/aot_check.sh                  # ~2.5 min: plan binaries loaded by the runtime without a JIT
+#   bash bench/gpu_session.sh kv             # the KV formats (issue 15): their kernel tests on the GPU, then
+#                                            #   bench/bench_kv.py (decode 4K / 32K, prefill, append, oracle error)
 #
-# Stages: tests | tune | gemv | cliff | bench | e2e | peers | spec. Results go to $OUT (the device tool's folder) or
+# Stages: tests | tune | gemv | cliff | bench | e2e | peers | spec | kv. Results go to $OUT (the device tool's folder) or
 # out/gpu; copy what should be committed into bench/results/ and routes/ afterwards.
 # e2e: our engine for each KV dtype in $E2E_KV (default "bf16 int8"), then the peers (HF
 # transformers eager bf16 and the fp32 reference under torch.compile, bench/bench_peers.py) in
@@ -136,6 +138,13 @@ for stage in "$@"; do
       T0=$SECONDS
       ensure_artifact
       run_peers $(( ${PEERS_BUDGET_S:-540} - (SECONDS - T0) )) ;;
-    *) echo "error: unknown stage $stage (tests | tune | gemv | cliff | bench | e2e | peers | spec)"; exit 2 ;;
+    kv)
+      # the KV formats' kernel tests at GPU shapes (the interpreter-sized ones run too, on CUDA), then
+      # their benchmark; KV_TESTS_TIMEOUT_S / KV_BENCH_TIMEOUT_S bound each part
+      timeout ${KV_TESTS_TIMEOUT_S:-240} python3 -m pytest -q -p no:cacheprovider -rf -n ${GPU_TEST_WORKERS:-8} \
+        tests/kernels/kv_cache/test_kv_cache.py tests/kernels/kv_cache/test_formats.py tests/kernels/attention \
+        > "$OUT/kv_tests.log" 2>&1; grep -m 5 -n "Error\|FAILED" "$OUT/kv_tests.log"; tail -n 3 "$OUT/kv_tests.log"
+      timeout ${KV_BENCH_TIMEOUT_S:-300} python3 bench/bench_kv.py --out "$OUT" 2>&1 | tail -n 80 | tee "$OUT/kv.log" ;;
+    *) echo "error: unknown stage $stage (tests | tune | gemv | cliff | bench | e2e | peers | spec | kv)"; exit 2 ;;
   esac
 done

@@ -25,8 +25,8 @@ from .ir.lower import (DRAFT_HEADS, KV_DTYPES, MAX_DRAFT_TOKENS, LowerOptions, d
 from .passes.context import PassContext
 from .passes.pipeline import PASS_NAMES, check_disabled, run_pipeline
 from .plan.manifest import build_manifest
-from .plan.memory import (MemoryReport, check_budget, check_budget_value, fit_warnings, memory_report,
-                          report_text)
+from .plan.memory import (MemoryReport, check_budget, check_budget_value, context_fit, fit_warnings,
+                          memory_report, report_text)
 from .plan.output import (DUMP_MARKER, DUMP_MARKER_TEXT, check_destination, dump_problem, make_temp_dir,
                           plan_problem, prepare_destination, swap_into_place)
 from .plan.writer import write_plan
@@ -51,8 +51,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "(text/output_head)")
     parser.add_argument("--prefill-chunk", type=int, default=1024,
                         help="prefill extent T (default 1024; clamped to --max-context, with a note)")
-    parser.add_argument("--max-context", type=int, default=4096, help="KV cache positions per slot (default 4096)")
-    parser.add_argument("--kv-dtype", default="bf16", help=f"KV cache dtype: {'|'.join(KV_DTYPES)}")
+    parser.add_argument("--max-context", default="4096", metavar="N|auto",
+                        help="KV cache positions per slot (default 4096); auto (needs --memory-budget): the "
+                             "largest that fits the budget for the KV format and the concurrency")
+    parser.add_argument("--kv-dtype", default="bf16",
+                        help=f"KV cache format: {'|'.join(KV_DTYPES)} (kernels/kv_cache/formats.py; the memory "
+                             f"report gives its exact B/token)")
     parser.add_argument("--memory-budget", type=float, default=None, metavar="GiB",
                         help="fail unless weights + KV + state + workspace fit in GiB (a finite number > 0). "
                              "Without it the plan's size is still checked: a warning (exit 0) when it exceeds "
@@ -76,6 +80,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "check the weights themselves, not only the artifact's directory")
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no progress lines on stderr (warnings, errors and the summary line stay)")
+
+
+def _max_context(text: str):
+    """--max-context: an integer or `auto` (a bad value is a CompileError)."""
+    if str(text).strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise CompileError(f"--max-context must be an integer or auto, got {text!r}") from None
 
 
 def _concurrency(text: str) -> tuple[int, ...]:
@@ -106,11 +120,13 @@ EMIT_KERNELS = True
 def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None, contract: Path | None = None,
                      opts: LowerOptions, budget_gib: float | None = None, disabled: list[str] = (),
                      dump_dir: Path | None = None, binaries: bool = True,
-                     progress: Callable[[str], None] | None = None) -> Compiled:
+                     progress: Callable[[str], None] | None = None, auto_context: bool = False) -> Compiled:
     """Compile an artifact for `sm`. `binaries`: also compile every launched kernel ahead of time
     into kernels/bin/ (codegen/aot.py; problems are recorded in the kernel manifest, fatal only
     under NINFER_AOT_STRICT=1).
-    `progress(line)` is told each phase and count ("lowering 5 extents", "passes: extent 3/5", ...)."""
+    `progress(line)` is told each phase and count ("lowering 5 extents", "passes: extent 3/5", ...).
+    `auto_context`: opts.max_context is only the first probe; the plan gets the largest context per
+    slot whose plan fits `budget_gib` (`_fit_context`)."""
     say = progress or (lambda line: None)
     from .artifact import Artifact
     from .contracts import check_artifact, find_contract
@@ -134,15 +150,22 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
     ctx = PassContext(spec=spec, objects=objects, table=table, registry=table_mod.default_registry)
     if opts.draft_head is not None:  # an explicit head the artifact lacks is refused whatever K is
         draft_head(spec, opts)
-    extents = plan_extents(spec, opts)
-    say(f"lowering {len(extents)} extents")
-    lowered = lower_all(spec, opts)
-    graphs = []
-    for i, g in enumerate(lowered, start=1):
-        say(f"passes: extent {i}/{len(lowered)} ({g.extent.name})")
-        graphs.append(run_pipeline(g, ctx, disabled_set, dump_dir))
-    mem = memory_report(graphs, objects, spec, slots=opts.slots, max_context=opts.max_context,
-                        kv_dtype=opts.kv_dtype, registry=ctx.registry)
+
+    def plan_for(o: LowerOptions, dump: Path | None) -> tuple[list[Graph], MemoryReport]:
+        extents = plan_extents(spec, o)
+        say(f"lowering {len(extents)} extents" + (f" (--max-context auto: trying {o.max_context})"
+                                                   if auto_context else ""))
+        lowered = lower_all(spec, o)
+        gs = []
+        for i, g in enumerate(lowered, start=1):
+            say(f"passes: extent {i}/{len(lowered)} ({g.extent.name})")
+            gs.append(run_pipeline(g, ctx, disabled_set, dump))
+        return gs, memory_report(gs, objects, spec, slots=o.slots, max_context=o.max_context,
+                                 kv_dtype=o.kv_dtype, registry=ctx.registry)
+
+    if auto_context:
+        opts = _fit_context(opts, budget_gib, lambda o: plan_for(o, None)[1])
+    graphs, mem = plan_for(opts, dump_dir)
     check_budget(mem, budget_gib)
     options = {"concurrency": sorted(set(opts.concurrency)), "draft_tokens": opts.draft_tokens,
                "prefill_chunk": opts.prefill_chunk, "max_context": opts.max_context, "kv_dtype": opts.kv_dtype,
@@ -176,6 +199,37 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
         files = aot.attach_binaries(files, result)
         bins = result.summary
     return Compiled(graphs, manifest, mem, report_text(mem, budget_gib), files, bins)
+
+
+def _fit_context(opts: LowerOptions, budget_gib: float | None, report_for) -> LowerOptions:
+    """--max-context auto: the largest context per slot whose plan fits the budget. The KV cache
+    grows by slots x B/token per position and the split-KV workspaces step with the context, so
+    fit from a probe (opts.max_context), re-plan there, and refit until the context is stable
+    (a few rounds); the largest context seen to fit wins."""
+    from dataclasses import replace
+
+    if budget_gib is None:
+        raise CompileError("--max-context auto needs --memory-budget (the budget the context is fitted to)")
+    least = max(opts.prefill_chunk, opts.draft_tokens + 1)
+    cur, best, tried = opts.max_context, None, set()
+    for _ in range(6):
+        tried.add(cur)
+        rep = report_for(replace(opts, max_context=cur))
+        fit = context_fit(rep, budget_gib)
+        if fit >= cur:
+            best = cur if best is None else max(best, cur)
+        if fit < least and best is None:
+            raise CompileError(
+                f"--max-context auto: not even {least} positions per slot (the prefill chunk / draft window) fit "
+                f"--memory-budget {budget_gib:g} GiB with {rep.slots} slot(s), KV {rep.kv_dtype} "
+                f"({rep.kv_bytes_per_token:,d} B/token; the rest of the plan needs "
+                f"{rep.total - rep.kv:,d} B)")
+        if fit in tried or fit < least:
+            break
+        cur = fit
+    if best is None:
+        raise CompileError(f"--max-context auto: no context fits --memory-budget {budget_gib:g} GiB")
+    return replace(opts, max_context=best)
 
 
 def _shape(s) -> str:
@@ -223,13 +277,18 @@ def run(args) -> int:
     if not 0 <= args.draft_tokens <= MAX_DRAFT_TOKENS:
         raise CompileError(f"--draft-tokens must be in 0..{MAX_DRAFT_TOKENS}, got {args.draft_tokens}")
     chunk = args.prefill_chunk
-    if 1 <= args.max_context < chunk:
-        print(f"note: --prefill-chunk {chunk} clamped to --max-context {args.max_context}", file=sys.stderr)
-        chunk = args.max_context
+    args.max_context = _max_context(args.max_context)
+    auto = args.max_context == "auto"
+    if auto and args.memory_budget is None:
+        raise CompileError("--max-context auto needs --memory-budget (the budget the context is fitted to)")
+    max_context = max(chunk, args.draft_tokens + 1, 1) if auto else args.max_context  # auto: the first probe
+    if 1 <= max_context < chunk:
+        print(f"note: --prefill-chunk {chunk} clamped to --max-context {max_context}", file=sys.stderr)
+        chunk = max_context
     # the MTP head only serves drafting: without a draft window (K = 0) its graphs, KV cache and
     # kernels would be compiled, allocated and captured for nothing
     opts = LowerOptions(prefill_chunk=chunk, concurrency=_concurrency(args.concurrency),
-                        draft_tokens=args.draft_tokens, max_context=args.max_context, kv_dtype=args.kv_dtype,
+                        draft_tokens=args.draft_tokens, max_context=max_context, kv_dtype=args.kv_dtype,
                         mtp=args.draft_tokens > 0, prefill_logits=args.prefill_logits,
                         draft_head=args.draft_head)
     out_dir = args.output or Path(f"{args.artifact}.sm{args.sm}.plan")
@@ -254,7 +313,7 @@ def run(args) -> int:
             (dump_tmp / DUMP_MARKER).write_text(DUMP_MARKER_TEXT)
         compiled = compile_artifact(args.artifact, args.sm, routes=args.routes, contract=args.contract, opts=opts,
                                     budget_gib=args.memory_budget, disabled=args.disable_pass, dump_dir=dump_tmp,
-                                    binaries=not args.no_binaries, progress=progress)
+                                    binaries=not args.no_binaries, progress=progress, auto_context=auto)
         if args.weight_digests:
             from .plan.integrity import add_weight_digests, weight_digests
 

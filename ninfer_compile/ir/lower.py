@@ -10,7 +10,8 @@ An extent is the number of token columns T one step processes:
 
 The text model is lowered per extent; when the contract has the MTP part the MTP draft head is
 lowered as its own graph for the same extents (`mtp_<extent>`), fed by the text graph's `hidden`
-output (at K = 0 only when `LowerOptions.mtp` asks: the CLI leaves it out, it serves drafting only). Lowering emits the *unfused* model schedule (model doc §3-§7) in logical form: every
+output (the CLI lowers it only with a draft window K > 0: it serves drafting only). Lowering emits
+the *unfused* model schedule (model doc §3-§7) in logical form: every
 projection is its own `linear` over a logical weight (a whole object or a role of a fused parent),
 residual adds and the SwiGLU product are structural ops, and weights are not yet bound to artifact
 objects (`bind_weights` does that). Persistent state (KV cache, GDN conv / recurrent state) appears
@@ -25,11 +26,11 @@ from typing import Any
 
 from ..contracts.dims import HybridDims
 from ..errors import CompileError
+from ..kernels.kv_cache.formats import FORMATS as KV_FORMATS
+from ..kernels.kv_cache.formats import KV_DTYPES, cache_buffers, format_problem
 from .graph import Graph
 from .types import Extent, Op, TensorType
 
-KV_DTYPES = ("bf16", "int8")
-KV_INT8_GROUP = 64
 # The sampling op's per-row parameter inputs (kernels/sampling/spec.py): name -> (trailing dims, dtype).
 SAMPLING_INPUTS = {"temperature": ((), "f32"), "top_k": ((), "i32"), "top_p": ((), "f32"),
                    "seed": ((2,), "i32"), "sample_pos": ((), "i32")}
@@ -79,8 +80,9 @@ def plan_extents(spec, opts: LowerOptions) -> list[Extent]:
     for c in opts.concurrency:
         if c < 1:
             raise CompileError(f"--concurrency values must be >= 1, got {c}")
-    if opts.kv_dtype not in KV_DTYPES:
-        raise CompileError(f"--kv-dtype must be one of {', '.join(KV_DTYPES)}, got {opts.kv_dtype}")
+    bad_kv = format_problem(opts.kv_dtype)  # the formats are data: kernels/kv_cache/formats.py
+    if bad_kv:
+        raise CompileError(bad_kv)
     if opts.max_context < 1:
         raise CompileError(f"--max-context must be >= 1, got {opts.max_context}")
     if opts.prefill_chunk > opts.max_context:
@@ -94,11 +96,8 @@ def plan_extents(spec, opts: LowerOptions) -> list[Extent]:
         draft_head(spec, opts)  # refuse a shortlist head the artifact lacks before any lowering
     out = [Extent(name=f"prefill_t{opts.prefill_chunk}", phase="prefill", t=opts.prefill_chunk)]
     cs = sorted(set(opts.concurrency))
-    for c in cs:
-        if k == 0:  # K = 0: exactly the plans before speculative decoding
-            out.append(_step_extent("decode", c, 0, opts))
+    out += [_step_extent("decode", c, 0, opts) for c in cs]  # K = 0: exactly the plans before drafting
     if k > 0:
-        out += [_step_extent("decode", c, 0, opts) for c in cs]
         out += [_step_extent("verify", c, k, opts) for c in cs]
     if mtp:
         out += [e.model_copy(update={"name": f"mtp_{e.name}", "graph": "mtp"}) for e in list(out)]
@@ -241,21 +240,16 @@ class _Builder:
         kr = self.act(f"{tag}.k_rope.out", self.g.tensors[kn].shape)
         self.op("rope", f"{tag}.k_rope", {"x": kn, "positions": "positions"}, {"out": kr},
                 rotary_dim=d.rotary_dim, theta=d.rope_theta)
-        # KV cache
-        slots, ctx = self.opts.slots, self.opts.max_context
-        cache_shape = (slots, ctx, d.kv_heads, d.head_dim)
+        # KV cache: the format's buffers (kernels/kv_cache/formats.py), codes + scales per layer
         kvd = self.opts.kv_dtype
-        if kvd == "int8" and d.head_dim % KV_INT8_GROUP:
-            raise CompileError(f"--kv-dtype int8 needs head_dim a multiple of {KV_INT8_GROUP}, "
-                               f"{self.spec.model_id} has {d.head_dim}")
-        names = ["k_cache", "v_cache"] + (["k_scale", "v_scale"] if kvd == "int8" else [])
+        bad_kv = format_problem(kvd, d.head_dim, self.spec.model_id)
+        if bad_kv:
+            raise CompileError(bad_kv)
         ins, outs = {}, {}
-        for n in names:
+        for n, shape, dtype in cache_buffers(KV_FORMATS[kvd], self.opts.slots, self.opts.max_context,
+                                             d.kv_heads, d.head_dim):
             buf = f"{kv}/{n}"
-            if n.endswith("scale"):
-                self.state(buf, (slots, ctx, d.kv_heads, d.head_dim // KV_INT8_GROUP), "f16")
-            else:
-                self.state(buf, cache_shape, "bf16" if kvd == "bf16" else "i8")
+            self.state(buf, shape, dtype)
             ins[n] = self.state(buf, (), "")
             outs[n] = self.next_state(buf)
         self.op("kv_append", f"{tag}.kv_append",
@@ -385,7 +379,8 @@ class _Builder:
                                                "slots": "slots"}, {"state": self.next_state(buf)})
             outs.update({"tokens": tokens, "accepted": accepted})
         elif self.opts.sampling:
-            ids = self.act("next_rows" if shortlist else "next_ids", (R,), "i32", "activation" if shortlist else "output")
+            ids = (self.act("next_rows", (R,), "i32") if shortlist  # a draft head row, mapped by `take`
+                   else self.act("next_ids", (R,), "i32", "output"))
             self.op("sampling", "sampling", {"logits": logits, **{n: n for n in SAMPLING_INPUTS}}, {"ids": ids},
                     mode="per_slot")
             if shortlist:  # draft head row -> token id

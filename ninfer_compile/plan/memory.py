@@ -1,8 +1,8 @@
 """Memory accounting over the compiled extents: weights W, KV cache K, GDN state S, workspace A.
 
 - W: bytes of every artifact object any extent's launches read (a fused parent counted once);
-- K: KV cache of every attention layer (text + MTP), all slots, `max_context` positions
-  (bf16: 2 B/value; int8: 1 B/value + one fp16 scale per 64 values);
+- K: KV cache of every attention layer (text + MTP), all slots, `max_context` positions, in the
+  `--kv-dtype` format's buffers (kernels/kv_cache/formats.py: codes + scales; B/token exact);
 - S: GDN conv state [slots, kernel-1, C] bf16 and recurrent state [slots, Hv, Dk, Dv] fp32;
 - A: the activation arena = max over extents of each extent's high-water mark;
 - R: route workspaces — one float32 buffer per extent, sized for the largest need among that
@@ -187,6 +187,27 @@ def check_budget(report: MemoryReport, budget_gib: float | None) -> None:
             f"{report.max_context} context, KV {report.kv_dtype}")
 
 
+def context_fit(report: MemoryReport, budget_gib: float) -> int:
+    """Positions of context per slot that fit `budget_gib` for the report's KV format and slots:
+    the budget less everything but the KV cache, over slots x B/token. The split-KV workspaces
+    also grow with the context (stepwise); --max-context auto re-plans at the fitted context."""
+    budget = int(budget_gib * GIB)
+    per_position = report.slots * report.kv_bytes_per_token
+    if per_position <= 0:
+        return 0
+    return max(0, (budget - (report.total - report.kv)) // per_position)
+
+
+def kv_lines(r: MemoryReport, budget_gib: float | None = None) -> list[str]:
+    """The KV cache line (exact B/token of the format) and, with a budget, the context that fits."""
+    lines = [f"KV cache  K {_h(r.kv)}  ({r.kv_bytes_per_token:,d} B/token, all attention layers)"]
+    if budget_gib is not None:
+        fit = context_fit(r, budget_gib)
+        lines.append(f"context fit {fit:>14,d} tokens per slot fit the budget (KV {r.kv_dtype}, "
+                     f"{r.kv_bytes_per_token:,d} B/token, C = {r.slots} slot(s); this plan: {r.max_context:,d})")
+    return lines
+
+
 def _h(n: int) -> str:
     return f"{n:>16,d} B  {n / GIB:10.3f} GiB"
 
@@ -195,7 +216,7 @@ def report_text(r: MemoryReport, budget_gib: float | None = None) -> str:
     lines = [
         f"memory plan: {r.slots} slot(s) x {r.max_context} context, KV {r.kv_dtype}",
         f"weights   W {_h(r.weights)}  ({r.weight_objects} artifact objects)",
-        f"KV cache  K {_h(r.kv)}  ({r.kv_bytes_per_token:,d} B/token, all attention layers)",
+        *kv_lines(r, budget_gib),
         f"state     S {_h(r.state)}  (GDN conv + recurrent, {r.slots} slot(s))",
         *([f"MTP KV    M {_h(r.mtp_kv)}  (mtp_kv/*: the MTP head's own cache, {r.slots} slot(s); in K)"]
           if r.mtp_kv else []),

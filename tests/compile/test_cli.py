@@ -134,7 +134,7 @@ def test_bad_inputs(art, table, tmp_path, capsys):
          "unknown pass nope", tmp_path)
     _bad(capsys, [str(art), "--sm", "90", "--routes", str(table), "--disable-pass", "select_routes", *o],
          "has no route (select_routes disabled?)", tmp_path)
-    _bad(capsys, [str(art), "--sm", "90", "--routes", str(table), "--kv-dtype", "fp8", *o],
+    _bad(capsys, [str(art), "--sm", "90", "--routes", str(table), "--kv-dtype", "fp6", *o],
          "--kv-dtype must be one of bf16, int8", tmp_path)
 
 

@@ -197,3 +197,96 @@ def test_bad_draft_flags(arts, table, tmp_path, capsys):
     # verify T = C x (K+1) may not exceed the prefill chunk
     _bad(capsys, [str(arts["mtp"]), *o, "--concurrency", "2", "--draft-tokens", "4", "--prefill-chunk", "8"],
          "verify extent C=2 x (K=4+1) = T 10 exceeds the prefill chunk 8", tmp_path)
+
+
+def _routes(ext, kind):
+    return {L["route"] for L in ext["launches"] if L["kind"] == kind}
+
+
+def test_shipped_table_picks_the_verify_routes(arts, tmp_path, capsys):
+    """With the route library and routes/sm90.yaml: the verify extents take the verify routes (rows
+    marked untimed), the fusions keep their extra outputs / attributes."""
+    out = tmp_path / "sm90.plan"
+    assert main([str(arts["mtp"]), "--sm", "90", "-o", str(out), "--max-context", "64", "--prefill-chunk", "16",
+                 "--concurrency", "2", "--draft-tokens", "3", "--quiet"]) == 0, capsys.readouterr().err
+    ext = _plan(out)["extents"]
+    v = ext["verify_c2_k3"]
+    assert _routes(v, "gated_delta_rule") == {"gdn_recurrent_verify"}
+    assert _routes(v, "conv1d") == {"conv1d_verify"}
+    assert _routes(v, "state_select") == {"state_select_copy"}
+    assert _routes(v, "spec_accept") == {"spec_accept_rows"}
+    assert _routes(v, "attention") == {"attention_decode_splitkv"}
+    assert _routes(v, "gdn_gating_proj") == {"gdn_gating_proj_rows"}
+    # conv_input_parts and gdn_gating_proj fire at verify as at decode; the conv keeps window + columns
+    assert v["fusions"]["conv_input_parts"] == GDN_LAYERS and v["fusions"]["gdn_gating_proj"] == GDN_LAYERS
+    conv = next(L for L in v["launches"] if L["kind"] == "conv1d")
+    assert conv["attrs"]["window"] == 4 and "x0" in conv["args"] and "conv_state_columns" in conv["outs"]
+    assert {b["arg"] for b in conv["bind"]} >= {"x0", "x1", "x2", "conv_state_columns"}
+    rule = next(L for L in v["launches"] if L["kind"] == "gated_delta_rule")
+    assert "state_columns" in {b["arg"] for b in rule["bind"]}
+    # the untimed rows are cited (sm90.yaml lines) like every other row
+    assert all(L["source"].startswith("sm90.yaml:") for L in v["launches"] if L["route"])
+    assert _routes(ext["mtp_verify_c2_k3"], "attention") == {"attention_decode_splitkv"}
+    assert _routes(ext["decode_c2_k0"], "gated_delta_rule") == {"gdn_recurrent_decode"}
+
+
+def test_27b_header_plan_with_draft_window(tmp_path, tmp_path_factory, capsys):
+    q27 = tiny_artifact(tmp_path_factory.mktemp("q27") / "qwen3.6-27b.ninfer", "qwen3.6-27b", sparse=True)
+    out = tmp_path / "q27.plan"
+    assert main([str(q27), "--sm", "90", "-o", str(out), "--concurrency", "1,8", "--draft-tokens", "3",
+                 "--quiet"]) == 0, capsys.readouterr().err
+    plan = _plan(out)
+    ext = plan["extents"]
+    assert {"verify_c1_k3", "verify_c8_k3", "mtp_verify_c8_k3", "mtp_decode_c8_k0", "decode_c8_k0"} <= set(ext)
+    v = ext["verify_c8_k3"]
+    assert v["t"] == 32 and v["cuda_graph"]["capture"] and v["dependent_launch"]["enabled"]
+    kinds = _kinds(v)
+    assert kinds.count("gated_delta_rule") == 48 and kinds.count("state_select") == 96
+    # per GDN layer per column: 48 value heads x 128 x 128 x 4 B recurrent + 3 x 10240 x 2 B conv
+    per_col = 48 * 128 * 128 * 4 + 3 * 10240 * 2
+    assert plan["memory"]["verify_columns_by_extent"]["verify_c8_k3"] == 48 * 8 * 3 * per_col
+    assert plan["memory"]["mtp_kv_bytes"] > 0
+    assert plan["options"]["draft_head"] == "shortlist"  # the synthetic artifact has every optional part
+    take = next(L for L in ext["mtp_decode_c8_k0"]["launches"] if L["kind"] == "take")
+    assert take["args"]["table"]["weight"] == "text/draft_head_token_ids"
+    txt = (out / "memory.txt").read_text()
+    assert "MTP KV    M" in txt and f"verify    V {48 * 8 * 3 * per_col:>16,d} B" in txt
+
+
+def test_runtime_take_maps_the_shortlist_row_to_its_token_id(tmp_path_factory):
+    """The runtime's `take` builtin (runtime/ninfer_runtime/executor.py): one MTP draft step of a
+    compiled shortlist plan on the CPU returns draft_head_token_ids[argmax of the draft-head logits]."""
+    import torch
+
+    import ninfer_runtime as nr
+    from ninfer_compile.compile_cli import compile_artifact
+    from ninfer_compile.ir.lower import LowerOptions
+    from ninfer_compile.plan.writer import write_plan
+    from runtime.support import interp_table
+
+    d = tmp_path_factory.mktemp("take")
+    art = tiny_artifact(d / "tiny.ninfer")  # real (random) payloads: the runtime uploads them
+    opts = LowerOptions(prefill_chunk=4, concurrency=(1,), max_context=8, draft_tokens=1)
+    c = compile_artifact(art, 90, routes=interp_table(d / "interp90.yaml"), opts=opts)
+    write_plan(d / "p.plan", c.manifest, c.memory_txt, extra_files=c.kernel_files)
+    eng = nr.load(d / "p.plan", art, progress=False)
+    try:
+        r = eng.extents["mtp_decode_c1_k0"]
+        assert "take" in [L["kind"] for L in r.entry["launches"]]
+        r.inputs["ids"].fill_(5)
+        r.inputs["positions"].zero_()
+        r.inputs["slots"].zero_()
+        r.inputs["hidden"].copy_(torch.randn(r.inputs["hidden"].shape, generator=torch.Generator().manual_seed(0)))
+        for n in ("temperature", "top_k", "seed", "sample_pos"):
+            r.inputs[n].zero_()
+        r.inputs["top_p"].fill_(1.0)
+        r.run()
+        row = int(r.outputs["logits"][0].float().argmax())
+        from ninfer_compile.artifact import Artifact
+
+        with Artifact.open(art) as a:
+            table = a.load("text/draft_head_token_ids")
+        assert int(table[row]) != row  # (the synthetic table has no fixed point: a missing take would show)
+        assert int(r.outputs["ids"][0]) == int(table[row])
+    finally:
+        eng.close()

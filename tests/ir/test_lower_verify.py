@@ -38,7 +38,7 @@ def test_extents_t_is_c_times_k_plus_1(spec):
     (dict(concurrency=(8,), draft_tokens=3, prefill_chunk=16), "T 32 exceeds the prefill chunk 16"),
     (dict(prefill_chunk=0), "--prefill-chunk must be >= 1"),
     (dict(prefill_chunk=256, max_context=128), "exceeds --max-context"),
-    (dict(kv_dtype="fp8"), "--kv-dtype must be one of"),
+    (dict(kv_dtype="fp6"), "--kv-dtype must be one of"),
 ])
 def test_impossible_extents(spec, opts, needle):
     with pytest.raises(CompileError, match=needle):

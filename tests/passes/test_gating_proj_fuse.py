@@ -110,8 +110,8 @@ def test_gating_proj_before_after():
     assert "gdn_gating" in [o.kind for o in before.ops()]
 
 
-@pytest.mark.parametrize("kw", [{"t": 3, "phase": "prefill"}, {"t": 65}, {"t": 2, "a_is_output": True}],
-                         ids=["prefill", "t65", "a_also_output"])
+@pytest.mark.parametrize("kw", [{"t": 3, "phase": "prefill"}, {"t": 129}, {"t": 2, "a_is_output": True}],
+                         ids=["prefill", "t129", "a_also_output"])  # the route serves T <= 128
 def test_gating_proj_not_applied_outside_the_route(kw):
     ctx = _ctx()
     after = fuse.run(_bound(ctx, **kw), ctx)

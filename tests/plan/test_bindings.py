@@ -52,7 +52,7 @@ def test_route_arguments_order_and_kinds():
     r = default_registry.get_route("gdn_chunked_prefill")
     args = route_arguments(r)
     assert [a["name"] for a in args] == ["q", "k", "v", "g", "beta", "state", "positions", "slots", "out",
-                                         "scale", "l2_eps", "block_v", "chunk", "workspace"]
+                                         "state_columns", "scale", "l2_eps", "block_v", "chunk", "workspace"]
     kinds = {a["name"]: a["kinds"] for a in args}
     assert kinds["state"] == ["state"] and kinds["scale"] == ["scalar"] and kinds["chunk"] == ["constexpr"]
     assert kinds["workspace"] == ["workspace"]

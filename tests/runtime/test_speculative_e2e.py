@@ -161,31 +161,42 @@ def _rel(a, b) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-12))
 
 
-def test_state_after_a_round_equals_prefill_of_the_accepted(eng3, plain3):
-    """Slot 0: prefill + one round whose drafter gets exactly 2 of 3 drafts right. Slot 1: prefill
-    of the prompt + the 3 tokens that round consumed (t0, d1, d2). Their GDN conv / recurrent
-    state, KV rows and MTP KV rows up to the frontier, the next token and (MTP) draft agree."""
-    from ninfer_runtime.speculative.rounds import Lane, prefill_lane, spec_buffers, spec_round
-
-    eng, truth = eng3, plain3[0]
-    a = Lane(0, None, Oracle(PROMPT, truth, eng.vocab_rows, bad_at=2))
-    prefill_lane(eng, a, PROMPT)
-    stats = {}
-    em = spec_round(eng, [a], use_graphs=True, stats=stats)[0]
-    assert stats["accepted"] == 2 and em == truth[1:4]
-    consumed = PROMPT + truth[:3]  # t0 = truth[0], d1, d2
-    b = Lane(1)
-    prefill_lane(eng, b, consumed)
-    assert (b.last, b.position) == (a.last, a.position) == (truth[3], len(consumed))
-    n = len(consumed)
+def _same_state(eng, n, *, mtp: bool) -> None:
+    """Slots 0 and 1: GDN conv / recurrent state, and KV rows [0, n) (MTP KV too when `mtp`), agree."""
     for name, info in eng.plan["buffers"]["state"].items():
+        if name.startswith("mtp_") and not mtp:
+            continue
         t = eng.state(name)
         x, y = (t[0, :n], t[1, :n]) if info["kind"] == "kv" else (t[0], t[1])
         assert _rel(x.float(), y.float()) < 3e-2, name
-    # (slot 0 got its MTP rows from mtp_verify, slot 1 from mtp_prefill): the same next draft
-    bufs = spec_buffers(eng)
-    m = eng.mtp_prefill_runner
-    assert m is not None and int(bufs.draft_ids[0, 0]) == int(bufs.draft_ids[1, 0])
+
+
+def test_state_after_a_round_equals_prefill_of_the_accepted(eng3, plain3):
+    """Slot 0: prefill + one round; slot 1: prefill of the prompt + the tokens that round consumed
+    (t0 and the accepted drafts). Their GDN conv / recurrent state, KV rows up to the frontier and
+    next token agree: with a host drafter that gets exactly 2 of 3 drafts right, and with MTP drafts
+    (then the MTP KV rows and the next round's first draft too: slot 0's come from mtp_verify, slot
+    1's from mtp_prefill)."""
+    from ninfer_runtime.speculative.rounds import Lane, prefill_lane, spec_buffers, spec_round
+
+    eng, truth = eng3, plain3[0]
+    for drafter in (Oracle(PROMPT, truth, eng.vocab_rows, bad_at=2), None):
+        a = Lane(0, None, drafter)
+        prefill_lane(eng, a, PROMPT)
+        g = a.last
+        stats = {}
+        em = spec_round(eng, [a], use_graphs=True, stats=stats)[0]
+        assert em == truth[1:1 + len(em)] and len(em) == stats["accepted"] + 1
+        if drafter is not None:
+            assert stats["accepted"] == 2
+        consumed = PROMPT + [g] + em[:-1]  # t0, then the accepted drafts
+        b = Lane(1)
+        prefill_lane(eng, b, consumed)
+        assert (b.last, b.position) == (a.last, a.position) == (em[-1], len(consumed))
+        _same_state(eng, len(consumed), mtp=drafter is None)
+        if drafter is None:
+            bufs = spec_buffers(eng)
+            assert int(bufs.draft_ids[0, 0]) == int(bufs.draft_ids[1, 0])
 
 
 def test_sampling_is_reproducible(eng3):

@@ -143,6 +143,14 @@ def _tiny_cases():
     cases.append(MatchCase("head_rmsnorm", {}, {"x": (1, 4, 64), "weight": (64,)}, {"eps": 1e-6}))
     cases.append(MatchCase("kv_append", {"kv_dtype": "int8_g64", "head_dim": 64},
                            {"k": (1, 2, 64), "v": (1, 2, 64)}))
+    # verify extents (speculative decoding, docs/SPECULATIVE.md): rows of W = window columns
+    cases.append(MatchCase("gated_delta_rule", {"format": "BF16", "phase": "verify"},
+                           {"q": (2, 1, 16), "k": (2, 1, 16), "v": (2, 2, 16)}, {"window": 2}))
+    cases.append(MatchCase("conv1d", {"format": "BF16", "n": 24, "k": 4, "phase": "verify"},
+                           {"x": (2, 24), "weight": (4, 24)}, {"window": 2}))
+    cases.append(MatchCase("spec_accept", {"format": "BF16", "n": 50}, {"logits": (8, 50)}))
+    cases.append(MatchCase("state_select", {"format": "BF16"},
+                           {"state": (3, 2, 16, 16), "columns": (1, 1, 2, 16, 16), "accepted": (1,), "slots": (2,)}))
     return cases
 
 

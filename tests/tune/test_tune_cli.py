@@ -40,12 +40,12 @@ def test_bad_options_are_one_line_errors(capsys):
 def test_parse_families_expands_groups():
     # a group expands to its families in table order (the TuneSpecs' `order`)
     assert parse_families("linear,gdn,attention") == ("linear", "conv1d", "gdn_gating", "gated_delta_rule",
-                                                     "gdn_gating_proj", "attention")
+                                                     "gdn_gating_proj", "state_select", "attention")
     assert parse_families("norms,rope,kv_cache") == ("rmsnorm", "head_rmsnorm", "gated_rmsnorm", "qk_norm_rope",
                                                     "kv_append")
     assert set(parse_families("all")) == set(parse_families(None)) == {
         "linear", "attention", "gated_delta_rule", "gdn_gating", "gdn_gating_proj", "conv1d", "rmsnorm",
-        "gated_rmsnorm", "head_rmsnorm", "qk_norm_rope", "kv_append"}
+        "gated_rmsnorm", "head_rmsnorm", "qk_norm_rope", "kv_append", "state_select", "spec_accept"}
     with pytest.raises(NinferError):
         parse_families("sampling")
 
@@ -74,6 +74,7 @@ def test_match_set_of_the_27b_contract(cases27b):
         ("W8G32_F16S", 5120, 6144, "residual"),    # mtp output
         ("W8G32_F16S", 34816, 5120, "swiglu"),     # mtp gate_up
         ("W8G32_F16S", 5120, 17408, "residual"),   # mtp down
+        ("Q4G64_F16S", 131072, 5120, "none"),      # mtp shortlist draft head (text/draft_head)
     }
     assert lin == expected
     other = {(c.family, c.match.get("phase"), c.match.get("kv_dtype")) for c in cases27b if c.family != "linear"}
@@ -100,9 +101,9 @@ def test_generic_match_and_plan(cases27b):
     dec = next(c for c in cases27b if c.family == "attention" and c.match["phase"] == "decode")
     assert generic_match("attention", dec.match, routes_for("attention")) == {"kv_dtype": dec.match["kv_dtype"],
                                                                               "phase": "decode"}
-    # candidates respect the declared domains: no gemv past T=4, no decode attention past 64
+    # candidates respect the declared domains: no gemv past T=4, no decode attention past 128 (verify extents)
     names5 = {r.name for r, _ in tcli.candidates_for(gate_up, 5, quick=False)}
     assert "q4_gemv" not in names5 and "q4_small_t_mma" in names5
-    assert tcli.candidates_for(dec, 65, quick=False) == []
+    assert tcli.candidates_for(dec, 128, quick=False) and tcli.candidates_for(dec, 129, quick=False) == []
     assert len({tuple(sorted(p.items())) for r, p in tcli.candidates_for(gate_up, 1, quick=True)
                 if r.name == "q4_gemv"}) == 2

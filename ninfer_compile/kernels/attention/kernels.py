@@ -12,10 +12,16 @@ attn_decode_kernel   grid (T, Hkv, NSPLIT): one program = one column, one KV hea
 attn_prefill_kernel  grid (cdiv(T, BM), Hq): flash attention of BM consecutive columns of one
                      sequence against its cache rows 0..position (causal per row).
 Softmax runs in base 2 (q pre-scaled by scale * log2 e); output x sigmoid(gate) in the epilogue.
+
+KV formats (kv_cache/formats.py): KKIND / VKIND pick each cache's codec (0 bf16, 1 int8-g64: the
+original loads; 2..5: kv_cache/codecs.py `load_rows`, dequantized on load with one scale per
+KGROUP / VGROUP lanes); where K is stored rotated (ROT > 0: the normalised WHT over ROT-lane
+blocks) Q is rotated alike in registers before the scores (Q R . (K R)^T = Q . K^T).
 """
 
 import triton
 import triton.language as tl
+from ..kv_cache.codecs import load_rows, wht
 from ..pdl import pdl_enter
 
 LOG2E = 1.4426950408889634
@@ -50,6 +56,28 @@ def _load_kv(c_ptr, sc_ptr, s, n, nmask, h, Hkv, D, max_ctx, od,
 
 
 @triton.jit
+def _load_any(c_ptr, sc_ptr, s, n, nmask, h, Hkv, D, max_ctx, od, NSC,
+              KIND: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr):
+    """Cache rows n ([BN]) of KV head h in codec KIND -> [BN, BD] bf16."""
+    if KIND <= 1:
+        x = _load_kv(c_ptr, sc_ptr, s, n, nmask, h, Hkv, D, max_ctx, od, KIND == 1, BN, BD)
+    else:
+        row = (s * max_ctx + n.to(tl.int64)) * Hkv + h
+        x = load_rows(c_ptr, sc_ptr, row, nmask, od, D, NSC, KIND, GROUP).to(tl.bfloat16)
+    return x
+
+
+@triton.jit
+def _scaled_q(q, qk_scale, rot_norm, R: tl.constexpr, BD: tl.constexpr, ROT: tl.constexpr):
+    """q [R, BD] -> bf16 q x qk_scale, rotated by the normalised WHT-ROT first when ROT > 0."""
+    if ROT > 0:
+        q = (wht(q.to(tl.float32), R, BD, ROT) * (qk_scale * rot_norm)).to(tl.bfloat16)
+    else:
+        q = (q.to(tl.float32) * qk_scale).to(tl.bfloat16)
+    return q
+
+
+@triton.jit
 def _split_span(ctx, NSPLIT, SPLIT, BN: tl.constexpr, BALANCED: tl.constexpr):
     """Cache rows per split for a column `ctx` deep: SPLIT, or (BALANCED) ctx spread over the
     NSPLIT splits, BN-aligned (<= SPLIT, as NSPLIT = cdiv(max_ctx, SPLIT))."""
@@ -64,9 +92,10 @@ def attn_decode_kernel(
     q_ptr, gate_ptr, kc_ptr, vc_ptr, ks_ptr, vs_ptr, pos_ptr, slots_ptr, out_ptr, ws_ptr,
     Hq, Hkv, G, D, max_ctx, qk_scale,
     stride_qt, stride_qh, stride_gt, stride_gh, stride_ot,
-    NSPLIT, SPLIT,
-    GP: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr, QUANT: tl.constexpr, DIRECT: tl.constexpr,
-    F32: tl.constexpr, BALANCED: tl.constexpr = True,
+    NSPLIT, SPLIT, NSCK, NSCV, rot_norm,
+    GP: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr, DIRECT: tl.constexpr,
+    F32: tl.constexpr, KKIND: tl.constexpr, KGROUP: tl.constexpr, VKIND: tl.constexpr, VGROUP: tl.constexpr,
+    ROT: tl.constexpr, BALANCED: tl.constexpr = True,
     PDL: tl.constexpr = False,
 ):
     pdl_enter(PDL)
@@ -85,15 +114,15 @@ def attn_decode_kernel(
     dmask = od < D
     q = tl.load(q_ptr + t * stride_qt + qh[:, None] * stride_qh + od[None, :],
                 mask=gmask[:, None] & dmask[None, :], other=0.0)
-    q = (q.to(tl.float32) * qk_scale).to(tl.bfloat16)
+    q = _scaled_q(q, qk_scale, rot_norm, GP, BD, ROT)
     m_i = tl.full([GP], -float("inf"), tl.float32)
     l_i = tl.zeros([GP], tl.float32)
     acc = tl.zeros([GP, BD], tl.float32)
     for n0 in range(start, end, BN):
         n = n0 + tl.arange(0, BN)
         nmask = n < end
-        k = _load_kv(kc_ptr, ks_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, QUANT, BN, BD)
-        v = _load_kv(vc_ptr, vs_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, QUANT, BN, BD)
+        k = _load_any(kc_ptr, ks_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, NSCK, KKIND, KGROUP, BN, BD)
+        v = _load_any(vc_ptr, vs_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, NSCV, VKIND, VGROUP, BN, BD)
         sc = _dot(q, tl.trans(k), F32)  # [GP, BN]
         sc = tl.where(nmask[None, :], sc, -float("inf"))
         m_new = tl.maximum(m_i, tl.max(sc, axis=1))
@@ -156,8 +185,9 @@ def attn_decode_reduce_kernel(
 def attn_prefill_kernel(
     q_ptr, gate_ptr, kc_ptr, vc_ptr, ks_ptr, vs_ptr, pos_ptr, slots_ptr, out_ptr,
     T, Hkv, G, D, max_ctx, qk_scale,
-    stride_qt, stride_qh, stride_gt, stride_gh, stride_ot,
-    BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, QUANT: tl.constexpr, F32: tl.constexpr,
+    stride_qt, stride_qh, stride_gt, stride_gh, stride_ot, NSCK, NSCV, rot_norm,
+    BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, F32: tl.constexpr,
+    KKIND: tl.constexpr, KGROUP: tl.constexpr, VKIND: tl.constexpr, VGROUP: tl.constexpr, ROT: tl.constexpr,
     PDL: tl.constexpr = False,
 ):
     pdl_enter(PDL)
@@ -173,15 +203,15 @@ def attn_prefill_kernel(
     dmask = od < D
     qm = rmask[:, None] & dmask[None, :]
     q = tl.load(q_ptr + rows[:, None] * stride_qt + h * stride_qh + od[None, :], mask=qm, other=0.0)
-    q = (q.to(tl.float32) * qk_scale).to(tl.bfloat16)
+    q = _scaled_q(q, qk_scale, rot_norm, BM, BD, ROT)
     m_i = tl.full([BM], -float("inf"), tl.float32)
     l_i = tl.zeros([BM], tl.float32)
     acc = tl.zeros([BM, BD], tl.float32)
     for n0 in range(0, end, BN):
         n = n0 + tl.arange(0, BN)
         nmask = n < end
-        k = _load_kv(kc_ptr, ks_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, QUANT, BN, BD)
-        v = _load_kv(vc_ptr, vs_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, QUANT, BN, BD)
+        k = _load_any(kc_ptr, ks_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, NSCK, KKIND, KGROUP, BN, BD)
+        v = _load_any(vc_ptr, vs_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, NSCV, VKIND, VGROUP, BN, BD)
         sc = _dot(q, tl.trans(k), F32)  # [BM, BN]
         ok = (n[None, :] <= pos[:, None]) & nmask[None, :]
         sc = tl.where(ok, sc, -float("inf"))

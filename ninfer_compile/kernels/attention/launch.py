@@ -16,7 +16,7 @@ import triton
 
 from ninfer_compile.errors import RouteError
 
-from ..kv_cache.launch import check_cache
+from ..kv_cache.launch import cache_format, codec_args
 from .kernels import LOG2E, attn_decode_kernel, attn_decode_reduce_kernel, attn_prefill_kernel
 from ..pdl import pdl_launch
 from .routes import decode_workspace_numel  # noqa: F401  (the route's sizing; the launcher checks it)
@@ -36,8 +36,16 @@ def _check(name, q, gate, k_cache, v_cache, k_scale, v_scale, positions, slots, 
     for n, t in (("q", q), ("gate", gate), ("out", out)):
         if t.stride(-1) != 1:
             raise RouteError(f"{name}: operand {n} must have a contiguous last axis")
-    quant = check_cache(name, k_cache, v_cache, k_scale, v_scale, Hkv, D)
-    return T, Hq, D, Hkv, quant
+    fmt = cache_format(name, k_cache, v_cache, k_scale, v_scale, Hkv, D)
+    return T, Hq, D, Hkv, fmt
+
+
+def _codec_launch_args(fmt, D: int, bd: int) -> tuple[tuple, dict]:
+    """(runtime scalars NSCK, NSCV, rot_norm; constexprs) of the caches' format for the kernels."""
+    a = codec_args(fmt, D, bd)
+    return ((a["NSCK"], a["NSCV"], a["k_rot_norm"]),
+            {"KKIND": a["KKIND"], "KGROUP": a["KGROUP"], "VKIND": a["VKIND"], "VGROUP": a["VGROUP"],
+             "ROT": a["KROT"]})
 
 
 def decode_splits(max_ctx: int, split_tokens: int) -> int:
@@ -50,8 +58,9 @@ def attention_decode(q, gate, k_cache, v_cache, positions, slots, out, scale=Non
     """out[T, Hq*D] = attention of q[T,Hq,D] over each column's slot prefix, x sigmoid(gate).
     balance: "fixed" = splits of split_tokens cache rows; "ctx" = each column's depth spread over
     all cdiv(max_ctx, split_tokens) splits (kernels.py)."""
-    T, Hq, D, Hkv, quant = _check("attention_decode", q, gate, k_cache, v_cache, k_scale, v_scale,
-                                  positions, slots, out)
+    T, Hq, D, Hkv, fmt = _check("attention_decode", q, gate, k_cache, v_cache, k_scale, v_scale,
+                                positions, slots, out)
+    quant = fmt.name != "bf16"
     if not 1 <= T <= DECODE_MAX_T:
         raise RouteError(f"attention_decode: T={T} outside the route domain [1, {DECODE_MAX_T}]")
     if split_tokens % block_n:
@@ -73,12 +82,13 @@ def attention_decode(q, gate, k_cache, v_cache, positions, slots, out, scale=Non
     ws = out if direct else workspace
     ksc = k_scale if quant else k_cache
     vsc = v_scale if quant else v_cache
+    rt, ce = _codec_launch_args(fmt, D, bd)
     attn_decode_kernel[(T, Hkv, ns)](
         q, gate, k_cache, v_cache, ksc, vsc, positions, slots, out, ws,
         Hq, Hkv, G, D, max_ctx, scale * LOG2E,
         q.stride(0), q.stride(1), gate.stride(0), gate.stride(1), out.stride(0),
-        ns, split_tokens,
-        GP=gp, BD=bd, BN=block_n, QUANT=quant, DIRECT=direct, F32=_interpreting(), BALANCED=balanced,
+        ns, split_tokens, *rt,
+        GP=gp, BD=bd, BN=block_n, DIRECT=direct, F32=_interpreting(), BALANCED=balanced, **ce,
         num_warps=num_warps,
         **pdl_launch(attn_decode_kernel),
     )
@@ -94,15 +104,17 @@ def attention_prefill(q, gate, k_cache, v_cache, positions, slots, out, scale=No
                       k_scale=None, v_scale=None, block_m: int = 64, block_n: int = 32,
                       num_warps: int = 8) -> None:
     """Causal flash attention of T columns of one sequence over its cache prefix (any T)."""
-    T, Hq, D, Hkv, quant = _check("attention_prefill", q, gate, k_cache, v_cache, k_scale, v_scale,
-                                  positions, slots, out)
+    T, Hq, D, Hkv, fmt = _check("attention_prefill", q, gate, k_cache, v_cache, k_scale, v_scale,
+                                positions, slots, out)
+    quant = fmt.name != "bf16"
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     bd = max(16, triton.next_power_of_2(D))
     bm = min(block_m, max(16, triton.next_power_of_2(T)))
+    rt, ce = _codec_launch_args(fmt, D, bd)
     attn_prefill_kernel[(triton.cdiv(T, bm), Hq)](
         q, gate, k_cache, v_cache, k_scale if quant else k_cache, v_scale if quant else v_cache,
         positions, slots, out, T, Hkv, Hq // Hkv, D, k_cache.shape[1], scale * LOG2E,
-        q.stride(0), q.stride(1), gate.stride(0), gate.stride(1), out.stride(0),
-        BM=bm, BN=block_n, BD=bd, QUANT=quant, F32=_interpreting(), num_warps=num_warps,
+        q.stride(0), q.stride(1), gate.stride(0), gate.stride(1), out.stride(0), *rt,
+        BM=bm, BN=block_n, BD=bd, F32=_interpreting(), num_warps=num_warps, **ce,
         **pdl_launch(attn_prefill_kernel),
     )

@@ -1,25 +1,26 @@
 """fp32 PyTorch reference of gated GQA attention over a KV cache.
 
-q, gate: [T, Hq, D]; caches [slots, max_ctx, Hkv, D] (bf16, or int8 + f16 scales per 64: the
-kv_cache codec); positions, slots: [T] int. Column t (query head h, KV head h // (Hq/Hkv))
+q, gate: [T, Hq, D]; caches of any KV format (kv_cache/formats.py: codes [slots, max_ctx, Hkv, width]
++ scales); positions, slots: [T] int. Column t (query head h, KV head h // (Hq/Hkv))
 attends to its slot's cache rows 0..positions[t] inclusive (its own K/V already appended):
     out[t, h] = softmax(scale * q . K^T) V * sigmoid(gate[t, h])
-Returns out [T, Hq * D] float32. The int8 oracle uses the dequantised cache values.
+Returns out [T, Hq * D] float32. A quantized format's oracle uses the dequantised cache values in the
+original basis (a rotated K rotated back: the same scores as the kernels' rotated Q against the
+rotated K).
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..kv_cache.reference import cache_as_float
+from ..kv_cache.reference import kv_as_float
 
 
 def attention(q, gate, k_cache, v_cache, positions, slots, scale, k_scale=None, v_scale=None):
     T, Hq, D = q.shape
     Hkv = k_cache.shape[2]
     rep = Hq // Hkv
-    kc = cache_as_float(k_cache, k_scale)
-    vc = cache_as_float(v_cache, v_scale)
+    kc, vc = kv_as_float(k_cache, v_cache, k_scale, v_scale, D)  # [slots, ctx, Hkv, D] float32
     out = torch.empty(T, Hq, D, dtype=torch.float32)
     for t in range(T):
         s, p = int(slots[t]), int(positions[t])

@@ -2,8 +2,10 @@
 
 from ninfer_compile.kernels.registry import ParamSpec, Route, RouteDomain, register
 
+from ..kv_cache.formats import KV_MATCH
+
 _M = "ninfer_compile.kernels.attention"
-_KV = ("bf16", "int8_g64")
+_KV = tuple(KV_MATCH.values())  # every KV format (kv_cache/formats.py); dequantized on load
 
 register(Route(
     name="attention_decode_splitkv", family="attention",

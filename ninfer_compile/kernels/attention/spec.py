@@ -10,11 +10,13 @@ def _check(v: OpView) -> None:
     q = v.shape("q")
     eq("gate", v.shape("gate"), q)
     kc = v.shape("k_cache")
-    eq("v_cache", v.shape("v_cache"), kc)
+    vc = v.shape("v_cache")
+    if tuple(vc[:3]) != tuple(kc[:3]) or vc[3] not in (q[2], q[2] // 2):
+        raise Bad(f"v_cache {list(vc)} does not match k_cache {list(kc)} for head dim {q[2]}")
     if q[1] % kc[2]:
         raise Bad(f"query heads {q[1]} not a multiple of KV heads {kc[2]}")
-    if q[2] != kc[3]:
-        raise Bad(f"head dim {q[2]} != cache head dim {kc[3]}")
+    if kc[3] not in (q[2], q[2] // 2):
+        raise Bad(f"head dim {q[2]} != cache head dim {kc[3]} (or {q[2] // 2} packed 4-bit)")
     if v.has("k_scale") != v.has("v_scale"):
         raise Bad("k_scale and v_scale come together")
     eq("out", v.shape("out", out=True), (q[0], q[1] * q[2]))
@@ -29,10 +31,12 @@ SPECS = (FamilySpec(
     operands=(
         Operand("q", roles=VALUE, rank=3, doc="[T, Hq, D] (normed, rotated)"),
         Operand("gate", roles=VALUE, rank=3, doc="[T, Hq, D] output gate (sigmoid)"),
-        Operand("k_cache", roles=("state",), rank=4, doc="[slots, max_ctx, Hkv, D] (this step appended)"),
-        Operand("v_cache", roles=("state",), rank=4, doc="[slots, max_ctx, Hkv, D]"),
-        Operand("k_scale", roles=("state",), dtypes=("f16",), rank=4, optional=True, doc="int8 cache scales"),
-        Operand("v_scale", roles=("state",), dtypes=("f16",), rank=4, optional=True, doc="int8 cache scales"),
+        Operand("k_cache", roles=("state",), rank=4, doc="[slots, max_ctx, Hkv, code width] (this step appended)"),
+        Operand("v_cache", roles=("state",), rank=4, doc="[slots, max_ctx, Hkv, code width]"),
+        Operand("k_scale", roles=("state",), dtypes=("f16", "u8"), rank=4, optional=True,
+                doc="scales of a quantized KV format (kv_cache/formats.py)"),
+        Operand("v_scale", roles=("state",), dtypes=("f16", "u8"), rank=4, optional=True,
+                doc="scales of a quantized KV format"),
         POSITIONS, SLOTS,
         Operand("out", io="out", roles=VALUE, rank=2, doc="[T, Hq * D]"),
     ),

@@ -23,6 +23,12 @@ BLOCK_C = 256
 ACTIVATIONS = ("silu", "none")  # the kernel's SILU constexpr: SiLU(conv) or the plain conv
 
 
+def refuse_columns(name: str, columns, operand: str = "conv_state_columns") -> None:
+    """A plain (window 0) route writes no per-column states: the optional verify output must be absent."""
+    if columns is not None:
+        raise RouteError(f"{name}: writes no {operand} (a verify op, window >= 2, takes route conv1d_verify)")
+
+
 def _silu(name: str, activation) -> bool:
     if activation not in ACTIVATIONS:
         raise RouteError(f"{name}: activation {activation!r} is not supported (supported: {', '.join(ACTIVATIONS)})")
@@ -85,10 +91,11 @@ def conv1d_decode(
     x: torch.Tensor | None = None, weight: torch.Tensor = None, conv_state: torch.Tensor = None,
     positions: torch.Tensor = None, slots: torch.Tensor = None, out: torch.Tensor = None,
     x0: torch.Tensor | None = None, x1: torch.Tensor | None = None, x2: torch.Tensor | None = None,
-    activation: str = "silu",
+    activation: str = "silu", conv_state_columns: torch.Tensor | None = None,
 ) -> None:
     """x[T,C] (T distinct slots; or its channel ranges x0 | x1 | x2), weight[K,C],
     conv_state[slots,K-1,C] (rolled in place) -> out[T,C] = activation(conv) (silu | none)."""
+    refuse_columns("conv1d_decode", conv_state_columns, "conv_state_columns")
     silu = _silu("conv1d_decode", activation)
     T, C, K, (xa, xb, xc), (sa, sb, sc, c0, c01), parts = _inputs(
         "conv1d_decode", x, x0, x1, x2, weight, conv_state, out, positions, slots)
@@ -107,10 +114,11 @@ def conv1d_prefill(
     x: torch.Tensor | None = None, weight: torch.Tensor = None, conv_state: torch.Tensor = None,
     positions: torch.Tensor = None, slots: torch.Tensor = None, out: torch.Tensor = None,
     x0: torch.Tensor | None = None, x1: torch.Tensor | None = None, x2: torch.Tensor | None = None,
-    activation: str = "silu",
+    activation: str = "silu", conv_state_columns: torch.Tensor | None = None,
 ) -> None:
     """x[T,C] (contiguous per-slot runs; or its channel ranges x0 | x1 | x2), weight[K,C],
     conv_state[slots,K-1,C] (updated) -> out[T,C] = activation(conv) (silu | none)."""
+    refuse_columns("conv1d_prefill", conv_state_columns, "conv_state_columns")
     silu = _silu("conv1d_prefill", activation)
     T, C, K, (xa, xb, xc), (sa, sb, sc, c0, c01), parts = _inputs(
         "conv1d_prefill", x, x0, x1, x2, weight, conv_state, out, positions, slots)
@@ -147,10 +155,11 @@ def conv1d_verify(
     cols = conv_state_columns
     if cols is None or cols.dim() != 4:
         raise RouteError(f"{name}: needs conv_state_columns [R, W-1, {K - 1}, {C}] (a verify op, window >= 2)")
-    R, W = cols.shape[0], cols.shape[1] + 1
-    if W < 2 or R * W != T or cols.shape[2:] != (K - 1, C) or cols.stride(3) != 1:
+    W = cols.shape[1] + 1
+    R = T // W  # rows run (the runtime may narrow the columns to the first rows; the buffer keeps its R)
+    if W < 2 or R * W != T or R > cols.shape[0] or cols.shape[2:] != (K - 1, C) or cols.stride(3) != 1:
         raise RouteError(f"{name}: conv_state_columns{tuple(cols.shape)} must be [R, W-1, {K - 1}, {C}] with "
-                         f"T={T} = R*W and a contiguous last axis")
+                         f"T={T} = R*W (or fewer whole rows) and a contiguous last axis")
     if cols.dtype != conv_state.dtype:
         raise RouteError(f"{name}: conv_state_columns dtype {cols.dtype} != conv_state dtype {conv_state.dtype}")
     grid = (R, triton.cdiv(C, block_c))

@@ -20,7 +20,7 @@ register(Route(
 ))
 register(Route(
     name="conv1d_verify", family="conv1d",
-    domain=RouteDomain(extra={"phase": ("verify",)}),
+    domain=RouteDomain(max_t=128, extra={"phase": ("verify",)}),
     params={
         "block_c": ParamSpec("block_c", (64, 128, 256, 512, 1024), 256, "channels per program"),
         "num_warps": ParamSpec("num_warps", (1, 2, 4, 8), 2),
@@ -28,5 +28,6 @@ register(Route(
     reference=f"{_M}.reference:conv1d", launcher=f"{_M}.launch:conv1d_verify",
     kernels=(f"{_M}.kernels:conv1d_verify_kernel",),
     doc="verify rows (attribute window W): grid (C = T/W, channel blocks); the row's W outputs, "
-        "conv_state_columns (its last K-1 inputs after each of the first W-1 columns) and the final state in one kernel",
+        "conv_state_columns (its last K-1 inputs after each of the first W-1 columns) and the final state "
+        "in one kernel",
 ))

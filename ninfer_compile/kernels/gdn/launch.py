@@ -126,14 +126,22 @@ def _check_core(name, q, k, v, g, beta, state, positions, slots, out):
     return T, Hk, Dk, Hv, Dv
 
 
+def refuse_columns(name: str, columns, operand: str = "state_columns") -> None:
+    """A plain (window 0) route writes no per-column states: the optional verify output must be absent."""
+    if columns is not None:
+        raise RouteError(f"{name}: writes no {operand} (a verify op, window >= 2, takes route gdn_recurrent_verify)")
+
+
 def gated_delta_rule_decode(q, k, v, g, beta, state, positions, slots, out, scale: float | None = None,
-                            l2_eps: float = L2_EPS, block_v: int | None = None, num_warps: int = 4) -> None:
+                            l2_eps: float = L2_EPS, block_v: int | None = None, num_warps: int = 4,
+                            state_columns=None) -> None:
     """One recurrent step per column; columns must use distinct slots.
 
     q, k: [T, Hk, Dk] (raw conv outputs; L2 norm fused), v: [T, Hv, Dv], g, beta: [T, Hv] f32,
     state: [slots, Hv, Dk, Dv] f32 (updated in place), out: [T, Hv, Dv]; q is scaled by `scale`
     (None = 1/sqrt(Dk)) after its L2 norm, q and k are L2-normalised with epsilon `l2_eps`.
     """
+    refuse_columns("gated_delta_rule_decode", state_columns)
     T, Hk, Dk, Hv, Dv = _check_core("gated_delta_rule_decode", q, k, v, g, beta, state, positions, slots, out)
     scale, l2_eps = check_scale_eps("gated_delta_rule_decode", Dk, scale, l2_eps)
     if not 1 <= T <= DECODE_MAX_T:
@@ -158,7 +166,8 @@ def gated_delta_rule_verify(q, k, v, g, beta, state, positions, slots, out, stat
 
     Operands as gated_delta_rule_decode, plus state_columns: float32 [C, W-1, Hv, Dk, Dv] (T = C*W)
     with contiguous [Dk, Dv] blocks; entry [r, j] = the row's state after its column j. `state`
-    ends as each row's state after its last column. Rows must use distinct slots.
+    ends as each row's state after its last column. Rows must use distinct slots. T may cover fewer
+    rows than state_columns holds (T // W rows run; the rest of the buffer is left as it is).
     """
     name = "gated_delta_rule_verify"
     T, Hk, Dk, Hv, Dv = _check_core(name, q, k, v, g, beta, state, positions, slots, out)
@@ -166,11 +175,12 @@ def gated_delta_rule_verify(q, k, v, g, beta, state, positions, slots, out, stat
     cols = state_columns
     if cols is None or cols.dim() != 5:
         raise RouteError(f"{name}: needs state_columns [C, W-1, {Hv}, {Dk}, {Dv}] float32 (a verify op, window >= 2)")
-    C, W = cols.shape[0], cols.shape[1] + 1
-    if W < 2 or C * W != T or cols.shape[2:] != (Hv, Dk, Dv) or cols.dtype != torch.float32 \
+    W = cols.shape[1] + 1
+    C = T // W  # rows run (the runtime may narrow the columns to the first rows; the buffer keeps its C)
+    if W < 2 or C * W != T or C > cols.shape[0] or cols.shape[2:] != (Hv, Dk, Dv) or cols.dtype != torch.float32 \
             or cols.stride(4) != 1 or cols.stride(3) != Dv:
         raise RouteError(f"{name}: state_columns{tuple(cols.shape)} must be float32 [C, W-1, {Hv}, {Dk}, {Dv}] "
-                         f"with T={T} = C*W and contiguous [Dk, Dv] blocks")
+                         f"with T={T} = C*W (or fewer whole rows) and contiguous [Dk, Dv] blocks")
     bk = max(16, triton.next_power_of_2(Dk))
     bv = block_v or min(32, triton.next_power_of_2(Dv))
     grid = (C, Hv, triton.cdiv(Dv, bv))
@@ -187,12 +197,13 @@ def gated_delta_rule_verify(q, k, v, g, beta, state, positions, slots, out, stat
 
 def gated_delta_rule_chunked(q, k, v, g, beta, state, positions, slots, out, workspace,
                              scale: float | None = None, l2_eps: float = L2_EPS,
-                             block_v: int | None = None, chunk: int = CHUNK) -> None:
+                             block_v: int | None = None, chunk: int = CHUNK, state_columns=None) -> None:
     """Chunked (chunk 64, UT transform) prefill of one sequence (slot slots[0]), any T.
 
     Operands as gated_delta_rule_decode; workspace: float32 with >= chunked_workspace_numel(...)
     elements (contents are scratch).
     """
+    refuse_columns("gated_delta_rule_chunked", state_columns)
     T, Hk, Dk, Hv, Dv = _check_core("gated_delta_rule_chunked", q, k, v, g, beta, state, positions, slots, out)
     scale, l2_eps = check_scale_eps("gated_delta_rule_chunked", Dk, scale, l2_eps)
     need = chunked_workspace_numel(T, Hv, Dk, Dv)

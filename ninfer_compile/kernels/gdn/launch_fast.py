@@ -19,7 +19,7 @@ import triton
 from ninfer_compile.errors import RouteError
 
 from .kernels_fast import gdn_fast_out_kernel, gdn_fast_prep_kernel, gdn_fast_state_kernel
-from .launch import L2_EPS, _check_core, check_scale_eps
+from .launch import L2_EPS, _check_core, check_scale_eps, refuse_columns
 from ..interpret import interpreting as _interpreting
 from .routes import FAST_CHUNK, fast_sections, fast_workspace_numel
 
@@ -46,7 +46,7 @@ def chunked_workspace_numel(T: int, Hv: int, Dk: int, Dv: int) -> int:
 def gated_delta_rule_chunked_fast(q, k, v, g, beta, state, positions, slots, out, workspace,
                                   scale: float | None = None, l2_eps: float = L2_EPS,
                                   chunk: int = CHUNK, block_v: int = 64, num_warps: int = 4,
-                                  num_stages: int = 2) -> None:
+                                  num_stages: int = 2, state_columns=None) -> None:
     """Chunked (chunk 64) prefill of one sequence (slot slots[0]), any T.
 
     q, k: [T, Hk, Dk] (raw; L2 norm fused), v: [T, Hv, Dv], g, beta: [T, Hv] f32 contiguous,
@@ -55,6 +55,7 @@ def gated_delta_rule_chunked_fast(q, k, v, g, beta, state, positions, slots, out
     block_v: Dv columns per state / output program; num_warps, num_stages: those two kernels'.
     scale (None = 1/sqrt(Dk)) and l2_eps: as gated_delta_rule_decode.
     """
+    refuse_columns("gated_delta_rule_chunked_fast", state_columns)
     if (block_v, num_warps, num_stages) in KNOWN_FAULTS and not _interpreting():
         raise RouteError(f"gated_delta_rule_chunked_fast: block_v={block_v}, num_warps={num_warps}, "
                          f"num_stages={num_stages} is refused on a GPU (illegal memory access measured on "

@@ -39,7 +39,7 @@ register(Route(
 ))
 register(Route(
     name="gdn_recurrent_verify", family="gated_delta_rule",
-    domain=RouteDomain(extra={"phase": ("verify",)}),
+    domain=RouteDomain(max_t=128, extra={"phase": ("verify",)}),
     params={
         "block_v": ParamSpec("block_v", (16, 32, 64, 128), 32, "Dv columns of state per program"),
         "num_warps": ParamSpec("num_warps", (1, 2, 4, 8), 4),

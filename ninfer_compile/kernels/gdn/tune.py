@@ -9,7 +9,7 @@ from ninfer_compile.kernels.tuning import TuneSpec
 
 
 def gated_delta_rule_candidates(route, t: int, quick: bool) -> list[dict]:
-    if "decode" in route.name:
+    if "decode" in route.name or "verify" in route.name:
         return [{}, {"block_v": 64}, {"block_v": 16}, {"block_v": 64, "num_warps": 8}, {"num_warps": 2}]
     return [{}, {"block_v": 64}, {"block_v": 16}, {"chunk": 32}]
 
@@ -35,8 +35,12 @@ def build_gated_delta_rule(case, t: int, ctx: int | None, copies: int | None,
     _, hk, dk = sh["q"]
     _, hv, dv = sh["v"]
     decode = case.match.get("phase") == "decode"
+    window = verify_window(case)
+    t_asked = t
+    if window:  # whole verify rows: t columns round up to C = ceil(t / W) rows of W
+        t = -(-t // window) * window
     gen = M.generator(seed)
-    n_slots, positions, slots = M.columns(t, decode, 100, 5)
+    n_slots, positions, slots = verify_columns(t, window, 100) if window else M.columns(t, decode, 100, 5)
     q = M.randn((t, hk, dk), gen)
     k = M.randn((t, hk, dk), gen)
     v = M.randn((t, hv, dv), gen)
@@ -47,6 +51,8 @@ def build_gated_delta_rule(case, t: int, ctx: int | None, copies: int | None,
     nc = M.n_copies(per // 2) if copies is None else copies
     states = [state0.clone() for _ in range(nc)]
     o = torch.empty(t, hv, dv, dtype=torch.bfloat16, device=M.dev())
+    # verify: the per-column states [C, W-1, Hv, Dk, Dv] f32 (written, one buffer: the state is the cold operand)
+    cols = torch.empty(t // window, window - 1, hv, dk, dv, device=M.dev()) if window else None
     wss: dict[int, torch.Tensor] = {}
 
     def workspace(fn):
@@ -60,7 +66,9 @@ def build_gated_delta_rule(case, t: int, ctx: int | None, copies: int | None,
     def make(route, params, i):
         fn = route.load_launcher()
         a = dict(q=q, k=k, v=v, g=g, beta=beta, state=states[i], positions=positions, slots=slots, out=o)
-        if "decode" not in route.name:
+        if window:
+            a["state_columns"] = cols
+        elif "decode" not in route.name:
             a["workspace"] = None if decode else workspace(fn)
         return lambda: M.call_launcher(fn, a, params)
 
@@ -68,11 +76,32 @@ def build_gated_delta_rule(case, t: int, ctx: int | None, copies: int | None,
         states[0].copy_(state0)
         make(route, params, 0)()
         M.sync()
-        ref_o, _ = M.ref_call(route, q, k, v, g, beta, state0, positions, slots)
+        extra = {"window": window} if window else {}
+        ref_o = M.ref_call(route, q, k, v, g, beta, state0, positions, slots, **extra)[0]
         states[0].copy_(state0)
         return M.rel_rms(o, ref_o)
 
-    return M.Bench(case, t, ctx, per, nc, make, check, [states])
+    return M.Bench(case, t_asked, ctx, per, nc, make, check, [states])
+
+
+def verify_window(case) -> int:
+    """W of a verify case (the op's attribute `window`; 0 for decode / prefill cases)."""
+    if case.match.get("phase") != "verify":
+        return 0
+    return int(case.attrs.get("window") or 4)
+
+
+def verify_columns(t: int, window: int, pos0: int):
+    """(slots used, positions, slots) of t = C * W verify columns: row r = slot r at positions
+    pos0 .. pos0 + W - 1 (docs/SPECULATIVE.md's column layout)."""
+    import torch
+
+    from ninfer_compile.tune import measure as M
+
+    c = t // window
+    slots = torch.arange(c, dtype=torch.int32, device=M.dev()).repeat_interleave(window)
+    positions = (pos0 + torch.arange(window, dtype=torch.int32, device=M.dev())).repeat(c)
+    return c, positions, slots
 
 
 def _gating_operands(t: int, hv: int, gen: torch.Generator):
@@ -145,7 +174,8 @@ TUNE = (
     TuneSpec(family="gdn_gating", order=100, group="gdn", builder=f"{_M}:build_gdn_gating"),
     TuneSpec(family="gated_delta_rule", order=110, group="gdn", builder=f"{_M}:build_gated_delta_rule",
              candidates=gated_delta_rule_candidates, tol=4e-2,
-             doc="cold operand: the float32 recurrent state (read + written); bf16 q/k/v"),
+             doc="cold operand: the float32 recurrent state (read + written); bf16 q/k/v; verify cases "
+                 "(phase verify, attribute window W) measure ceil(T / W) whole rows and also write state_columns"),
     # order 140: after sampling, where the measured tables have it (it joined after the others)
     TuneSpec(family="gdn_gating_proj", order=140, group="gdn", builder=f"{_M}:build_gdn_gating_proj",
              candidates=gdn_gating_proj_candidates,

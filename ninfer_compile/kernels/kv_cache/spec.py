@@ -3,15 +3,16 @@ triton imports)."""
 
 from ..family import Attr, FamilySpec, OpView, Operand
 from ..spec_util import INDEX, VALUE, Bad, checker, eq
+from .formats import KV_DTYPES, KV_MATCH  # noqa: F401  (the formats as data; KV_MATCH: CLI name -> table value)
 
-# The CLI's --kv-dtype spelling -> the route tables' kv_dtype match value.
-KV_MATCH = {"bf16": "bf16", "int8": "int8_g64"}
 KV_DTYPE = Attr("kv_dtype", (str, type(None)), None, to_launcher=False,
-                doc="cache format (--kv-dtype: bf16 | int8), part of the route match; unset: the graph's")
-CACHE = tuple(Operand(n, io="inout", roles=("state",), rank=4, doc=f"[slots, max_ctx, Hkv, D] {d}")
-              for n, d in (("k_cache", "bf16 or int8 codes"), ("v_cache", "bf16 or int8 codes")))
-SCALES = tuple(Operand(n, io="inout", roles=("state",), dtypes=("f16",), rank=4, optional=True,
-                       doc="[slots, max_ctx, Hkv, D / 64] f16 scales of the int8 cache")
+                doc=f"cache format (--kv-dtype: {' | '.join(KV_DTYPES)}; kv_cache/formats.py), part of the "
+                    f"route match; unset: the graph's")
+CACHE = tuple(Operand(n, io="inout", roles=("state",), rank=4, doc=f"[slots, max_ctx, Hkv, code width] {d}")
+              for n, d in (("k_cache", "K codes of the format (bf16 / i8 / u8)"),
+                           ("v_cache", "V codes of the format (bf16 / i8 / u8)")))
+SCALES = tuple(Operand(n, io="inout", roles=("state",), dtypes=("f16", "u8"), rank=4, optional=True,
+                       doc="[slots, max_ctx, Hkv, scale width] scales of a quantized format (f16, or u8 e4m3)")
                for n in ("k_scale", "v_scale"))
 POSITIONS = Operand("positions", roles=INDEX, dtypes=("i32",), rank=1, doc="[T] absolute positions")
 SLOTS = Operand("slots", roles=INDEX, dtypes=("i32",), rank=1, doc="[T] sequence slots")
@@ -20,7 +21,8 @@ SLOTS = Operand("slots", roles=INDEX, dtypes=("i32",), rank=1, doc="[T] sequence
 def kv_match(v: OpView) -> dict:
     """The cache part of a kv_append / attention match."""
     kvd = v.attr("kv_dtype") or v.meta.get("kv_dtype", "bf16")
-    return {"format": "BF16", "kv_dtype": KV_MATCH.get(kvd, kvd), "head_dim": int(v.shape("k_cache")[-1])}
+    head = v.shape("q")[-1] if v.has("q") else v.shape("k")[-1]  # D (a 4-bit cache row holds D / 2 bytes)
+    return {"format": "BF16", "kv_dtype": KV_MATCH.get(kvd, kvd), "head_dim": int(head)}
 
 
 @checker
@@ -31,8 +33,8 @@ def _check(v: OpView) -> None:
     eq("slots", v.shape("slots"), (k[0],))
     for c in ("k_cache", "v_cache"):
         cs = v.shape(c)
-        if tuple(cs[2:]) != tuple(k[1:]):
-            raise Bad(f"{c} {list(cs)} does not hold [*, *, {k[1]}, {k[2]}]")
+        if cs[2] != k[1] or cs[3] not in (k[2], k[2] // 2):
+            raise Bad(f"{c} {list(cs)} does not hold [*, *, {k[1]}, {k[2]} (or {k[2] // 2} packed 4-bit)]")
         eq(f"{c} (updated)", v.shape(c, out=True), cs)
     if v.has("k_scale") != v.has("v_scale"):
         raise Bad("k_scale and v_scale come together")
@@ -50,5 +52,5 @@ SPECS = (FamilySpec(
     reference="ninfer_compile.kernels.kv_cache.reference:kv_append",
     match_keys=("kv_dtype", "head_dim"), int_match_keys=("head_dim",),
     layer_kind="attention",
-    doc="cache[slots[t], positions[t]] = k[t], v[t] (int8: codes + f16 scales per 64)",
+    doc="cache[slots[t], positions[t]] = k[t], v[t] encoded in the cache's KV format (kv_cache/formats.py)",
 ),)

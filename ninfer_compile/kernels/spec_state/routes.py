@@ -5,7 +5,7 @@ from ninfer_compile.kernels.registry import ParamSpec, Route, RouteDomain, regis
 _M = "ninfer_compile.kernels.spec_state"
 
 register(Route(
-    name="state_select_copy", family="state_select", domain=RouteDomain(),
+    name="state_select_copy", family="state_select", domain=RouteDomain(max_t=128),
     params={
         "BLOCK": ParamSpec("BLOCK", (256, 512, 1024, 2048, 4096), 1024, "per-slot state elements per program"),
         "num_warps": ParamSpec("num_warps", (1, 2, 4, 8), 4),

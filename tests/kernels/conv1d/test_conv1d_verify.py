@@ -71,12 +71,64 @@ def test_reference_window_columns_are_prefix_states():
             assert torch.equal(cols[r, j], sj[int(slots[r * W])])
 
 
+def test_verify_narrowed_to_the_first_rows():
+    """T covering fewer rows than the columns buffer (the runtime narrows a launch's columns): the
+    first rows are computed as alone, the rest of the buffer is left untouched."""
+    W = 3
+    x, w, state, pos, slots = verify_case(3, W, 24, 4, seed=6)
+    full = run_verify(x, w, state, pos, slots, W)
+    sd = state.clone().to(DEV)
+    out = torch.empty(2 * W, 24, dtype=torch.bfloat16, device=DEV)
+    cols = torch.full((3, W - 1, 3, 24), 7.0, dtype=state.dtype, device=DEV)
+    launch.conv1d_verify(x[:2 * W].to(DEV), w.to(DEV), sd, pos[:2 * W].to(DEV), slots[:2 * W].to(DEV), out, cols)
+    assert torch.equal(out.float().cpu(), full[0][:2 * W]) and torch.equal(cols.cpu()[:2], full[2][:2])
+    assert (cols.cpu()[2] == 7.0).all()
+    last = int(slots[2 * W])
+    assert torch.equal(sd.cpu()[last], state[last])
+
+
 def test_verify_refuses_bad_columns():
     x, w, state, pos, slots = verify_case(2, 3, 8, 3)
     out = torch.empty(6, 8, dtype=torch.bfloat16)
     with pytest.raises(RouteError, match="conv1d_verify: needs conv_state_columns"):
         launch.conv1d_verify(x, w, state, pos, slots, out)
     with pytest.raises(RouteError, match=r"T=6 = R\*W"):
-        launch.conv1d_verify(x, w, state, pos, slots, out, torch.empty(3, 2, 3, 8, dtype=torch.bfloat16))
+        launch.conv1d_verify(x, w, state, pos, slots, out, torch.empty(2, 3, 3, 8, dtype=torch.bfloat16))  # W=4
+    with pytest.raises(RouteError, match="fewer whole rows"):
+        launch.conv1d_verify(x, w, state, pos, slots, out, torch.empty(1, 2, 3, 8, dtype=torch.bfloat16))
     with pytest.raises(RouteError, match="dtype"):
         launch.conv1d_verify(x, w, state, pos, slots, out, torch.empty(2, 2, 3, 8))
+
+
+@pytest.mark.gpu
+def test_verify_27b_width_and_cuda_graph_gpu():
+    """10240 channels (the 27B's q | k | v conv) at 4 rows of W = 4: exact states, and a CUDA graph
+    replay equals the eager launch."""
+    W = 4
+    x, w, state, pos, slots = verify_case(4, W, 10240, 6, seed=27)
+    ref_out, ref_state, ref_cols = reference.conv1d(x, w, state, pos, slots, window=W)
+    out, st, cols = run_verify(x, w, state, pos, slots, W)
+    torch.testing.assert_close(out, ref_out, atol=2e-2, rtol=2e-2)
+    assert torch.equal(st.float(), ref_state.bfloat16().float())
+    assert torch.equal(cols.float(), ref_cols.bfloat16().float())
+    xd, wd, sd, pd, sld = x.cuda(), w.cuda(), state.clone().cuda(), pos.cuda(), slots.cuda()
+    o_g = torch.empty(x.shape, dtype=torch.bfloat16, device="cuda")
+    c_g = torch.zeros(4, W - 1, 3, 10240, dtype=torch.bfloat16, device="cuda")
+    launch.conv1d_verify(xd, wd, sd, pd, sld, o_g, c_g)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch.conv1d_verify(xd, wd, sd, pd, sld, o_g, c_g)
+    sd.copy_(state.cuda())
+    c_g.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(o_g.float().cpu(), out) and torch.equal(sd.cpu(), st) and torch.equal(c_g.cpu(), cols)
+
+
+def test_plain_routes_refuse_conv_state_columns():
+    x, w, state, pos, slots = verify_case(1, 2, 8, 2)
+    out = torch.empty(2, 8, dtype=torch.bfloat16)
+    cols = torch.empty(1, 1, 3, 8, dtype=torch.bfloat16)
+    for fn in (launch.conv1d_decode, launch.conv1d_prefill):
+        with pytest.raises(RouteError, match=f"{fn.__name__}: writes no conv_state_columns .*conv1d_verify"):
+            fn(x, w, state, pos, slots, out, conv_state_columns=cols)

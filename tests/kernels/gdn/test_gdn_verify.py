@@ -75,6 +75,24 @@ def test_reference_window_is_plain_run_plus_columns():
         reference.gated_delta_rule(*ins, window=4)
 
 
+def test_verify_narrowed_to_the_first_rows():
+    """T covering fewer rows than state_columns holds (the runtime narrows a launch's columns): the
+    first rows are computed as alone; the rest of the buffer and the other slots are untouched."""
+    W = 2
+    q, k, v, g, beta, state, pos, slots = verify_inputs(3, W, 1, 2, 16, 16, 4, seed=9)
+    o_full, s_full, c_full = run_verify(q, k, v, g, beta, state, pos, slots, W)
+    n = 2 * W
+    sd = state.clone().to(DEV)
+    o = torch.empty(n, 2, 16, dtype=torch.bfloat16, device=DEV)
+    cols = torch.full((3, W - 1, 2, 16, 16), 7.0, device=DEV)
+    launch.gated_delta_rule_verify(q[:n].to(DEV), k[:n].to(DEV), v[:n].to(DEV), g[:n].contiguous().to(DEV),
+                                   beta[:n].contiguous().to(DEV), sd, pos[:n].to(DEV), slots[:n].to(DEV), o, cols)
+    assert torch.equal(o.float().cpu(), o_full[:n]) and torch.equal(cols.cpu()[:2], c_full[:2])
+    assert (cols.cpu()[2] == 7.0).all()
+    last = int(slots[n])
+    assert torch.equal(sd.cpu()[last], state[last])
+
+
 def test_verify_refuses_bad_columns():
     q, k, v, g, beta, state, pos, slots = verify_inputs(2, 3, 1, 2, 16, 16, 4, seed=1)
     o = torch.empty(6, 2, 16, dtype=torch.bfloat16)
@@ -82,6 +100,45 @@ def test_verify_refuses_bad_columns():
         launch.gated_delta_rule_verify(q, k, v, g, beta, state, pos, slots, o)
     with pytest.raises(RouteError, match=r"T=6 = C\*W"):
         launch.gated_delta_rule_verify(q, k, v, g, beta, state, pos, slots, o, torch.empty(2, 3, 2, 16, 16))
+    with pytest.raises(RouteError, match="fewer whole rows"):
+        launch.gated_delta_rule_verify(q, k, v, g, beta, state, pos, slots, o, torch.empty(1, 2, 2, 16, 16))
     with pytest.raises(RouteError, match="must be float32"):
         launch.gated_delta_rule_verify(q, k, v, g, beta, state, pos, slots, o,
                                        torch.empty(2, 2, 2, 16, 16, dtype=torch.bfloat16))
+
+
+@pytest.mark.gpu
+def test_verify_27b_shapes_and_cuda_graph_gpu():
+    """The 27B's GDN heads (16 q/k heads, 48 value heads, 128 x 128) at C = 8, K = 3: the kernel vs
+    the reference, and a CUDA graph replay of the launch equals the eager launch bit for bit."""
+    C, W = 8, 4
+    ins = verify_inputs(C, W, 16, 48, 128, 128, 10, seed=27)
+    o_ref, s_ref, c_ref = reference.gated_delta_rule(*ins, window=W)
+    o, s, cols = run_verify(*ins, W)
+    assert _rel_rms(o, o_ref) < 1e-2 and _rel_rms(s, s_ref) < 1e-3 and _rel_rms(cols, c_ref) < 1e-3
+    q, k, v, g, beta, state, pos, slots = [t.cuda() for t in ins]
+    st = state.clone()
+    o_g = torch.empty(C * W, 48, 128, dtype=torch.bfloat16, device="cuda")
+    cols_g = torch.zeros(C, W - 1, 48, 128, 128, device="cuda")
+    args = (q, k, v, g, beta, st, pos, slots, o_g, cols_g)
+    launch.gated_delta_rule_verify(*args)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch.gated_delta_rule_verify(*args)
+    st.copy_(state)
+    cols_g.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(o_g.float().cpu(), o) and torch.equal(st.cpu(), s) and torch.equal(cols_g.cpu(), cols)
+
+
+def test_plain_routes_refuse_state_columns():
+    """A window-0 route writes no per-column states: given the verify output, it says which route does."""
+    q, k, v, g, beta, state, pos, slots = verify_inputs(1, 2, 1, 2, 16, 16, 2, seed=2)
+    o = torch.empty(2, 2, 16, dtype=torch.bfloat16)
+    cols = torch.empty(1, 1, 2, 16, 16)
+    with pytest.raises(RouteError, match="gated_delta_rule_decode: writes no state_columns .*gdn_recurrent_verify"):
+        launch.gated_delta_rule_decode(q, k, v, g, beta, state, pos, slots, o, state_columns=cols)
+    ws = torch.empty(launch.chunked_workspace_numel(2, 2, 16, 16))
+    with pytest.raises(RouteError, match="gated_delta_rule_chunked: writes no state_columns"):
+        launch.gated_delta_rule_chunked(q, k, v, g, beta, state, pos, slots, o, ws, state_columns=cols)

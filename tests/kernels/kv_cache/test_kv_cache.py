@@ -57,3 +57,77 @@ def test_int8_needs_d_multiple_of_64():
     with pytest.raises(RouteError, match="D % 64"):
         launch.kv_append(k, k, torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
                          kc, kc.clone(), ks, vs)
+
+
+# ------------------------------------------------------------------ every KV format (formats.py)
+
+from ninfer_compile.kernels.kv_cache import formats as F  # noqa: E402
+
+
+def format_caches(name, slots_n, ctx, Hkv, D, device="cpu"):
+    """Zeroed caches of format `name`: [k_cache, v_cache, k_scale, v_scale] (scales None for bf16)."""
+    bufs = [torch.zeros(s, dtype=reference._TORCH[d], device=device)
+            for _, s, d in F.cache_buffers(F.FORMATS[name], slots_n, ctx, Hkv, D)]
+    return bufs + [None] * (4 - len(bufs))
+
+
+def _rel(a, b):
+    return float((a - b).norm() / b.norm().clamp(min=1e-12))
+
+
+def _kv(k, v, g, outlier=True):
+    if outlier:
+        k[..., 5] *= 12.0  # an outlier channel
+    if k.shape[0] > 1:
+        k[1, 0, :32] = 0.0  # zero groups: zero scales, zero codes
+    return k.bfloat16(), v.bfloat16()
+
+
+@pytest.mark.parametrize("name", list(F.KV_DTYPES))
+@pytest.mark.parametrize("T,Hkv,D", [(1, 1, 64), (3, 2, 128), (17, 1, 256), (5, 2, 32)])
+def test_kv_append_every_format(name, T, Hkv, D):
+    if F.FORMATS[name].head_dim_problem(D):
+        pytest.skip(f"{name} cannot store D={D}")
+    g = torch.Generator().manual_seed(T * 7 + D)
+    k, v = _kv(3 * torch.randn(T, Hkv, D, generator=g), torch.randn(T, Hkv, D, generator=g), g)
+    slots = torch.randint(0, 3, (T,), generator=g, dtype=torch.int32)
+    pos = torch.randperm(40, generator=g)[:T].to(torch.int32)
+    caches = format_caches(name, 3, 40, Hkv, D)
+    ref = reference.kv_append(k, v, pos, slots, *caches)
+    dev = [None if c is None else c.clone().to(DEV) for c in caches]
+    launch.kv_append(k.to(DEV), v.to(DEV), pos.to(DEV), slots.to(DEV), *dev)
+    got = [None if c is None else c.cpu() for c in dev]
+    gk, gv = reference.kv_as_float(*got, D)
+    rk, rv = reference.kv_as_float(*ref, D)
+    tol = 1e-6 if DEV == "cpu" else 2e-2  # GPU division / rounding may move a code at a boundary
+    assert _rel(gk, rk) <= tol and _rel(gv, rv) <= tol
+    untouched = torch.ones(3, 40, dtype=torch.bool)
+    untouched[slots.long(), pos.long()] = False
+    assert torch.all(gk[untouched] == 0) and torch.all(gv[untouched] == 0)  # only the written rows
+
+
+@pytest.mark.parametrize("name", ["fp8", "nvfp4", "rk4v4"])
+def test_kv_append_in_chunks_equals_one_call(name):
+    T, Hkv, D = 9, 2, 64
+    g = torch.Generator().manual_seed(3)
+    k, v = _kv(torch.randn(T, Hkv, D, generator=g), torch.randn(T, Hkv, D, generator=g), g)
+    pos = torch.arange(4, 4 + T, dtype=torch.int32)
+    slots = torch.ones(T, dtype=torch.int32)
+    whole = [None if c is None else c.to(DEV) for c in format_caches(name, 2, 16, Hkv, D)]
+    parts = [None if c is None else c.clone() for c in whole]
+    launch.kv_append(k.to(DEV), v.to(DEV), pos.to(DEV), slots.to(DEV), *whole)
+    for a, b in ((0, 4), (4, 5), (5, 9)):  # chunk boundaries at 4 and 5
+        launch.kv_append(k[a:b].to(DEV), v[a:b].to(DEV), pos[a:b].to(DEV), slots[a:b].to(DEV), *parts)
+    for x, y in zip(whole, parts):
+        if x is not None:
+            assert torch.equal(x, y)
+
+
+def test_kv_append_refuses_a_layout_of_no_format():
+    k = torch.zeros(1, 1, 64, dtype=torch.bfloat16)
+    kc, vc, ks, vs = format_caches("nvfp4", 1, 4, 1, 64)
+    z = torch.zeros(1, dtype=torch.int32)
+    with pytest.raises(RouteError, match="no KV format stores head width 64"):
+        launch.kv_append(k, k, z, z, kc, vc, ks.half(), vs)  # an f16 K scale plane of width 4: no format
+    with pytest.raises(RouteError, match="k_scale and v_scale come together"):
+        launch.kv_append(k, k, z, z, kc, vc, ks, None)

@@ -25,7 +25,7 @@ def test_route_callables_load(route):
 
 
 @pytest.mark.parametrize("name,max_t", [("gdn_recurrent_decode", 64), ("conv1d_decode", 64),
-                                        ("attention_decode_splitkv", 64)])
+                                        ("attention_decode_splitkv", 128)])  # 128: verify extents too
 def test_decode_routes_are_t_limited(name, max_t):
     r = default_registry.get_route(name)
     assert r.domain.max_t == max_t

@@ -50,6 +50,17 @@ def test_select_all_accepted_writes_nothing():
     assert torch.equal(state, torch.arange(24, dtype=torch.float32).reshape(4, 6))
 
 
+def test_select_narrowed_to_the_first_rows():
+    """slots covering fewer rows than columns / accepted hold (a narrowed launch): only those rows."""
+    state = torch.zeros(5, 4)
+    cols = torch.arange(3 * 2 * 4, dtype=torch.float32).reshape(3, 2, 4)
+    slots = torch.tensor([3, 3, 3, 1, 1, 1, 4, 4, 4], dtype=torch.int32)
+    accepted = torch.tensor([1, 0, 0], dtype=torch.int32)
+    launch.state_select(state, cols, accepted, slots[:6].contiguous())
+    want = reference.state_select(torch.zeros(5, 4), cols[:2], accepted[:2], slots[:6])
+    assert torch.equal(state, want) and (state[4] == 0).all() and (state[3] == cols[0, 1]).all()
+
+
 def test_select_refuses_bad_operands():
     st, cols = torch.zeros(4, 6), torch.zeros(2, 3, 6)
     acc, slots = torch.zeros(2, dtype=torch.int32), torch.zeros(8, dtype=torch.int32)
@@ -115,3 +126,27 @@ def test_rollback_equals_a_plain_run_over_the_accepted_prefix(C, K):
             want_c = c.bfloat16()
         torch.testing.assert_close(s_a.cpu(), want_s, atol=1e-4, rtol=1e-4)  # close for the recurrence
         assert torch.equal(c_a.cpu(), want_c), f"conv state after rollback to accepted={acc} is not exact"
+
+
+@pytest.mark.gpu
+def test_select_cuda_graph_reads_accepted_on_the_device_gpu():
+    """One captured launch serves any acceptance: `accepted` is read on the device at replay."""
+    C, K = 8, 3
+    gen = torch.Generator().manual_seed(8)
+    state = torch.randn(12, 48, 128, 128, generator=gen).cuda()  # the 27B's recurrent state per slot
+    cols = torch.randn(C, K, 48, 128, 128, generator=gen).cuda()
+    _, slots = _rows(C, K + 1, 12, gen, p0s=(0,) * C)
+    slots = slots.cuda()
+    accepted = torch.zeros(C, dtype=torch.int32, device="cuda")
+    st = state.clone()
+    launch.state_select(st, cols, accepted, slots)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch.state_select(st, cols, accepted, slots)
+    for acc in ([K] * C, list(range(C)), [1] * C):
+        a = torch.tensor([x % (K + 1) for x in acc], dtype=torch.int32)
+        st.copy_(state)
+        accepted.copy_(a.cuda())
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(st.cpu(), reference.state_select(state.cpu(), cols.cpu(), a, slots.cpu()))
