@@ -8,11 +8,17 @@
 #   bash bench/gpu_session.sh bench          # ~2 min: kernel benchmarks with same-run peers
 #   bash bench/gpu_session.sh e2e            # ~6 min: full-size end to end (bf16 + int8 KV), then the peers
 #                                            #   (E2E_KV=bf16: ~3 min; PEERS=0 skips the peers)
+#   bash bench/gpu_session.sh spec           # speculative decoding (not yet timed on the H200): one plan per
+#                                            #   K in $SPEC_K (default "1 2 3 4 5") with --draft-tokens K, then
+#                                            #   bench/bench_spec.py over all of them (round / plain step, MTP
+#                                            #   draft cost, forced-acceptance and modelled tok/s, targets);
+#                                            #   five 27B compiles may not fit one 10-min call: SPEC_K="1 2 3",
+#                                            #   then "4 5", then bench_spec.py --merge the two JSON files
 #   bash bench/aot_check.sh                  # ~2.5 min: plan binaries loaded by the runtime without a JIT
 #   bash bench/gpu_session.sh kv             # the KV formats (issue 15): their kernel tests on the GPU, then
 #                                            #   bench/bench_kv.py (decode 4K / 32K, prefill, append, oracle error)
 #
-# Stages: tests | tune | gemv | cliff | bench | e2e | peers | kv. Results go to $OUT (the device tool's folder) or
+# Stages: tests | tune | gemv | cliff | bench | e2e | peers | spec | kv. Results go to $OUT (the device tool's folder) or
 # out/gpu; copy what should be committed into bench/results/ and routes/ afterwards.
 # e2e: our engine for each KV dtype in $E2E_KV (default "bf16 int8"), then the peers (HF
 # transformers eager bf16 and the fp32 reference under torch.compile, bench/bench_peers.py) in
@@ -111,6 +117,23 @@ for stage in "$@"; do
           2>&1 | tail -n 70 | tee "$OUT/e2e_$kv${E2E_TAG:-}.log"
       done
       [ "${PEERS:-1}" = 0 ] || run_peers $(( ${E2E_BUDGET_S:-540} - (SECONDS - T0) )) ;;
+    spec)
+      # SPEC_K: the draft windows (one plan each); SPEC_C: the concurrencies timed; SPEC_FORCED_C: the
+      # concurrencies of the forced-acceptance runs; SPEC_BUDGET_S bounds the bench (compiles not included)
+      ensure_artifact
+      ROUTES=""; [ -f "$OUT/sm90.yaml" ] && ROUTES="--routes $OUT/sm90.yaml"
+      PLANS=""
+      for k in ${SPEC_K:-1 2 3 4 5}; do
+        python3 -m ninfer_compile.cli "$A" --sm 90 $ROUTES --concurrency ${SPEC_C:-1,2,4,8} --max-context 20480 \
+          --draft-tokens "$k" -o "/tmp/p90_spec_k$k" 2>&1 | tail -n 1 | tee -a "$OUT/spec_compile.log"
+        [ -f "/tmp/p90_spec_k$k/plan.json" ] && PLANS="$PLANS --plan /tmp/p90_spec_k$k"
+      done
+      [ -n "$PLANS" ] || { echo "spec: no plan compiled (see spec_compile.log)"; continue; }
+      # label 27b-k<K list>: SPEC_K="1 2 3" and "4 5" in two calls keep both; bench_spec.py --merge joins them
+      timeout ${SPEC_BUDGET_S:-420} python3 bench/bench_spec.py $PLANS --artifact "$A" --out "$OUT" \
+        --label "27b-k$(echo ${SPEC_K:-1 2 3 4 5} | tr ' ' '-')" \
+        --concurrency ${SPEC_C:-1,2,4,8} --context 4096 --forced-concurrency ${SPEC_FORCED_C:-1,8} \
+        2>&1 | tail -n 90 | tee "$OUT/spec.log" ;;
     peers)
       T0=$SECONDS
       ensure_artifact
@@ -122,6 +145,6 @@ for stage in "$@"; do
         tests/kernels/kv_cache/test_kv_cache.py tests/kernels/kv_cache/test_formats.py tests/kernels/attention \
         > "$OUT/kv_tests.log" 2>&1; grep -m 5 -n "Error\|FAILED" "$OUT/kv_tests.log"; tail -n 3 "$OUT/kv_tests.log"
       timeout ${KV_BENCH_TIMEOUT_S:-300} python3 bench/bench_kv.py --out "$OUT" 2>&1 | tail -n 80 | tee "$OUT/kv.log" ;;
-    *) echo "error: unknown stage $stage (tests | tune | gemv | cliff | bench | e2e | peers | kv)"; exit 2 ;;
+    *) echo "error: unknown stage $stage (tests | tune | gemv | cliff | bench | e2e | peers | spec | kv)"; exit 2 ;;
   esac
 done

@@ -2,6 +2,8 @@
 the MTP head's greedy acceptance, for the committed trained tiny model (examples/tiny-trained/).
 
     python bench/quality.py [--out bench/results/quality_tiny-trained.json] [--acceptance-tokens 2000]
+    python bench/quality.py --runtime-acceptance [--runtime-k 5] [--runtime-prompts 2] [--runtime-tokens 32]
+        [--out bench/results/quality_tiny-trained_runtime-acceptance.json]
 
 CPU only (the float32 reference and HF transformers; no plan, no GPU). Protocol (fixed, so rows
 added later compare): the corpus is examples/tiny-trained/heldout.txt, tokenized with the
@@ -9,6 +11,10 @@ checkpoint's tokenizer, no special tokens; sliding windows of CONTEXT tokens, st
 scored token after the first window sees >= CONTEXT - STRIDE tokens); MTP acceptance from
 ninfer_compile.reference.acceptance over the first --acceptance-tokens tokens, a round every
 EVERY tokens, K = 1..5.
+
+`--runtime-acceptance` (bench/quality_runtime.py): MTP acceptance THROUGH THE RUNTIME (a plan compiled
+with --draft-tokens K, its mtp_* extents drafting, the verify extent accepting) on greedy continuations
+of fixed corpus slices, beside the reference's acceptance at the same round positions.
 """
 
 from __future__ import annotations
@@ -32,10 +38,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "quality_tiny-trained.json")
     ap.add_argument("--acceptance-tokens", type=int, default=2000)
+    ap.add_argument("--runtime-acceptance", action="store_true",
+                    help="only the runtime's MTP acceptance (bench/quality_runtime.py) and the reference at the same rounds")
+    ap.add_argument("--runtime-k", default="5", help="draft windows to compile and run (comma separated)")
+    ap.add_argument("--runtime-prompts", type=int, default=2, help="corpus slices (one slot each, decoded together)")
+    ap.add_argument("--runtime-prompt-tokens", type=int, default=48)
+    ap.add_argument("--runtime-tokens", type=int, default=32, help="greedy tokens generated per slice")
     ap.add_argument("--reference-tokens", type=int, default=0,
                     help="score only the corpus's first N tokens with the reference (0: all; the reference's "
                          "per-token GDN loop makes the full corpus take minutes per recipe on 2 cores)")
     args = ap.parse_args()
+    if args.runtime_acceptance:
+        from quality_runtime import main as runtime_main
+
+        out = args.out if args.out != ap.get_default("out") else \
+            REPO / "bench" / "results" / "quality_tiny-trained_runtime-acceptance.json"
+        runtime_main(out, [int(k) for k in args.runtime_k.split(",") if k], args.runtime_prompts,
+                     args.runtime_prompt_tokens, args.runtime_tokens)
+        return
 
     import torch
 

@@ -1,5 +1,6 @@
 """`ninfer-serve PLAN --artifact A [--host 127.0.0.1] [--port 8000] [--model-name NAME] [--max-queue N]
-[--api-key KEY] [--prefix-cache-gib G] ...`: serve a compiled plan over an OpenAI-compatible API.
+[--api-key KEY] [--prefix-cache-gib G] [--spec mtp|ngram|none] ...`: serve a compiled plan over an
+OpenAI-compatible API.
 
 Errors before serving are one line `error: ...` (exit 2). SIGTERM / SIGINT drain (running requests
 get `--drain-s` seconds, default 8, then are aborted) and exit 0. One JSON line per request on
@@ -45,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
                    "(default 8)")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--no-graphs", action="store_true", help="launch decode steps eagerly (no CUDA graph replay)")
+    p.add_argument("--spec", choices=("mtp", "ngram", "none"), default=None,
+                   help="speculative decoding on a plan compiled with --draft-tokens K: mtp (the artifact's MTP head), "
+                        "ngram (prompt lookup) or none (plain steps); default: mtp when the plan has MTP draft "
+                        "extents, else none")
     p.add_argument("--log-file", default=None, help="append the per-request JSON lines here instead of stderr")
     p.add_argument("--access-log", action="store_true", help="uvicorn's access log too")
     return p
@@ -68,6 +73,28 @@ def _check(args) -> None:
     if args.api_key is not None and not args.api_key.strip():
         raise ValueError("--api-key is empty")
     _check_bind(args.host, args.port)
+    _check_spec(args.plan, args.spec)
+
+
+def _check_spec(plan: str, spec: str | None) -> None:
+    """Refuse --spec mtp / ngram on a plan that cannot run it before loading the model (the engine
+    adapter checks again against the loaded plan)."""
+    if spec in (None, "none"):
+        return
+    import json
+    from pathlib import Path
+
+    try:
+        body = json.loads((Path(plan) / "plan.json").read_text())
+    except (OSError, ValueError):
+        return  # the loader reports an unreadable plan in its own words
+    k = int((body.get("options") or {}).get("draft_tokens", 0) or 0)
+    if k == 0:
+        raise ValueError(f"--spec {spec} needs a plan compiled with --draft-tokens K (this plan has no draft "
+                         f"window; use --spec none)")
+    if spec == "mtp" and not any(str(e.get("graph", "text")) == "mtp" for e in (body.get("extents") or {}).values()):
+        raise ValueError("--spec mtp needs MTP draft extents: the plan has none (the artifact has no MTP part, or it "
+                         "was compiled without it); use --spec ngram or none")
 
 
 def _check_bind(host: str, port: int) -> None:
@@ -85,6 +112,12 @@ def _check_bind(host: str, port: int) -> None:
             s.bind(addr)
         except OSError as exc:
             raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def _spec_note(adapter) -> str:
+    if adapter.spec_mode == "none":
+        return f"; spec none (K={adapter.draft_tokens})" if adapter.draft_tokens else ""
+    return f"; spec {adapter.spec_mode} K={adapter.draft_tokens}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,7 +141,11 @@ def main(argv: list[str] | None = None) -> int:
             engine = open_engine(args.plan, args.artifact, device=args.device)
         except NinferRuntimeError as exc:
             raise ValueError(str(exc).splitlines()[0]) from None
-        adapter = EngineAdapter(engine, use_graphs=not args.no_graphs)
+        try:
+            adapter = EngineAdapter(engine, use_graphs=not args.no_graphs, spec=args.spec)
+        except ValueError:
+            engine.close()
+            raise
         key = args.api_key if args.api_key is not None else (os.environ.get("NINFER_API_KEY") or None)
         server = Server(adapter, model_name=args.model_name, host=args.host, port=args.port, max_queue=args.max_queue,
                         api_key=key, cache_bytes=int(args.prefix_cache_gib * 2**30),
@@ -119,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
         return 2
     print(f"ninfer-serve: {args.plan} as '{server.config.model_name}' on {server.url} ({adapter.slots} slots, max "
-          f"context {adapter.max_context}, {engine.device_note})", file=sys.stderr, flush=True)
+          f"context {adapter.max_context}, {engine.device_note}{_spec_note(adapter)})", file=sys.stderr, flush=True)
     try:
         server.serve_forever()
     finally:

@@ -21,6 +21,15 @@ What the adapter adds on top of the engine:
   new ids. `sample_from(row, sampler, position)` draws from a stored logits row (a prompt restored
   whole from the prefix cache) with the prefill extent's own sampling launch: the same draw as if the
   prompt had been prefilled (the noise depends on seed, position and token only).
+- speculative decoding (a plan with a draft window K, `spec` "mtp" | "ngram" | None = the plan's
+  default, as `generate(..., spec=)`): `spec_mode`, `draft_tokens`; `prefill(..., next_token=)` runs
+  the MTP prefill chunk after the target chunk (speculative/rounds.py `mtp_prefill_chunk`; its last
+  column pairs with `next_token`, in the prompt's last chunk with the sampled first token);
+  `start_lane(slot, prompt, first, sampler)` / `release(slot)` a sequence's `Lane`;
+  `decode_speculative(columns, busy, samplers)` one `spec_round` for every lane (each lane's emitted
+  tokens, proposed / accepted drafts, and with the n-gram drafter the logits row its last token
+  came from). Padding rows never write a busy slot: when too few slots are free, the busy slots the
+  round pads into have their state rows (every GDN row, KV and MTP KV rows 0..K) saved and put back.
 """
 
 from __future__ import annotations
@@ -64,17 +73,30 @@ def open_engine(plan: str, artifact: str, *, device: str | None = None, verify_w
     return load(plan, artifact, device=device, progress=False, verify_weights=verify_weights)
 
 
+@dataclass
+class RoundResult:
+    """One sequence's share of a speculative round."""
+
+    tokens: list[int]  # emitted, uncut: accepted drafts then the target's own token
+    proposed: int
+    accepted: int
+    logits: torch.Tensor | None = None  # [V] device view: the row tokens[-1] was sampled from (n-gram only)
+
+
 class EngineAdapter:
     """The engine as the scheduler sees it."""
 
-    # speculative decoding seam: a plan with draft extents would set this and implement
-    # `decode_speculative(columns, busy, samplers) -> list[list[int]]` (accepted tokens per column;
-    # see scheduler.Scheduler._decode).
-    speculative = False
+    def __init__(self, engine, *, use_graphs: bool = True, spec=None):
+        from ..speculative.rounds import resolve_spec
 
-    def __init__(self, engine, *, use_graphs: bool = True):
         self.engine = engine
         self.use_graphs = use_graphs
+        mode, self._drafter_factory = resolve_spec(engine, spec)  # ValueError (one line) for a mode the plan lacks
+        if mode == "custom":
+            raise ValueError("ninfer-serve takes spec mtp, ngram or none")
+        self.spec_mode = mode
+        self.draft_tokens = int(getattr(engine, "draft_tokens", 0) or 0)
+        self.lanes: dict[int, Any] = {}
         self.device = engine.device
         self.slots = int(engine.max_concurrency)
         self.total_slots = int(engine.slots)
@@ -87,6 +109,10 @@ class EngineAdapter:
         self._layout = []  # (name, kind, tensor)
         for name, b in sorted((engine.plan.get("buffers", {}).get("state") or {}).items()):
             self._layout.append((name, str(b.get("kind", "")), engine.state(name)))
+
+    @property
+    def speculative(self) -> bool:
+        return self.spec_mode != "none"
 
     # ---------------------------------------------------------------- text
     @property
@@ -155,11 +181,13 @@ class EngineAdapter:
                 t[slot].copy_(src)
 
     # ---------------------------------------------------------------- steps
-    def prefill(self, slot: int, chunk: list[int], start: int,
-                sampler: Sampler | None = None) -> tuple[torch.Tensor, int | None]:
+    def prefill(self, slot: int, chunk: list[int], start: int, sampler: Sampler | None = None, *,
+                next_token: int | None = None) -> tuple[torch.Tensor, int | None]:
         """Run `chunk` (<= self.chunk tokens) at positions start.. into `slot`. Returns the logits row of
         the chunk's last column (a device view, valid until the next prefill) and, with `sampler` (the
-        chunk ends the prompt), the token that column samples on the device (else None: no read)."""
+        chunk ends the prompt), the token that column samples on the device (else None: no read).
+        With MTP drafts the MTP prefill chunk runs right after over the same columns: ids shifted by
+        one, the last one `next_token` (a chunk inside the prompt) or the sampled token (the last)."""
         r = self.engine.prefill_runner
         require_device_sampling(r)
         T = r.t
@@ -183,7 +211,18 @@ class EngineAdapter:
             sel[i] = (sampler.params, start + n)
         upload_rows(r, host_rows(sel, R))
         r.run(None if n == T else n)
-        return logits[i], (int(r.outputs["ids"][i].item()) if sampler is not None else None)
+        tok = int(r.outputs["ids"][i].item()) if sampler is not None else None
+        if self.spec_mode != "mtp":
+            return logits[i], tok
+        from ..speculative.rounds import mtp_prefill_chunk
+
+        if sampler is None and next_token is None:
+            raise NinferRuntimeError("an MTP prefill chunk inside the prompt needs the next prompt token")
+        # mtp_prefill_chunk reads the ids x_{start+1} .. x_{start+n} of its `prompt` argument, and treats
+        # the chunk as the prompt's last when the list ends there (the sampled id then comes from the device)
+        seq = [0] * start + list(chunk) + ([] if sampler is not None else [int(next_token)])
+        got = mtp_prefill_chunk(self.engine, slot, seq, start, n, i)
+        return (got[0] if got is not None else logits[i]), tok
 
     def decode(self, columns: list[tuple[int, int, int]], busy: set[int],
                samplers: list[Sampler]) -> tuple[torch.Tensor, list[int]]:
@@ -217,7 +256,82 @@ class EngineAdapter:
             self._put_rows(s, 0, rows)
         return runner.outputs["logits"][:a], ids
 
-    def _save_rows(self, slot: int, pos: int) -> list[torch.Tensor]:
+    # ---------------------------------------------------------------- speculative rounds
+    def start_lane(self, slot: int, prompt: list[int], first: int, sampler: Sampler) -> None:
+        """`slot` enters decode with its first token `first` (sampled at position len(prompt)): its
+        Lane (MTP: the drafts the last MTP prefill chunk left on the device; n-gram: a drafter over
+        prompt + first)."""
+        from ..speculative.rounds import Lane
+
+        if slot in self.lanes:
+            raise NinferRuntimeError(f"slot {slot} already has a speculative lane")
+        drafter = None
+        if self._drafter_factory is not None:
+            drafter = self._drafter_factory(list(prompt))
+            drafter.extend([int(first)])
+        lane = Lane(slot, sampler.params, drafter)
+        lane.last, lane.position = int(first), len(prompt)
+        self.lanes[slot] = lane
+
+    def release(self, slot: int) -> None:
+        self.lanes.pop(slot, None)
+
+    def decode_speculative(self, columns: list[tuple[int, int, int]], busy: set[int],
+                           samplers: list[Sampler]) -> list[RoundResult]:
+        """One speculative round for columns (t0, position, slot) of lanes started by `start_lane`
+        (`busy`: slots holding state outside the batch). Returns per column its `RoundResult`."""
+        from ..speculative.rounds import spec_round
+
+        e = self.engine
+        lanes = []
+        for t0, pos, slot in columns:
+            lane = self.lanes.get(slot)
+            if lane is None or lane.last != t0 or lane.position != pos:
+                raise NinferRuntimeError(f"slot {slot}: the speculative lane is not at token {t0}, position {pos}")
+            lanes.append(lane)
+        free = [s for s in range(e.slots) if s not in self.lanes and s not in busy]
+        need = self._pads_needed(lanes)
+        saved, pass_busy = [], set(busy)
+        if len(free) < need:  # pad into busy slots: save the rows a padding row writes, put them back after
+            others = [s for s in range(e.slots) if s not in self.lanes][:need]
+            saved = [(s, self._save_rows(s, slice(0, self.draft_tokens + 1))) for s in others if s in busy]
+            pass_busy = set()
+        before = [(l.proposed, l.accepted) for l in lanes]
+        out = spec_round(e, lanes, self.use_graphs, busy=pass_busy)
+        for s, rows in saved:
+            self._put_rows(s, slice(0, self.draft_tokens + 1), rows)
+        res = []
+        n_ver = sum(1 for l in lanes if l.last_step == "verify")
+        i_ver = i_plain = 0
+        W = self.draft_tokens + 1
+        for lane, em, (p0, a0) in zip(lanes, out, before):
+            row = None
+            if self.spec_mode != "mtp":  # the row the last token came from (for the end-of-generation snapshot)
+                if lane.last_step == "verify":
+                    v = next(r for r in e.verify_runners if r.concurrency >= n_ver)
+                    row = v.outputs["logits"][i_ver * W + len(em) - 1]
+                    i_ver += 1
+                else:
+                    d = next(r for r in e.decode_runners if r.concurrency >= len(lanes) - n_ver)
+                    row = d.outputs["logits"][i_plain]
+                    i_plain += 1
+            res.append(RoundResult([int(t) for t in em], lane.proposed - p0, lane.accepted - a0, row))
+        return res
+
+    def _pads_needed(self, lanes) -> int:
+        """Padding rows the round's extents take: verify (and the MTP chain) for the lanes with room
+        for a window, a plain step for the others."""
+        e, W = self.engine, self.draft_tokens + 1
+        ver = sum(1 for l in lanes if l.position + W - 1 < e.max_context)
+        plain = len(lanes) - ver
+        need = 0
+        if ver:
+            need = max(need, next(r.concurrency for r in e.verify_runners if r.concurrency >= ver) - ver)
+        if plain:
+            need = max(need, next(r.concurrency for r in e.decode_runners if r.concurrency >= plain) - plain)
+        return need
+
+    def _save_rows(self, slot: int, pos) -> list[torch.Tensor]:
         return [(t[slot][pos].clone() if kind == "kv" else t[slot].clone()) for _, kind, t in self._layout]
 
     def _put_rows(self, slot: int, pos: int, rows: list[torch.Tensor]) -> None:

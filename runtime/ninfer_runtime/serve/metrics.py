@@ -9,6 +9,11 @@ Names and meaning (README "Serving"):
   ninfer_request_latency_seconds: server-side histograms (arrival -> first token; mean gap between
   later tokens of a request; arrival -> admission into a slot; arrival -> last token);
 - ninfer_queue_depth, ninfer_running_requests, ninfer_slots_used, ninfer_slots_total: gauges;
+- ninfer_spec_rounds_total, ninfer_spec_draft_tokens_total, ninfer_spec_accepted_tokens_total: speculative
+  decoding (a plan with draft extents, `--spec mtp|ngram`): verify rounds summed over the sequences in them,
+  draft tokens proposed, drafts accepted; acceptance = accepted / draft tokens, tokens per round =
+  (accepted + rounds) / rounds (each round also emits the target's own token); ninfer_spec_info{mode, k}
+  = 1 names the drafter and the draft window (mode "none", k 0 without speculation);
 - ninfer_prefix_cache_bytes{tier}, ninfer_prefix_cache_snapshots, ninfer_prefix_cache_hits_total,
   ninfer_prefix_cache_lookups_total, ninfer_prefix_cache_evictions_total.
 """
@@ -25,7 +30,7 @@ _TOK = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 1
 class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, slots: int):
+    def __init__(self, slots: int, spec_mode: str = "none", draft_tokens: int = 0):
         r = self.registry = CollectorRegistry()
         self.requests = Counter("ninfer_requests", "Requests by endpoint and outcome", ["endpoint", "outcome"],
                                 registry=r)
@@ -51,6 +56,14 @@ class Metrics:
         self.cache_lookups = Counter("ninfer_prefix_cache_lookups", "Prefix-cache lookups", registry=r)
         self.cache_evictions = Counter("ninfer_prefix_cache_evictions", "Snapshots evicted from the device tier",
                                        registry=r)
+        self.spec_rounds = Counter("ninfer_spec_rounds", "Speculative rounds, summed over the sequences in them",
+                                   registry=r)
+        self.spec_proposed = Counter("ninfer_spec_draft_tokens", "Draft tokens proposed to verification", registry=r)
+        self.spec_accepted = Counter("ninfer_spec_accepted_tokens", "Draft tokens accepted by verification",
+                                     registry=r)
+        self.spec_info = Gauge("ninfer_spec_info", "The speculative drafter and draft window", ["mode", "k"],
+                               registry=r)
+        self.spec_info.labels(spec_mode, str(int(draft_tokens))).set(1)
         self._cache_seen = {"hits": 0, "lookups": 0, "evictions": 0}
 
     def cache(self, stats: dict[str, int]) -> None:

@@ -15,8 +15,28 @@ A sequence ends on a stop id (the artifact's eos ids), a stop string, `max_token
 context; its slot is freed and its final state goes into the prefix cache.
 
 Requests talk to the HTTP side through `Request.events` (a thread-safe callback into the asyncio
-loop). Speculative decoding seam: `_decode` takes per-column token lists from the adapter when
-`adapter.speculative` is set (several accepted tokens per step); today one token per column.
+loop).
+
+Speculative decoding (`adapter.spec_mode` "mtp" | "ngram"; "none" or absent: plain steps): step 4 is
+one round for every sequence in decode (docs/SPECULATIVE.md: all of them in one verify extent); the
+adapter returns each sequence's emitted tokens (accepted drafts + the correction or bonus) with its
+proposed / accepted counts, and the tokens go out one by one (stop ids, stop strings, max_tokens and
+the context cut them as for plain steps). A sequence gets its drafter (`adapter.start_lane`) when it
+enters decode and loses it when it ends (`adapter.release`). Requests join and leave between rounds;
+chunked prefill still runs between two rounds.
+Prefix cache under speculative decoding: a snapshot is taken only where the slot's state is exactly
+prompt + tokens[:-1] (a round whose emission was cut by a stop left the state ahead: no snapshot).
+With the MTP drafter the snapshot also holds the MTP KV rows [0, L) (`mtp_kv/*` are state buffers
+of the plan, so the adapter's snapshot copies them like `kv/*`); MTP row L-1 pairs the target's
+hidden state at L-1 with the token that FOLLOWED (the next prompt token, the first sampled token or
+the last emitted one), so such a snapshot is keyed by its L tokens plus that follower: it is restored
+only for a request that continues with the same token, and its MTP state is then exactly a cold
+run's (drafts, hence seeded sampling, do not depend on what was cached). The price: a prompt equal to
+a cached one is not restored whole (its follower is sampled after the lookup); it restores the
+deepest snapshot inside it and prefills the rest. (The alternative, re-running the MTP head over the
+cached prefix, needs the target's hidden rows of the whole prefix: 2 x H bytes per token more in
+every snapshot, and an MTP prefill per restore.) The n-gram drafter has no device state: its
+snapshots are keyed and restored as without speculation.
 """
 
 from __future__ import annotations
@@ -85,6 +105,10 @@ class Request:
         self.sent = 0  # characters of self.text delivered
         self.last_logits = None
         self.error: str | None = None
+        self.spec_rounds = 0  # speculative rounds this request took part in
+        self.spec_proposed = 0  # draft tokens proposed for it
+        self.spec_accepted = 0  # of which accepted
+        self.state_ahead = False  # its slot consumed tokens it did not emit (a round cut by a stop)
 
     def cancel(self, reason: str = "cancelled") -> None:
         self.cancel_reason = reason
@@ -100,6 +124,8 @@ class Scheduler:
                  cache_bytes: int = 2 << 30, host_cache_bytes: int = 0, snapshot_interval: int | None = None,
                  metrics=None, log: Any = None, idle_wait_s: float = 0.5):
         self.a = adapter
+        self.spec_mode = str(getattr(adapter, "spec_mode", "none") or "none")
+        self.follower_keys = self.spec_mode == "mtp"  # snapshots keyed with the token that follows (see above)
         self.max_queue = int(max_queue)
         T = adapter.chunk
         self.prefill_budget = max(1, int(prefill_budget or T))
@@ -240,6 +266,8 @@ class Scheduler:
         r.sampler = self.a.sampler(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, seed=r.seed)
         r.decoder = self.a.decoder()
         L, snap = self.cache.lookup(r.prompt) if self.cache.enabled else (0, None)
+        if snap is not None:
+            L = snap.length  # < the path's depth for a follower-keyed snapshot
         if snap is not None and (L < len(r.prompt) or snap.logits is not None):
             self.a.restore(r.slot, snap)
             r.cursor = r.cached_tokens = L
@@ -252,40 +280,71 @@ class Scheduler:
         if r.cursor == len(r.prompt):
             tok = self.a.sample_from(snap.logits.to(self.a.device), r.sampler, len(r.prompt))
             r.state = "decode"
+            self._start_lane(r, tok)
             self._emit(r, tok, snap.logits)
         else:
             r.state = "prefill"
 
+    def _start_lane(self, r: Request, first: int) -> None:
+        """The request enters decode with its first token: its drafter starts (speculative plans)."""
+        if self.spec_mode != "none":
+            self.a.start_lane(r.slot, r.prompt, int(first), r.sampler)
+
     def _prefill_chunk(self, r: Request, n: int) -> None:
         chunk = r.prompt[r.cursor:r.cursor + n]
         end = r.cursor + n == len(r.prompt)
-        row, tok = self.a.prefill(r.slot, chunk, r.cursor, r.sampler if end else None)
+        if self.follower_keys:  # the MTP prefill's last column pairs with the next prompt token (end: the sampled one)
+            row, tok = self.a.prefill(r.slot, chunk, r.cursor, r.sampler if end else None,
+                                      next_token=None if end else r.prompt[r.cursor + n])
+        else:
+            row, tok = self.a.prefill(r.slot, chunk, r.cursor, r.sampler if end else None)
         r.cursor += n
         if self.cache.enabled and (end or r.cursor % self.snapshot_interval < n):
-            self._remember(r.slot, r.prompt[:r.cursor], row)
+            self._remember(r.slot, r.prompt[:r.cursor], row, tok if end else r.prompt[r.cursor])
         if end:
             r.state = "decode"
+            self._start_lane(r, tok)
             self._emit(r, tok, row)
 
     def _decode(self, batch: list[Request]) -> None:
         busy = {r.slot for r in self._running if r.state == "prefill"}
         cols = [(r.tokens[-1], len(r.prompt) + len(r.tokens) - 1, r.slot) for r in batch]
-        if self.a.speculative:
-            # speculative decoding seam (a plan with draft extents): the adapter drafts, verifies and
-            # returns each column's accepted tokens (>= 1), leaving every slot's state at
-            # prompt + tokens[:-1] as a plain step does; the tokens then go out one by one
-            accepted = self.a.decode_speculative(cols, busy, [r.sampler for r in batch])
-            for r, toks_r in zip(batch, accepted):
-                for tok in toks_r:
-                    if r.state == "decode":
-                        self._emit(r, tok, None)
+        if self.spec_mode != "none":
+            # one round: the adapter drafts, verifies and returns each column's emitted tokens (>= 1:
+            # accepted drafts, then the correction / bonus), leaving every slot's state at
+            # prompt + tokens[:-1] once all of them are emitted, as a plain step does
+            rounds = self.a.decode_speculative(cols, busy, [r.sampler for r in batch])
+            m = self.metrics
+            for r, res in zip(batch, rounds):
+                r.spec_rounds += 1
+                r.spec_proposed += res.proposed
+                r.spec_accepted += res.accepted
+                if m is not None:
+                    m.spec_rounds.inc()
+                    m.spec_proposed.inc(res.proposed)
+                    m.spec_accepted.inc(res.accepted)
+                for i, tok in enumerate(res.tokens):
+                    if r.state != "decode":
+                        break
+                    last = i == len(res.tokens) - 1
+                    r.state_ahead = not last  # finishing here leaves the slot's state past the emitted tokens
+                    self._emit(r, tok, res.logits if last else None)
             return
         logits, toks = self.a.decode(cols, busy, [r.sampler for r in batch])
         for i, (r, tok) in enumerate(zip(batch, toks)):
             if r.state == "decode":
                 self._emit(r, tok, logits[i])
 
-    def _remember(self, slot: int, tokens: list[int], logits) -> None:
+    def _remember(self, slot: int, tokens: list[int], logits, follower: int | None = None) -> None:
+        """Snapshot the slot's state after `tokens`. With MTP drafts the snapshot is keyed by tokens +
+        [follower] (the token MTP row len(tokens)-1 was computed with) and keeps no logits (it is
+        never restored whole)."""
+        if self.follower_keys:
+            if follower is None:
+                return
+            n = len(tokens)
+            self.cache.insert(list(tokens) + [int(follower)], lambda: self.a.snapshot(slot, n, None))
+            return
         self.cache.insert(tokens, lambda: self.a.snapshot(slot, len(tokens), logits))
 
     # ------------------------------------------------------------------ tokens -> text -> events
@@ -358,10 +417,12 @@ class Scheduler:
         r.finish_reason = reason
         r.finished = time.monotonic()
         if r.slot >= 0:
-            if was_decoding and self.cache.enabled and len(r.tokens) >= 2 and r.last_logits is not None \
-                    and reason in ("stop", "length"):
+            if was_decoding and self.cache.enabled and len(r.tokens) >= 2 and not r.state_ahead \
+                    and (r.last_logits is not None or self.follower_keys) and reason in ("stop", "length"):
                 # the state holds prompt + tokens[:-1]; tokens[-1] was sampled from last_logits
-                self._remember(r.slot, r.prompt + r.tokens[:-1], r.last_logits)
+                self._remember(r.slot, r.prompt + r.tokens[:-1], r.last_logits, r.tokens[-1])
+            if self.spec_mode != "none" and was_decoding:
+                self.a.release(r.slot)
             with self._cv:
                 if r in self._running:
                     self._running.remove(r)
@@ -396,6 +457,12 @@ class Scheduler:
                 "queue_wait_s": round((r.admitted - r.arrival), 6) if r.admitted is not None else None,
                 "ttft_s": round(r.first_token - r.arrival, 6) if r.first_token is not None else None,
                 "decode_tok_s": round(dec_tps, 3), "e2e_s": round(e2e, 6)}
+        if self.spec_mode != "none":
+            line["spec"] = {"mode": self.spec_mode, "rounds": r.spec_rounds, "proposed": r.spec_proposed,
+                            "accepted": r.spec_accepted,
+                            "acceptance": round(r.spec_accepted / r.spec_proposed, 4) if r.spec_proposed else None,
+                            "tokens_per_round": round((len(r.tokens) - 1) / r.spec_rounds, 3)
+                            if r.spec_rounds and len(r.tokens) > 1 else None}
         if r.error:
             line["error"] = r.error
         self.log_line(line)

@@ -38,7 +38,8 @@ class Server:
                  drain_s: float = 8.0, log=None, access_log: bool = False):
         self.adapter = adapter
         self.log = sys.stderr if log is None else log
-        self.metrics = Metrics(adapter.slots)
+        self.metrics = Metrics(adapter.slots, str(getattr(adapter, "spec_mode", "none") or "none"),
+                               int(getattr(adapter, "draft_tokens", 0) or 0))
         self.scheduler = Scheduler(adapter, max_queue=max_queue, prefill_budget=prefill_budget,
                                    cache_bytes=cache_bytes, host_cache_bytes=host_cache_bytes,
                                    snapshot_interval=snapshot_interval, metrics=self.metrics, log=self.log)
