@@ -45,4 +45,10 @@ ninfer-run "$OUT/tiny.sm86.plan" --artifact "$OUT/tiny.ninfer" --prompt "def is_
 step "8. perplexity with the runtime (the plan was compiled with --prefill-logits all)"
 head -n 4 "$HELDOUT" > "$OUT/heldout-4lines.txt"
 ninfer-run "$OUT/tiny.sm86.plan" --artifact "$OUT/tiny.ninfer" --perplexity "$OUT/heldout-4lines.txt" --quiet
+step "9. speculative decoding: a plan with a draft window of 2 (verify + MTP draft extents), the same prompt with --spec mtp"
+ninfer-compile "$OUT/tiny.ninfer" --sm 86 --max-context 256 --prefill-chunk 32 --draft-tokens 2 \
+  -o "$OUT/tiny.sm86.k2.plan" --quiet
+grep -E "MTP KV|verify" "$OUT/tiny.sm86.k2.plan/memory.txt" | head -n 3
+ninfer-run "$OUT/tiny.sm86.k2.plan" --artifact "$OUT/tiny.ninfer" --prompt "def is_even(n):" --max-new-tokens 12 \
+  --greedy --spec mtp
 printf '\ndone: outputs in %s\n' "$OUT"
