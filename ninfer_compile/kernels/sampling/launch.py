@@ -25,6 +25,15 @@ def select_workspace_numel(T: int, V: int) -> int:
     return workspace_elems(T, V)
 
 
+
+def check_param_rows(who: str, R: int, **rows) -> None:
+    """The per-row parameter inputs (temperature, top_k, top_p, sample_pos: [R]; seed: [R, 2]) in their
+    PARAM_DTYPES, contiguous; else a RouteError naming `who` and the input (shared with spec_accept)."""
+    for name, t in rows.items():
+        want = (R, 2) if name == "seed" else (R,)
+        if tuple(t.shape) != want or t.dtype != _TORCH[PARAM_DTYPES[name]] or not t.is_contiguous():
+            raise RouteError(f"{who}: {name} must be a contiguous {PARAM_DTYPES[name]} {list(want)}")
+
 def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
            seed: torch.Tensor, sample_pos: torch.Tensor, ids: torch.Tensor, workspace: torch.Tensor) -> None:
     """ids[r] = argmax(logits[r]) where temperature[r] <= 0, else a draw from
@@ -37,11 +46,8 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
         raise RouteError(f"sampling: V={V} must be < 2^24")
     if ids.shape != (R,) or ids.dtype != torch.int32:
         raise RouteError(f"sampling: ids must be int32 [R={R}]")
-    for name, t in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p), ("sample_pos", sample_pos),
-                    ("seed", seed)):
-        want = (R, 2) if name == "seed" else (R,)
-        if tuple(t.shape) != want or t.dtype != _TORCH[PARAM_DTYPES[name]] or not t.is_contiguous():
-            raise RouteError(f"sampling: {name} must be a contiguous {PARAM_DTYPES[name]} {list(want)}")
+    check_param_rows("sampling", R, temperature=temperature, top_k=top_k, top_p=top_p, sample_pos=sample_pos,
+                     seed=seed)
     blk = block(V)
     nb = triton.cdiv(V, blk)
     need = workspace_elems(R, V)

@@ -14,11 +14,11 @@ from ninfer_compile.errors import RouteError
 
 from ..pdl import pdl_launch
 from ..sampling.kernels import block_max_kernel, threshold_kernel
-from ..sampling.sizing import PARAM_DTYPES, block
+from ..sampling.launch import check_param_rows
+from ..sampling.sizing import block
 from .kernels import accept_rows_kernel, residual_block_kernel
 from .sizing import workspace_elems
 
-_TORCH = {"f32": torch.float32, "i32": torch.int32}
 
 
 def spec_accept(logits: torch.Tensor, ids: torch.Tensor, n_drafts: torch.Tensor, temperature: torch.Tensor,
@@ -41,11 +41,8 @@ def spec_accept(logits: torch.Tensor, ids: torch.Tensor, n_drafts: torch.Tensor,
                               ("accepted", accepted, (C,), torch.int32)):
         if tuple(t.shape) != want or t.dtype != dt or not t.is_contiguous():
             raise RouteError(f"spec_accept: {name} must be a contiguous int32 {list(want)}")
-    for name, t in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p), ("sample_pos", sample_pos),
-                    ("seed", seed)):
-        want = (T, 2) if name == "seed" else (T,)
-        if tuple(t.shape) != want or t.dtype != _TORCH[PARAM_DTYPES[name]] or not t.is_contiguous():
-            raise RouteError(f"spec_accept: {name} must be a contiguous {PARAM_DTYPES[name]} {list(want)}")
+    check_param_rows("spec_accept", T, temperature=temperature, top_k=top_k, top_p=top_p, sample_pos=sample_pos,
+                     seed=seed)
     blk = block(V)
     nb = triton.cdiv(V, blk)
     need = workspace_elems(T, V)
