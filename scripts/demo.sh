@@ -49,6 +49,6 @@ step "9. speculative decoding: a plan with a draft window of 2 (verify + MTP dra
 ninfer-compile "$OUT/tiny.ninfer" --sm 86 --max-context 256 --prefill-chunk 32 --draft-tokens 2 \
   -o "$OUT/tiny.sm86.k2.plan" --quiet
 grep -E "MTP KV|verify" "$OUT/tiny.sm86.k2.plan/memory.txt" | head -n 3
-ninfer-run "$OUT/tiny.sm86.k2.plan" --artifact "$OUT/tiny.ninfer" --prompt "def is_even(n):" --max-new-tokens 12 \
+ninfer-run "$OUT/tiny.sm86.k2.plan" --artifact "$OUT/tiny.ninfer" --prompt "def is_even(n):" --max-new-tokens 6 \
   --greedy --spec mtp
 printf '\ndone: outputs in %s\n' "$OUT"
