@@ -47,15 +47,19 @@ def _match(view: OpView) -> dict:
 
 
 _IN = ("input",)
+# The per-row parameter inputs, one row per logits row (shared with kernels/spec_accept/spec.py).
+PARAM_OPERANDS = (
+    Operand("temperature", roles=_IN, dtypes=("f32",), rank=1, doc="[R]; <= 0: greedy"),
+    Operand("top_k", roles=_IN, dtypes=("i32",), rank=1, doc="[R]; 0: off"),
+    Operand("top_p", roles=_IN, dtypes=("f32",), rank=1, doc="[R]; >= 1: off"),
+    Operand("seed", roles=_IN, dtypes=("i32",), rank=2, doc="[R, 2]: 64-bit seed, low word first"),
+    Operand("sample_pos", roles=_IN, dtypes=("i32",), rank=1, doc="[R]: position of the chosen token"),
+)
 SPECS = (FamilySpec(
     name="sampling",
     operands=(
         Operand("logits", roles=("activation", "output"), dtypes=("bf16", "f32"), rank=2, doc="[R, V]"),
-        Operand("temperature", roles=_IN, dtypes=("f32",), rank=1, doc="[R]; <= 0: greedy"),
-        Operand("top_k", roles=_IN, dtypes=("i32",), rank=1, doc="[R]; 0: off"),
-        Operand("top_p", roles=_IN, dtypes=("f32",), rank=1, doc="[R]; >= 1: off"),
-        Operand("seed", roles=_IN, dtypes=("i32",), rank=2, doc="[R, 2]: 64-bit seed, low word first"),
-        Operand("sample_pos", roles=_IN, dtypes=("i32",), rank=1, doc="[R]: position of the sampled token"),
+        *PARAM_OPERANDS,
         Operand("ids", io="out", roles=("activation", "output"), dtypes=("i32",), rank=1, doc="[R] next ids"),
     ),
     attrs=(Attr("mode", (str,), "per_slot", to_launcher=False, doc="table match key"),),

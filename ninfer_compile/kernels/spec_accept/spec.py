@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from ..family import FamilySpec, Operand, OpView
 from ..sampling.sizing import PARAM_DTYPES
+from ..sampling.spec import PARAM_OPERANDS
 from ..spec_util import VALUE, Bad, checker, eq
 
 _M = "ninfer_compile.kernels.spec_accept"
@@ -62,11 +63,7 @@ SPECS = (FamilySpec(
         Operand("logits", roles=("activation", "output"), dtypes=("bf16", "f32"), rank=2, doc="[T, V] target logits"),
         Operand("ids", roles=_IN, dtypes=("i32",), rank=1, doc="[T] the verify columns' tokens (drafts at r*W + 1..)"),
         Operand("n_drafts", roles=_IN, dtypes=("i32",), rank=1, doc="[C] real drafts per row (0..W-1)"),
-        Operand("temperature", roles=_IN, dtypes=("f32",), rank=1, doc="[T]; <= 0: greedy"),
-        Operand("top_k", roles=_IN, dtypes=("i32",), rank=1, doc="[T]; 0: off"),
-        Operand("top_p", roles=_IN, dtypes=("f32",), rank=1, doc="[T]; >= 1: off"),
-        Operand("seed", roles=_IN, dtypes=("i32",), rank=2, doc="[T, 2]: 64-bit seed, low word first"),
-        Operand("sample_pos", roles=_IN, dtypes=("i32",), rank=1, doc="[T]: position of the token chosen at the column"),
+        *PARAM_OPERANDS,  # one row per column
         Operand("tokens", io="out", roles=("activation", "output"), dtypes=("i32",), rank=1,
                 doc="[T]: row r's emitted tokens at r*W .. r*W + accepted[r]"),
         Operand("accepted", io="out", roles=("activation", "output"), dtypes=("i32",), rank=1,
