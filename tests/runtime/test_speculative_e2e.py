@@ -252,3 +252,31 @@ def test_trained_tiny_mtp_k5(tmp_path_factory):
     ref = Q.reference_model(art)
     bad = S.check_tokens_against(lambda t: ref.prefill(list(t)).float(), prompt, r.tokens)
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.gpu
+def test_gpu_trained_tiny_graphs_match_eager_and_repeat(tmp_path_factory):
+    """Issue #17 item 1 on the GPU: the trained tiny model (real MTP head), K = 3, C = 2: the verify and
+    MTP extents are CUDA-graph captured; three graph runs, an eager run and the plain (--spec none)
+    run give the same tokens, and every run accepts the same drafts."""
+    import ninfer_runtime as nr
+    from quality import support as Q
+
+    d = tmp_path_factory.mktemp("spec_gpu")
+    art = Q.pack(d / "tt.ninfer", "bf16")
+    plan = _compile(art, d / "k3.plan", S.interp_table(d / "interp90.yaml"), k=3, concurrency=(1, 2))
+    ids = Q.heldout_ids()
+    prompts = [ids[:9], ids[40:57]]
+    with nr.load(plan, art, device="cuda", progress=False) as eng:
+        captured = sorted(eng.graphs)
+        assert any(n.startswith("verify_") for n in captured), captured
+        assert any(n.startswith("mtp_verify_") for n in captured), captured
+        runs, accepted = [], []
+        for _ in range(3):
+            runs.append([r.tokens for r in eng.generate(prompts, 16, ignore_eos=True)])
+            accepted.append((eng.last_stats["spec"]["rounds"], eng.last_stats["spec"]["accepted"]))
+        eager = [r.tokens for r in eng.generate(prompts, 16, ignore_eos=True, use_graphs=False)]
+        accepted.append((eng.last_stats["spec"]["rounds"], eng.last_stats["spec"]["accepted"]))
+        plain = [r.tokens for r in eng.generate(prompts, 16, spec="none", ignore_eos=True)]
+    assert runs[0] == runs[1] == runs[2] == eager == plain
+    assert len(set(accepted)) == 1 and accepted[0][1] > 0, accepted
