@@ -1,4 +1,5 @@
-"""Route registrations of the Gated DeltaNet family (gdn_gating, gdn_gating_proj, gated_delta_rule)."""
+"""Route registrations of the Gated DeltaNet family (gdn_gating, gdn_gating_proj, gated_delta_rule,
+gdn_decode_fused)."""
 
 from ninfer_compile.kernels.registry import ParamSpec, Route, RouteDomain, register
 
@@ -79,6 +80,19 @@ register(Route(
     doc="one sequence per launch, any T; chunk 64 WY/UT prep (blocked 16x16 inverse, chunk-parallel) + "
         "bf16 tensor-core state passing (heads x Dv blocks) storing per-chunk states + chunk-parallel output; "
         "float32 workspace launch_fast.chunked_workspace_numel(T, Hv, Dk, Dv)",
+))
+
+register(Route(
+    name="gdn_decode_fused_keyhead", family="gdn_decode_fused",
+    domain=RouteDomain(max_t=64, extra={"phase": ("decode",)}),
+    params={"num_warps": ParamSpec("num_warps", (2, 4, 8, 16), 4,
+                                   "warps per (column, key head) program ([Dk, Dv] f32 state block in registers)")},
+    reference=f"{_M}.reference:gdn_decode_fused", launcher=f"{_M}.launch_fused:gdn_decode_fused",
+    kernels=(f"{_M}.kernels_fused:gdn_fused_decode_kernel",),
+    doc="decode (every column its own slot, T <= 64): conv1d + SiLU of q / k / v (state roll), the gated delta "
+        "rule step and the gated RMSNorm in one launch; grid (T, Hk), each program owns a key head and its "
+        "Hv/Hk value heads (every conv channel single-owner). Replaces conv1d_decode + gdn_recurrent_decode + "
+        "gated_rmsnorm_rows",
 ))
 
 
