@@ -493,8 +493,10 @@ def _chain_into(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
         parted = [fo for fo, pairs in mapped_in.items() if pairs and pairs[0][0] != fo]
         if parted:
             attrs["parts_of"] = parted[0]
-        outputs = {o.name: members[outs[o.name][0]].outputs[outs[o.name][1]] for o in spec.outputs if o.name in outs}
-        if set(outputs) != set(outs) or set(inputs) - {n for pairs in mapped_in.values() for n, _ in pairs}:
+        # outputs in the rule's order: the order the family's reference returns them (the executor zips)
+        outputs = {fo: members[kind].outputs[operand] for fo, (kind, operand) in outs.items()
+                   if operand in members[kind].outputs}
+        if set(outputs) != set(outs) or any(o.name not in outs for o in spec.outputs if not o.optional):
             continue
         merged = []
         for m in members.values():
