@@ -111,12 +111,19 @@ def derive_match_set(spec, objects: Mapping[str, Any] | None = None,
     from ..errors import CompileError
     from ..ir.lower import LowerOptions, lower_all
     from ..passes.context import PassContext
+    from ..passes.fuse import load_rules
     from ..passes.pipeline import PIPELINE, run_pipeline
     from ..passes.select_routes import op_match
 
     fams = set(families) if families is not None else None
     steps = [(n, f) for n, f in PIPELINE if n in ("bind_weights", "fuse")]
     ctx = PassContext(spec=spec, objects=objects)
+    # fuse rules marked `tune_unfused` (tables without their fused route keep the ops they replace):
+    # the matches of the graph fused without them are measured too
+    rules = load_rules()
+    ctxs = [ctx] + ([PassContext(spec=spec, objects=objects, fuse_rules=tuple(
+        {**r, "enabled": False} if r.get("tune_unfused") else r for r in rules))]
+        if any(r.get("tune_unfused") for r in rules) else [])
     seen: dict[tuple, MatchCase] = {}
     for kvd in kv_dtypes:
         opts = LowerOptions(prefill_chunk=64, concurrency=(1,), draft_tokens=0, max_context=4096,
@@ -129,8 +136,8 @@ def derive_match_set(spec, objects: Mapping[str, Any] | None = None,
             if notes is not None:
                 notes.append(f"kv dtype {kvd} skipped: {exc}")
             continue
-        for g in graphs:
-            g = run_pipeline(g, ctx, pipeline=steps)
+        runs = [run_pipeline(g0, pc, pipeline=steps) for g0 in graphs for pc in ctxs]
+        for g in runs:
             for op in g.ops():
                 if not op.is_family or (fams is not None and op.kind not in fams):
                     continue
