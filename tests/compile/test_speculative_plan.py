@@ -227,7 +227,9 @@ def test_shipped_table_picks_the_verify_routes(arts, tmp_path, capsys):
     # the untimed rows are cited (sm90.yaml lines) like every other row
     assert all(L["source"].startswith("sm90.yaml:") for L in v["launches"] if L["route"])
     assert _routes(ext["mtp_verify_c2_k3"], "attention") == {"attention_decode_splitkv"}
-    assert _routes(ext["decode_c2_k0"], "gated_delta_rule") == {"gdn_recurrent_decode"}
+    # decode: fuse rule gdn_decode_fused (verify keeps the three ops: window + columns)
+    assert _routes(ext["decode_c2_k0"], "gdn_decode_fused") == {"gdn_decode_fused_keyhead"}
+    assert not _routes(ext["decode_c2_k0"], "gated_delta_rule")
 
 
 def test_27b_header_plan_with_draft_window(tmp_path, tmp_path_factory, capsys):

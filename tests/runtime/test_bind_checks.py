@@ -18,13 +18,15 @@ from . import support as S
 
 
 def _gdn_launch(pj):
-    for ext, x in sorted(pj["extents"].items()):
-        if x["phase"] != "decode":
-            continue
-        for i, L in enumerate(x["launches"]):
-            if L["kind"] == "gated_delta_rule":
-                return ext, i, L
-    raise AssertionError("no decode gated_delta_rule launch")
+    # a decode one where the table keeps it unfused, else prefill's (fuse rule gdn_decode_fused)
+    for phase in ("decode", "prefill"):
+        for ext, x in sorted(pj["extents"].items()):
+            if x["phase"] != phase:
+                continue
+            for i, L in enumerate(x["launches"]):
+                if L["kind"] == "gated_delta_rule":
+                    return ext, i, L
+    raise AssertionError("no gated_delta_rule launch")
 
 
 def _refused(tiny_plan, tmp_path, edit) -> tuple[str, str]:
