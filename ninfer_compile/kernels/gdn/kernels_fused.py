@@ -10,6 +10,9 @@ hk with ALL its REP = Hv / Hk value heads, i.e. every conv channel of that group
   2. per value head h: the v channels' conv (+ their state roll), the recurrent step on the
      [Dk, Dv] f32 state block in registers (decay, delta update, o = S^T q), then the gated
      RMSNorm epilogue over the head's whole value row: out = o * rsqrt(mean(o^2) + eps) * w * silu(z).
+The conv outputs and o are rounded to the output's dtype where the unfused ops store them, and
+every step keeps the unfused kernels' operation order (conv1d_kernel, gdn_decode_kernel,
+gated_rmsnorm_kernel): a verify round (unfused, docs/SPECULATIVE.md) and a plain decode step agree.
 Why (t, hk) and not (t, h, value block) like gdn_decode_kernel: the q / k conv state of key head hk
 is read by all REP value heads; a program per value head would race its roll against the other
 heads' reads (no grid-wide barrier inside a launch), and a value block smaller than Dv would need a
@@ -83,7 +86,11 @@ def gdn_fused_decode_kernel(
     tl.debug_barrier()  # every read of the old q / k rows is done (this program is their only reader)
     _roll(cst, stride_ck, qwin, qch, ok, Dk, K, KP)
     _roll(cst, stride_ck, kwin, kch, ok, Dk, K, KP)
-    q = q * (tl.rsqrt(tl.sum(q * q, axis=0) + l2_eps) * scale)  # [BK]
+    # rounded where the unfused ops store their outputs (conv1d's out, the rule's out: the output's
+    # dtype), and in their operation order, so decode's fused step and verify's unfused ops agree
+    q = q.to(out_ptr.dtype.element_ty).to(tl.float32)
+    k = k.to(out_ptr.dtype.element_ty).to(tl.float32)
+    q = q * tl.rsqrt(tl.sum(q * q, axis=0) + l2_eps) * scale  # [BK]
     k = k * tl.rsqrt(tl.sum(k * k, axis=0) + l2_eps)
     nw = tl.load(nw_ptr + ov, mask=vmask, other=0.0).to(tl.float32)  # [BV]
     smask = kmask[:, None] & vmask[None, :]
@@ -92,6 +99,7 @@ def gdn_fused_decode_kernel(
         vch = 2 * Hk * Dk + h * Dv
         v, vwin = _conv_window(xv_ptr + t * stride_xv + h * Dv, cst, stride_ck, cw_ptr, C, vch, ov, Dv, p,
                                K, KP, SILU)
+        v = v.to(out_ptr.dtype.element_ty).to(tl.float32)
         gv = tl.load(g_ptr + t * Hv + h)
         bv = tl.load(beta_ptr + t * Hv + h)
         sptrs = state_ptr + s * stride_ss + h * stride_sh + ok[:, None] * Dv + ov[None, :]
@@ -100,7 +108,8 @@ def gdn_fused_decode_kernel(
         S = S * tl.exp(gv)
         u = bv * (v - tl.sum(S * k[:, None], axis=0))  # [BV]
         S = S + k[:, None] * u[None, :]
-        o = tl.sum(S * q[:, None], axis=0)  # [BV] f32, never rounded before the norm
+        o = tl.sum(S * q[:, None], axis=0)  # [BV]
+        o = o.to(out_ptr.dtype.element_ty).to(tl.float32)
         tl.store(sptrs, S, mask=smask)
         tl.debug_barrier()  # the v rows of head h: read above by this program only
         _roll(cst, stride_ck, vwin, vch, ov, Dv, K, KP)

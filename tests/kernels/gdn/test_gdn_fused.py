@@ -75,7 +75,7 @@ def test_fused_decode_matches_reference(T, Hk, Hv, Dk, Dv, parts):
     r_out, r_cs, r_st = _ref(case, Hk)
     out, cs, st = _run(case, Hk, parts)
     assert _rel_rms(out, r_out) < 1e-2
-    torch.testing.assert_close(st, r_st, atol=1e-4, rtol=1e-4)
+    assert _rel_rms(st, r_st) < 2e-3  # q / k / v rounded to bf16 where the unfused conv stores them
     # the conv state holds inputs (bf16 in, bf16 out): exact; slots not in the step unchanged
     torch.testing.assert_close(cs, r_cs.bfloat16(), atol=0, rtol=0)
     used = set(case["slots"].tolist())
@@ -93,10 +93,46 @@ def test_fused_decode_activation_none_and_early_positions():
         out, cs, st = _run(case, 2, True, activation=act)
         assert _rel_rms(out, r_out) < 1e-2
         torch.testing.assert_close(cs, r_cs.bfloat16(), atol=0, rtol=0)
-        torch.testing.assert_close(st, r_st, atol=1e-4, rtol=1e-4)
+        assert _rel_rms(st, r_st) < 2e-3
     a = _ref(case, 2, activation="silu")[0]
     b = _ref(case, 2, activation="none")[0]
     assert _rel_rms(a, b) > 0.05
+
+
+def _unfused_kernels(case, Hk, **kw):
+    """conv1d_decode -> gated_delta_rule_decode -> gated_rmsnorm (the launches the fusion replaces)."""
+    from ninfer_compile.kernels.conv1d import launch as conv_launch
+    from ninfer_compile.kernels.gdn import launch as gdn_launch
+    from ninfer_compile.kernels.norms import launch as norm_launch
+
+    d = {k: v.clone().to(DEV) for k, v in case.items()}
+    T, C = d["x"].shape
+    _, Hv, Dk, Dv = d["state"].shape
+    conv = torch.empty(T, C, dtype=torch.bfloat16, device=DEV)
+    conv_launch.conv1d_decode(x=d["x"], weight=d["conv_weight"], conv_state=d["conv_state"], positions=d["positions"],
+                              slots=d["slots"], out=conv, **kw)
+    q, k, v = torch.split(conv, [Hk * Dk, Hk * Dk, Hv * Dv], 1)
+    o = torch.empty(T, Hv, Dv, dtype=torch.bfloat16, device=DEV)
+    gdn_launch.gated_delta_rule_decode(q.reshape(T, Hk, Dk), k.reshape(T, Hk, Dk), v.reshape(T, Hv, Dv), d["g"],
+                                       d["beta"], d["state"], d["positions"], d["slots"], o, scale=Dk ** -0.5)
+    out = torch.empty(T, Hv * Dv, dtype=torch.bfloat16, device=DEV)
+    norm_launch.gated_rmsnorm(o, d["z"], d["norm_weight"], out, eps=1e-6)
+    return out.cpu(), d["conv_state"].cpu(), d["state"].cpu()
+
+
+@pytest.mark.parametrize("T,Hk,Hv,Dk,Dv", [(1, 2, 6, 32, 24), (3, 1, 2, 16, 48), (5, 2, 4, 32, 20)])
+def test_fused_decode_equals_the_unfused_kernels(T, Hk, Hv, Dk, Dv):
+    """Same rounding points and operation order as the three launches it replaces: a plain decode
+    step (fused) and a verify round (unfused ops) give the same tokens."""
+    case = _case(T, Hk, Hv, Dk, Dv, seed=T + 40)
+    u_out, u_cs, u_st = _unfused_kernels(case, Hk)
+    out, cs, st = _run(case, Hk, True)
+    torch.testing.assert_close(cs, u_cs, atol=0, rtol=0)
+    if DEV == "cpu":  # the interpreter: bit for bit
+        assert torch.equal(st, u_st) and torch.equal(out, u_out)
+    torch.testing.assert_close(st, u_st, atol=1e-6, rtol=1e-5)  # GPU: reductions may order differently
+    torch.testing.assert_close(out.float(), u_out.float(), atol=1e-2, rtol=1e-2)
+    assert (out != u_out).float().mean() < 0.02  # bf16 outputs: at most a rare last-bit flip
 
 
 def test_reference_is_the_unfused_composition():
@@ -143,4 +179,7 @@ def test_fused_decode_27b_shape_gpu(T, num_warps):
     out, cs, st = _run(case, 16, True, num_warps=num_warps)
     assert _rel_rms(out, r_out) < 1e-2
     torch.testing.assert_close(cs, r_cs.bfloat16(), atol=0, rtol=0)
-    torch.testing.assert_close(st, r_st, atol=2e-4, rtol=2e-4)
+    assert _rel_rms(st, r_st) < 2e-3
+    u_out, u_cs, u_st = _unfused_kernels(case, 16)
+    torch.testing.assert_close(st, u_st, atol=1e-4, rtol=1e-4)  # GPU reductions may order differently
+    torch.testing.assert_close(out.float(), u_out.float(), atol=2e-2, rtol=2e-2)
