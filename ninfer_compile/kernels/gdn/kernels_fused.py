@@ -17,6 +17,8 @@ Why (t, hk) and not (t, h, value block) like gdn_decode_kernel: the q / k conv s
 is read by all REP value heads; a program per value head would race its roll against the other
 heads' reads (no grid-wide barrier inside a launch), and a value block smaller than Dv would need a
 cross-program reduction for the norm. Owning the whole group makes every state write single-owner.
+PREFETCH: the next value head's state block is loaded before the current one is computed (two
+[Dk, Dv] f32 blocks in registers: 8+ warps at Dk = Dv = 128), so the REP heads' loads overlap.
 Only for decode columns (each column its own slot, one column per slot).
 """
 
@@ -67,7 +69,7 @@ def gdn_fused_decode_kernel(
     stride_xq, stride_xk, stride_xv, stride_cs, stride_ck, stride_ss, stride_sh,
     stride_zt, stride_zh, stride_ot,
     K: tl.constexpr, KP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, SILU: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PREFETCH: tl.constexpr, PDL: tl.constexpr = False,
 ):
     pdl_enter(PDL)
     t = tl.program_id(0)
@@ -94,16 +96,26 @@ def gdn_fused_decode_kernel(
     k = k * tl.rsqrt(tl.sum(k * k, axis=0) + l2_eps)
     nw = tl.load(nw_ptr + ov, mask=vmask, other=0.0).to(tl.float32)  # [BV]
     smask = kmask[:, None] & vmask[None, :]
+    sbase = state_ptr + s * stride_ss + ok[:, None] * Dv + ov[None, :]  # head 0's [BK, BV] block
+    if PREFETCH:  # head h+1's state block is in flight while head h computes
+        S_next = tl.load(sbase + (hk * REP) * stride_sh, mask=smask, other=0.0)
+    else:
+        S_next = tl.zeros([BK, BV], dtype=tl.float32)
     for j in range(0, REP):
         h = hk * REP + j
+        sptrs = sbase + h * stride_sh
+        if PREFETCH:
+            S = S_next
+            more = ok < tl.minimum(Dk, (REP - 1 - j) * Dk)  # all rows while a next head exists, else none
+            S_next = tl.load(sptrs + stride_sh, mask=more[:, None] & vmask[None, :], other=0.0)
+        else:
+            S = tl.load(sptrs, mask=smask, other=0.0)  # [BK, BV] f32
         vch = 2 * Hk * Dk + h * Dv
         v, vwin = _conv_window(xv_ptr + t * stride_xv + h * Dv, cst, stride_ck, cw_ptr, C, vch, ov, Dv, p,
                                K, KP, SILU)
         v = v.to(out_ptr.dtype.element_ty).to(tl.float32)
         gv = tl.load(g_ptr + t * Hv + h)
         bv = tl.load(beta_ptr + t * Hv + h)
-        sptrs = state_ptr + s * stride_ss + h * stride_sh + ok[:, None] * Dv + ov[None, :]
-        S = tl.load(sptrs, mask=smask, other=0.0)  # [BK, BV] f32
         S = tl.where(p > 0, S, 0.0)  # position 0 starts from a zero state
         S = S * tl.exp(gv)
         u = bv * (v - tl.sum(S * k[:, None], axis=0))  # [BV]

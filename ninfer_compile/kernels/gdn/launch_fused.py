@@ -55,8 +55,9 @@ def gdn_decode_fused(x=None, conv_weight=None, conv_state=None, g=None, beta=Non
                      positions=None, slots=None, z=None, norm_weight=None, out=None,
                      x0=None, x1=None, x2=None, key_heads: int = 1, scale: float | None = None,
                      l2_eps: float = L2_EPS, eps: float = 1e-6, activation: str = "silu",
-                     num_warps: int = 4) -> None:
-    """See the module doc. `key_heads` = Hk; scale None = 1/sqrt(Dk); num_warps per program."""
+                     PREFETCH: bool = True, num_warps: int = 8) -> None:
+    """See the module doc. `key_heads` = Hk; scale None = 1/sqrt(Dk); PREFETCH: load the next value
+    head's state block while the current one computes; num_warps per program."""
     missing = [n for n, t in (("conv_weight", conv_weight), ("conv_state", conv_state), ("g", g), ("beta", beta),
                               ("state", state), ("positions", positions), ("slots", slots), ("z", z),
                               ("norm_weight", norm_weight), ("out", out)) if t is None]
@@ -98,6 +99,7 @@ def gdn_decode_fused(x=None, conv_weight=None, conv_state=None, g=None, beta=Non
         xq.stride(0), xk.stride(0), xv.stride(0), conv_state.stride(0), conv_state.stride(1),
         state.stride(0), state.stride(1), z.stride(0), z.stride(1), out.stride(0),
         K=K, KP=triton.next_power_of_2(K), BK=max(16, triton.next_power_of_2(Dk)),
-        BV=max(16, triton.next_power_of_2(Dv)), SILU=activation == "silu", num_warps=num_warps,
+        BV=max(16, triton.next_power_of_2(Dv)), SILU=activation == "silu", PREFETCH=bool(PREFETCH),
+        num_warps=num_warps,
         **pdl_launch(gdn_fused_decode_kernel),
     )

@@ -85,8 +85,10 @@ register(Route(
 register(Route(
     name="gdn_decode_fused_keyhead", family="gdn_decode_fused",
     domain=RouteDomain(max_t=64, extra={"phase": ("decode",)}),
-    params={"num_warps": ParamSpec("num_warps", (2, 4, 8, 16), 4,
-                                   "warps per (column, key head) program ([Dk, Dv] f32 state block in registers)")},
+    params={"num_warps": ParamSpec("num_warps", (2, 4, 8, 16), 8,
+                                   "warps per (column, key head) program ([Dk, Dv] f32 state block in registers)"),
+            "PREFETCH": ParamSpec("PREFETCH", (True, False), True,
+                                  "load the next value head's state block while the current one computes")},
     reference=f"{_M}.reference:gdn_decode_fused", launcher=f"{_M}.launch_fused:gdn_decode_fused",
     kernels=(f"{_M}.kernels_fused:gdn_fused_decode_kernel",),
     doc="decode (every column its own slot, T <= 64): conv1d + SiLU of q / k / v (state roll), the gated delta "

@@ -169,7 +169,8 @@ def build_gdn_gating_proj(case, t: int, ctx: int | None, copies: int | None, see
 
 
 def gdn_decode_fused_candidates(route, t: int, quick: bool) -> list[dict]:
-    return [{}, {"num_warps": 4}, {"num_warps": 16}, {"num_warps": 2}]
+    return [{}, {"PREFETCH": False}, {"num_warps": 16}, {"num_warps": 4, "PREFETCH": False},
+            {"num_warps": 16, "PREFETCH": False}]
 
 
 def build_gdn_decode_fused(case, t: int, ctx: int | None, copies: int | None, seed: int = 0):

@@ -120,13 +120,15 @@ def _unfused_kernels(case, Hk, **kw):
     return out.cpu(), d["conv_state"].cpu(), d["state"].cpu()
 
 
-@pytest.mark.parametrize("T,Hk,Hv,Dk,Dv", [(1, 2, 6, 32, 24), (3, 1, 2, 16, 48), (5, 2, 4, 32, 20)])
-def test_fused_decode_equals_the_unfused_kernels(T, Hk, Hv, Dk, Dv):
+@pytest.mark.parametrize("T,Hk,Hv,Dk,Dv,prefetch", [(1, 2, 6, 32, 24, True), (3, 1, 2, 16, 48, True),
+                                                    (5, 2, 4, 32, 20, True), (2, 2, 6, 32, 24, False),
+                                                    (3, 3, 3, 16, 16, False)])
+def test_fused_decode_equals_the_unfused_kernels(T, Hk, Hv, Dk, Dv, prefetch):
     """Same rounding points and operation order as the three launches it replaces: a plain decode
     step (fused) and a verify round (unfused ops) give the same tokens."""
     case = _case(T, Hk, Hv, Dk, Dv, seed=T + 40)
     u_out, u_cs, u_st = _unfused_kernels(case, Hk)
-    out, cs, st = _run(case, Hk, True)
+    out, cs, st = _run(case, Hk, True, PREFETCH=prefetch)
     torch.testing.assert_close(cs, u_cs, atol=0, rtol=0)
     if DEV == "cpu":  # the interpreter: bit for bit
         assert torch.equal(st, u_st) and torch.equal(out, u_out)
@@ -171,12 +173,12 @@ def test_launcher_takes_every_spec_attribute():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("T", [1, 3, 8])
-@pytest.mark.parametrize("num_warps", [4, 8])
-def test_fused_decode_27b_shape_gpu(T, num_warps):
+@pytest.mark.parametrize("num_warps,prefetch", [(8, True), (16, True), (4, False), (8, False)])
+def test_fused_decode_27b_shape_gpu(T, num_warps, prefetch):
     """qwen3.6-27b's GDN: Hk 16, Hv 48, Dk = Dv = 128, C = 10240."""
     case = _case(T, 16, 48, 128, 128, seed=T)
     r_out, r_cs, r_st = _ref(case, 16)
-    out, cs, st = _run(case, 16, True, num_warps=num_warps)
+    out, cs, st = _run(case, 16, True, num_warps=num_warps, PREFETCH=prefetch)
     assert _rel_rms(out, r_out) < 1e-2
     torch.testing.assert_close(cs, r_cs.bfloat16(), atol=0, rtol=0)
     assert _rel_rms(st, r_st) < 2e-3
