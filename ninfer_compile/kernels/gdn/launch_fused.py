@@ -55,7 +55,7 @@ def gdn_decode_fused(x=None, conv_weight=None, conv_state=None, g=None, beta=Non
                      positions=None, slots=None, z=None, norm_weight=None, out=None,
                      x0=None, x1=None, x2=None, key_heads: int = 1, scale: float | None = None,
                      l2_eps: float = L2_EPS, eps: float = 1e-6, activation: str = "silu",
-                     PREFETCH: bool = True, num_warps: int = 8) -> None:
+                     PREFETCH: bool = True, num_warps: int = 16) -> None:
     """See the module doc. `key_heads` = Hk; scale None = 1/sqrt(Dk); PREFETCH: load the next value
     head's state block while the current one computes; num_warps per program."""
     missing = [n for n, t in (("conv_weight", conv_weight), ("conv_state", conv_state), ("g", g), ("beta", beta),

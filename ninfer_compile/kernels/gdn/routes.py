@@ -85,7 +85,7 @@ register(Route(
 register(Route(
     name="gdn_decode_fused_keyhead", family="gdn_decode_fused",
     domain=RouteDomain(max_t=64, extra={"phase": ("decode",)}),
-    params={"num_warps": ParamSpec("num_warps", (2, 4, 8, 16), 8,
+    params={"num_warps": ParamSpec("num_warps", (2, 4, 8, 16), 16,
                                    "warps per (column, key head) program ([Dk, Dv] f32 state block in registers)"),
             "PREFETCH": ParamSpec("PREFETCH", (True, False), True,
                                   "load the next value head's state block while the current one computes")},

@@ -169,8 +169,10 @@ def build_gdn_gating_proj(case, t: int, ctx: int | None, copies: int | None, see
 
 
 def gdn_decode_fused_candidates(route, t: int, quick: bool) -> list[dict]:
-    return [{}, {"PREFETCH": False}, {"num_warps": 16}, {"num_warps": 4, "PREFETCH": False},
-            {"num_warps": 16, "PREFETCH": False}]
+    # ptxas (sm_90a) at Dk = Dv = 128: 16 warps 128 regs + 392 B (560 B with PREFETCH) spills per thread,
+    # 8 warps 255 regs + 988 B (4.3 KB with PREFETCH)
+    return [{}, {"PREFETCH": False}, {"num_warps": 8, "PREFETCH": False}, {"num_warps": 8},
+            {"num_warps": 4, "PREFETCH": False}]
 
 
 def build_gdn_decode_fused(case, t: int, ctx: int | None, copies: int | None, seed: int = 0):
