@@ -85,23 +85,17 @@ def build_gated_delta_rule(case, t: int, ctx: int | None, copies: int | None,
 
 
 def verify_window(case) -> int:
-    """W of a verify case (the op's attribute `window`; 0 for decode / prefill cases)."""
-    if case.match.get("phase") != "verify":
-        return 0
-    return int(case.attrs.get("window") or 4)
+    """W of a verify case (tune/measure.py: verify_window)."""
+    from ninfer_compile.tune import measure as M
+
+    return M.verify_window(case)
 
 
 def verify_columns(t: int, window: int, pos0: int):
-    """(slots used, positions, slots) of t = C * W verify columns: row r = slot r at positions
-    pos0 .. pos0 + W - 1 (docs/SPECULATIVE.md's column layout)."""
-    import torch
-
+    """(slots used, positions, slots) of t = C * W verify columns (tune/measure.py: verify_columns)."""
     from ninfer_compile.tune import measure as M
 
-    c = t // window
-    slots = torch.arange(c, dtype=torch.int32, device=M.dev()).repeat_interleave(window)
-    positions = (pos0 + torch.arange(window, dtype=torch.int32, device=M.dev())).repeat(c)
-    return c, positions, slots
+    return M.verify_columns(t, window, pos0)
 
 
 def _gating_operands(t: int, hv: int, gen: torch.Generator):
