@@ -17,8 +17,12 @@
 #   bash bench/aot_check.sh                  # ~2.5 min: plan binaries loaded by the runtime without a JIT
 #   bash bench/gpu_session.sh kv             # the KV formats (issue 15): their kernel tests on the GPU, then
 #                                            #   bench/bench_kv.py (decode 4K / 32K, prefill, append, oracle error)
+#   bash bench/gpu_session.sh tune_new       # <= 420 s (estimate ~5 min, not yet timed): only the cases
+#                                            #   routes/sm90.yaml has no measured group for (verify routes at
+#                                            #   K = 1..5 x C = 1, 2, 4, 8, the newer KV formats, the MTP draft
+#                                            #   head), replayed with the committed measurements into $OUT/sm90.yaml
 #
-# Stages: tests | tune | gemv | cliff | bench | e2e | peers | spec | kv. Results go to $OUT (the device tool's folder) or
+# Stages: tests | tune | gemv | cliff | bench | e2e | peers | spec | kv | tune_new. Results go to $OUT (the device tool's folder) or
 # out/gpu; copy what should be committed into bench/results/ and routes/ afterwards.
 # e2e: our engine for each KV dtype in $E2E_KV (default "bf16 int8"), then the peers (HF
 # transformers eager bf16 and the fp32 reference under torch.compile, bench/bench_peers.py) in
@@ -94,6 +98,33 @@ for stage in "$@"; do
         $R/tune_sm90_gemv_2026-11-29.meas.json $R/tune_sm90_gemv2_2026-11-29.meas.json \
         $R/tune_sm90_gemv_tc_2026-11-29.meas.json "$OUT/cliff.meas.json" --base routes/sm90.yaml -o "$OUT/sm90.yaml" \
         --report "$OUT/sm90.md" 2>&1 | tail -n 2 ;;
+    tune_new)
+      # the rows added by hand in stops 10-11 (marked untimed in routes/sm90.yaml), measured: every case
+      # sm90.yaml has no measured group for (--untimed-in): gdn_recurrent_verify, conv1d_verify,
+      # attention_decode_splitkv and gdn_gating_proj_rows at phase verify (draft windows K = 1..5 at the
+      # round sizes C x (K+1), C = 1, 2, 4, 8), state_select_copy (both state shapes), spec_accept_rows,
+      # attention / kv_append of fp8 k8v4 rk8v4 nvfp4 rk4v4, the MTP draft head's linear (~1,900
+      # timings at --quick --candidates 3). No case is started after TUNE_NEW_BUDGET_S (the ones left
+      # out keep their hand rows and are named in tune_new.log). Then the committed measurements
+      # (routes/sm90.yaml's provenance order), this call's gemv / cliff ones if any, and these are replayed
+      # over routes/sm90.yaml into $OUT/sm90.yaml + sm90.md: the measured groups stay as committed except
+      # the Q4 fallback {Q4G64_F16S, none}, which now also sums the draft head's shape
+      # (tests/tune/test_tune_new.py). Full log: tune_new.log.
+      timeout ${TUNE_NEW_TIMEOUT_S:-390} python3 -m ninfer_compile.cli tune --sm 90 --untimed-in routes/sm90.yaml \
+        --quick --candidates ${TUNE_NEW_CANDIDATES:-3} --budget-s ${TUNE_NEW_BUDGET_S:-330} \
+        --save-measurements "$OUT/tune_new.meas.json" 2>&1 | tr '\r' '\n' | grep -v "^ *$" \
+        | grep -v "it/s\|run/s\|job/s" > "$OUT/tune_new.log"
+      head -n 2 "$OUT/tune_new.log"; grep "^precompiled\|^warning: --budget-s" "$OUT/tune_new.log" | cut -c1-400
+      tail -n 3 "$OUT/tune_new.log"
+      [ -f "$OUT/tune_new.meas.json" ] || { echo "tune_new: no measurements saved (see tune_new.log)"; continue; }
+      R=bench/results
+      EXTRA=""; for f in gemv cliff; do [ -f "$OUT/$f.meas.json" ] && EXTRA="$EXTRA $OUT/$f.meas.json"; done
+      python3 -m ninfer_compile.cli tune --sm 90 --replay $R/tune_sm90_linear_2026-11-29.meas.json \
+        $R/tune_sm90_gemv_2026-11-29.meas.json $R/tune_sm90_gemv2_2026-11-29.meas.json \
+        $R/tune_sm90_gemv_tc_2026-11-29.meas.json $R/tune_sm90_quick_2026-11-29.meas.json \
+        $R/tune_sm90_cliff_2026-12-01.meas.json $R/tune_sm90_gemv_fused_2026-12-01.meas.json \
+        $R/tune_sm90_attn_gating_2026-12-01.meas.json $EXTRA "$OUT/tune_new.meas.json" \
+        --base routes/sm90.yaml -o "$OUT/sm90.yaml" --report "$OUT/sm90.md" 2>&1 | tail -n 2 | tee -a "$OUT/tune_new.log" ;;
     tune)
       timeout 420 python3 -m ninfer_compile.cli tune --sm 90 -o "$OUT/sm90.yaml" --report "$OUT/sm90.md" \
         --save-measurements "$OUT/sm90.meas.json" 2>&1 | tail -n 20 | tee "$OUT/tune.log" ;;
@@ -145,6 +176,6 @@ for stage in "$@"; do
         tests/kernels/kv_cache/test_kv_cache.py tests/kernels/kv_cache/test_formats.py tests/kernels/attention \
         > "$OUT/kv_tests.log" 2>&1; grep -m 5 -n "Error\|FAILED" "$OUT/kv_tests.log"; tail -n 3 "$OUT/kv_tests.log"
       timeout ${KV_BENCH_TIMEOUT_S:-300} python3 bench/bench_kv.py --out "$OUT" 2>&1 | tail -n 80 | tee "$OUT/kv.log" ;;
-    *) echo "error: unknown stage $stage (tests | tune | gemv | cliff | bench | e2e | peers | spec | kv)"; exit 2 ;;
+    *) echo "error: unknown stage $stage (tests | tune | gemv | cliff | bench | e2e | peers | spec | kv | tune_new)"; exit 2 ;;
   esac
 done

@@ -10,7 +10,8 @@ from ninfer_compile.kernels.tuning import TuneSpec
 
 def candidates(route, t: int, quick: bool) -> list[dict]:
     if "decode" in route.name:
-        return [{}, {"split_tokens": 1024}, {"split_tokens": 256}, {"split_tokens": 2048},
+        # (--candidates 3 keeps the first three: 2048 won C = 4 at 32K in the 2026-12-02 KV-format bench)
+        return [{}, {"split_tokens": 1024}, {"split_tokens": 2048}, {"split_tokens": 256},
                 {"block_n": 32}, {"split_tokens": 1024, "num_warps": 8},
                 {"balance": "fixed"}, {"balance": "fixed", "split_tokens": 1024}, {"balance": "fixed", "split_tokens": 256}]
     return [{}, {"block_m": 128}, {"block_n": 64}, {"block_m": 128, "block_n": 64},
