@@ -195,8 +195,8 @@ def _precompile(cases, plan, jobs: int, progress, quiet: bool = False) -> list[s
     # one job per distinct specialisation-relevant key
     uniq, seen = [], set()
     for w in work:
-        key = json.dumps([w[0]["family"], sorted(w[0]["match"].items()), w[1], w[2],
-                          [(n, sorted(p.items())) for n, p in w[3]]], default=str)
+        key = json.dumps([w[0]["family"], sorted(w[0]["match"].items()), w[0].get("window"), w[0].get("variant"),
+                          w[1], w[2], [(n, sorted(p.items())) for n, p in w[3]]], default=str)
         if key not in seen:
             seen.add(key)
             uniq.append(w)

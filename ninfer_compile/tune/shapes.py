@@ -27,12 +27,6 @@ from typing import Any, Iterable, Mapping, Sequence
 from ..errors import NinferError
 
 
-def case_ident(data: Mapping[str, Any]) -> str:
-    """`MatchCase.ident` of a saved case (a dict of a measurement file; older files lack window /
-    variant: 0 / "")."""
-    return json.dumps([data.get("family"), sorted((data.get("match") or {}).items()),
-                       int(data.get("window") or 0), str(data.get("variant") or "")], default=str)
-
 DEFAULT_MODEL = "qwen3.6-27b"
 
 
@@ -46,11 +40,21 @@ KV_DTYPES = _ir_kv_dtypes()
 DRAFT_TOKENS = (1, 2, 3, 4, 5)  # the draft windows K whose verify extents are derived (W = K + 1)
 VERIFY_ROWS = (1, 2, 4, 8)  # the concurrencies C a verify case is measured at (T = C x W)
 
+
+def case_ident(data: Mapping[str, Any]) -> str:
+    """`MatchCase.ident` of a saved case (a dict of a measurement file; older files lack window /
+    variant: 0 / "")."""
+    return json.dumps([data.get("family"), sorted((data.get("match") or {}).items()),
+                       int(data.get("window") or 0), str(data.get("variant") or "")], default=str)
+
+
 @dataclass
 class MatchCase:
     """One match to measure. `match` is the op's full match (op_match: format, n, k, epilogue,
     phase, kv_dtype, head_dim, ...); `shapes` the example op's operand shapes (leading dim = the
-    example extent's T, replaced by each T point); `attrs` its attributes (eps, rotary_dim, ...)."""
+    example extent's T, replaced by each T point); `attrs` its attributes (eps, rotary_dim, ...).
+    A verify case has `window` W (its T points are C x W; the example extent is C = 1); `variant`
+    tells apart cases of one match whose operands differ (TuneSpec `variant`)."""
 
     family: str
     match: Mapping[str, Any]
@@ -180,12 +184,16 @@ def derive_match_set(spec, objects: Mapping[str, Any] | None = None,
     for kvd in usable:
         for k in sorted({int(k) for k in draft_tokens if int(k) > 0}):
             opts = _options(kvd, k)
-            for e in plan_extents(spec, opts):
-                if e.phase == "verify":
-                    g = lower(spec, e, opts, dims)
-                    for _, fn in steps:  # the passes alone: run_pipeline's graph checks ran in the plain pass
-                        g = fn(g, ctx)
-                    _collect(g, fams, seen, k + 1, plain)
+            try:
+                graphs = [lower(spec, e, opts, dims) for e in plan_extents(spec, opts) if e.phase == "verify"]
+            except CompileError as exc:
+                if notes is not None:
+                    notes.append(f"kv dtype {kvd}, draft window K={k}: verify extents skipped: {exc}")
+                continue
+            for g in graphs:
+                for _, fn in steps:  # the passes alone: run_pipeline's graph checks ran in the plain pass
+                    g = fn(g, ctx)
+                _collect(g, fams, seen, k + 1, plain)
     return list(seen.values())
 
 
