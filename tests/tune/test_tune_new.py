@@ -112,11 +112,30 @@ def test_untimed_in_sm90_selects_the_new_routes_cases(cases27b):
     want = {c.ident for c in cases27b if c.window}  # every verify case
     want |= {c.ident for c in cases27b if c.match.get("kv_dtype") == "nvfp4"}  # the issue-15 format
     want |= {c.ident for c in cases27b if c.family == "linear" and c.match["n"] == 131072}  # the draft head
-    assert got == want
+    assert want <= got
+    # (on main today got == want: 81 cases at the default kv formats / windows; a family another branch
+    # adds without measured rows joins them, so only the measured ones are named here)
+    timed = [c for c in cases27b if not c.window and (
+        (c.family in ("attention", "kv_append") and c.match.get("kv_dtype") in ("bf16", "int8_g64"))
+        or (c.family in ("gated_delta_rule", "conv1d") and c.match.get("phase") in ("decode", "prefill")))]
+    assert len(timed) == 10 and not {c.ident for c in timed} & got
     with pytest.raises(NinferError, match="--untimed-in .*nope.yaml: cannot read"):
         P.untimed_cases(untimed, SM90.with_name("nope.yaml"), 90)
     with pytest.raises(NinferError, match="table is for sm 90, not 89"):
         P.untimed_cases(untimed, SM90, 89)
+
+
+def test_timed_in_table_needs_a_group_of_the_exact_match_with_evidence():
+    case = MatchCase("linear", {"format": "Q4G64_F16S", "n": 64, "k": 128, "epilogue": "none"}, {})
+    ev = {"t": [1, "max"], "route": "q4_gemv", "evidence": {1: {"q4_gemv": 3.0}}}
+    bare = {"t": [1, "max"], "route": "q4_gemv"}
+    pinned = {"format": "Q4G64_F16S", "n": 64, "k": 128}  # epilogue defaults to none
+    assert S.timed_in_table(case, {"linear": [{"match": pinned, "routes": [ev]}]})
+    assert not S.timed_in_table(case, {"linear": [{"match": pinned, "routes": [bare]}]})  # hand-added
+    assert not S.timed_in_table(case, {"linear": [{"match": {"format": "Q4G64_F16S"}, "routes": [ev]}]})  # fallback
+    assert not S.timed_in_table(case, {"linear": [{"match": {**pinned, "epilogue": "swiglu"}, "routes": [ev]}]})
+    assert not S.timed_in_table(case, {"rmsnorm": [{"match": pinned, "routes": [ev]}]}) and \
+        not S.timed_in_table(case, None)
 
 
 def test_plan_of_verify_cases_contexts_and_candidate_limit(cases27b):
@@ -198,13 +217,16 @@ def test_replay_replaces_the_hand_added_untimed_rows(cases27b, tmp_path, capsys)
     assert main(["tune", "--sm", "90", "--replay", str(meas), "--base", str(SM90), "-o", str(out)]) == 0, \
         capsys.readouterr().err
     table = load_table(out)
-    measured_kv = {kv_format(k).match for k in KV_SUBSET}
-    tunable = set(S.tunable())
+    from ninfer_compile.kernels.registry import routes_for
+
+    # a hand-added group is replaced when a measured case presents its match (pinned or fallback)
+    served = {(c.family, json.dumps(effective_match(m), sort_keys=True)) for c in new
+              for m in (c.match, S.generic_match(c.family, c.match, routes_for(c.family)))}
     replaced = kept = 0
     for fam, match in marked:
         g = _group(table, fam, match)
         assert g is not None, (fam, match)
-        covered = fam in tunable and match.get("kv_dtype", "bf16") in measured_kv
+        covered = (fam, json.dumps(effective_match(match), sort_keys=True)) in served
         has_evidence = any(r.evidence for r in g.rows)
         if covered:  # measured now: evidence in its rows, and every T of a verify round is served
             replaced += 1
@@ -215,8 +237,12 @@ def test_replay_replaces_the_hand_added_untimed_rows(cases27b, tmp_path, capsys)
         else:  # a format this run did not measure (or the untunable sampling row): carried unchanged
             kept += 1
             assert not has_evidence, (fam, match)
-    # nvfp4 kv_append, attention {bf16, int8_g64, nvfp4} verify + nvfp4 decode / prefill, and the five verify families
-    assert replaced == 11 and kept == len(marked) - 11 >= 1
+    # nvfp4 kv_append, attention {bf16, int8_g64, nvfp4} verify + nvfp4 decode / prefill, the five verify
+    # families; kept: fp8 / k8v4 / rk8v4 / rk4v4 (not measured here) and the untunable sampling row
+    assert replaced >= 11 and kept >= 13
+    for fam, match in marked:
+        if match.get("kv_dtype") in ("fp8", "k8v4", "rk8v4", "rk4v4") or fam == "sampling":
+            assert not any(r.evidence for r in _group(table, fam, match).rows)
     prov = table.provenance["notes"]
     assert "carried over unmeasured" in prov and "kv_dtype: fp8" in prov
     # the draft head: a group pinned to its shape, with evidence
@@ -252,6 +278,8 @@ def test_replay_with_the_committed_measurements_keeps_their_rows(cases27b, tmp_p
     out = tmp_path / "sm90.yaml"
     assert main(["tune", "--sm", "90", "--replay", *files, str(meas), "--base", str(SM90), "-o", str(out)]) == 0, \
         capsys.readouterr().err
+    from ninfer_compile.kernels.registry import routes_for
+
     before, after = load_table(SM90), load_table(out)
     changed = []
     for fam in before.families:
@@ -262,7 +290,11 @@ def test_replay_with_the_committed_measurements_keeps_their_rows(cases27b, tmp_p
             rows = lambda x: [(r.lo, r.hi, r.route and r.route.name, r.resolved, r.evidence) for r in x.rows]  # noqa: E731
             if h is None or rows(h) != rows(g):
                 changed.append((fam, dict(g.match)))
-    assert changed == [("linear", {"format": "Q4G64_F16S", "epilogue": "none"})]
+    # on main: exactly the Q4 fallback; only a fallback that a new case also sums may ever change
+    assert ("linear", {"format": "Q4G64_F16S", "epilogue": "none"}) in changed
+    fallbacks = {(c.family, json.dumps(effective_match(S.generic_match(c.family, c.match, routes_for(c.family))),
+                                       sort_keys=True)) for c in new}
+    assert all((f, json.dumps(effective_match(m), sort_keys=True)) in fallbacks for f, m in changed), changed
 
 
 def test_merge_keeps_windows_and_variants_apart(tmp_path):
