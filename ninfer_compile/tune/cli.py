@@ -89,7 +89,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                                   "exists, else the shipped routes/smNN.yaml)")
     parser.add_argument("--no-base", action="store_true", help="write only the measured groups")
     parser.add_argument("--no-generic", action="store_true", help="no per-format/phase fallback groups")
-    parser.add_argument("--save-measurements", type=Path, help="write the raw measurements (JSON)")
+    parser.add_argument("--save-measurements", type=Path, help="write the raw measurements (JSON; with --replay: "
+                        "the merged ones)")
     parser.add_argument("--replay", type=Path, nargs="+",
                         help="re-pick from saved measurements; no GPU needed. Several files merge: a later file's "
                              "timing of the same (op, T, context, route, params) replaces an earlier one")
@@ -344,6 +345,8 @@ def run(args) -> int:
         elapsed = saved.get("elapsed_s")
         source = saved.get("source", "")
         command = saved.get("command", _command(args))
+        if args.save_measurements:  # the merged measurements, in the format --replay reads
+            X.write_text_atomic(args.save_measurements, json.dumps(saved, default=str, indent=1))
     else:
         device = "(dry run)" if args.dry_run else gpu_check(args.sm)[1]
         spec, objects, source = load_model(args.artifact, args.contract)

@@ -45,9 +45,9 @@ def test_parse_families_expands_groups():
                                                     "kv_append")
     assert set(parse_families("all")) == set(parse_families(None)) == {
         "linear", "attention", "gated_delta_rule", "gdn_gating", "gdn_gating_proj", "conv1d", "rmsnorm",
-        "gated_rmsnorm", "head_rmsnorm", "qk_norm_rope", "kv_append", "state_select", "spec_accept"}
+        "gated_rmsnorm", "head_rmsnorm", "qk_norm_rope", "kv_append", "state_select", "spec_accept", "sampling"}
     with pytest.raises(NinferError):
-        parse_families("sampling")
+        parse_families("embedding")
 
 
 # cases27b: tests/tune/conftest.py (the 27B contract, bf16 / int8 / nvfp4 KV, draft windows 1 and 3)

@@ -112,8 +112,9 @@ def test_untimed_in_sm90_selects_the_new_routes_cases(cases27b):
     want = {c.ident for c in cases27b if c.window}  # every verify case
     want |= {c.ident for c in cases27b if c.match.get("kv_dtype") == "nvfp4"}  # the issue-15 format
     want |= {c.ident for c in cases27b if c.family == "linear" and c.match["n"] == 131072}  # the draft head
+    want |= {c.ident for c in cases27b if c.family == "sampling"}  # sample_per_slot (the text and MTP heads)
     assert want <= got
-    # (on main today got == want: 81 cases at the default kv formats / windows; a family another branch
+    # (on main today got == want: 83 cases at the default kv formats / windows; a family another branch
     # adds without measured rows joins them, so only the measured ones are named here)
     timed = [c for c in cases27b if not c.window and (
         (c.family in ("attention", "kv_append") and c.match.get("kv_dtype") in ("bf16", "int8_g64"))
@@ -234,14 +235,15 @@ def test_replay_replaces_the_hand_added_untimed_rows(cases27b, tmp_path, capsys)
             if match.get("phase") == "verify" or fam in ("state_select", "spec_accept"):
                 assert g.rows[0].lo == 1 and g.rows[0].route is not None, (fam, match, g.rows[0])
                 assert all(r.route is not None for r in g.rows if r.hi is not None and r.hi <= 48)
-        else:  # a format this run did not measure (or the untunable sampling row): carried unchanged
+        else:  # a format this run did not measure: carried unchanged
             kept += 1
             assert not has_evidence, (fam, match)
     # nvfp4 kv_append, attention {bf16, int8_g64, nvfp4} verify + nvfp4 decode / prefill, the five verify
-    # families; kept: fp8 / k8v4 / rk8v4 / rk4v4 (not measured here) and the untunable sampling row
-    assert replaced >= 11 and kept >= 13
+    # families, sampling {mode: per_slot}; kept: fp8 / k8v4 / rk8v4 / rk4v4 (not measured here)
+    assert replaced >= 12 and kept >= 12
+    assert ("sampling", {"mode": "per_slot"}) in marked
     for fam, match in marked:
-        if match.get("kv_dtype") in ("fp8", "k8v4", "rk8v4", "rk4v4") or fam == "sampling":
+        if match.get("kv_dtype") in ("fp8", "k8v4", "rk8v4", "rk4v4"):
             assert not any(r.evidence for r in _group(table, fam, match).rows)
     prov = table.provenance["notes"]
     assert "carried over unmeasured" in prov and "kv_dtype: fp8" in prov
