@@ -215,8 +215,10 @@ def test_replay_replaces_the_hand_added_untimed_rows(cases27b, tmp_path, capsys)
     meas = tmp_path / "tune_new.meas.json"
     recs = _fake_file(meas, new, _args())
     out = tmp_path / "sm90.yaml"
-    assert main(["tune", "--sm", "90", "--replay", str(meas), "--base", str(SM90), "-o", str(out)]) == 0, \
-        capsys.readouterr().err
+    merged = tmp_path / "merged.meas.json"  # --replay with --save-measurements: the merged file
+    assert main(["tune", "--sm", "90", "--replay", str(meas), "--base", str(SM90), "-o", str(out),
+                 "--save-measurements", str(merged)]) == 0, capsys.readouterr().err
+    assert len(json.loads(merged.read_text())["records"]) == len(recs)
     table = load_table(out)
     from ninfer_compile.kernels.registry import routes_for
 
