@@ -214,6 +214,10 @@ def render_md(res: dict) -> str:
         lines.append(f"| {f['label']} | {f['C']} | {f['K']} | {f['forced_accept']} | {f['rounds']} | "
                      f"{f['plain_steps']} | {100 * f['acceptance']:.1f}% | {f['tokens_per_round']:.2f} | "
                      f"{f['tok_s']:.1f} | {f['plain_tok_s']:.1f} | {f['tok_s'] / f['plain_tok_s']:.2f}x |")
+    if res.get("profiles"):
+        from spec_profile import render_profiles
+
+        lines += ["", "## Where the round's time goes (--profile)"] + render_profiles(res["profiles"])
     for e in res.get("errors", []):
         lines.append(f"\nerror: {e}")
     return "\n".join(lines) + "\n"
@@ -379,7 +383,7 @@ def run(args) -> dict:
 
     res = {"provenance": provenance(torch, args.dry), "label": args.label, "dry": args.dry, "context": args.context,
            "reps": args.reps, "warmup": args.warmup, "timer": "CUDA events" if torch.cuda.is_available() and
-           not args.dry else "perf_counter", "plans": {}, "rounds": [], "forced": [], "errors": []}
+           not args.dry else "perf_counter", "plans": {}, "rounds": [], "forced": [], "errors": [], "profiles": []}
     concurrency = [int(x) for x in args.concurrency.split(",") if x]
     forced_c = [int(x) for x in args.forced_concurrency.split(",") if x]
     for path in args.plan:
@@ -391,8 +395,17 @@ def run(args) -> dict:
         eng = ninfer_runtime.load(path, args.artifact, progress=False)
         try:
             cs = [c for c in concurrency if c <= eng.max_concurrency]
-            res["rounds"] += measure_rounds(eng, k, cs, min(args.context, eng.max_context - k - 2), args.reps,
-                                            args.warmup)
+            ctx = min(args.context, eng.max_context - k - 2)
+            res["rounds"] += measure_rounds(eng, k, cs, ctx, args.reps, args.warmup)
+            prof_c = [c for c in (int(x) for x in args.profile.split(",") if x) if c in cs]
+            if prof_c and eng.device.type == "cuda":
+                try:  # a profiler failure must not lose the timed rounds
+                    from spec_profile import profile_rounds
+
+                    res["profiles"] += profile_rounds(torch, eng, plan, path, k, prof_c, ctx)
+                except Exception as exc:  # noqa: BLE001
+                    res["errors"].append(f"profile K={k}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+                    print(res["errors"][-1], flush=True)
             try:  # a failure here (runtime API) must not lose the timed rounds
                 res["forced"] += forced_runs(eng, k, [c for c in forced_c if c <= eng.max_concurrency],
                                              min(args.forced_prompt, eng.max_context // 2),
@@ -418,7 +431,7 @@ def merge(paths: list[Path]) -> dict:
     runs = [json.loads(Path(p).read_text()) for p in paths]
     res = dict(runs[0])
     res["merged_from"] = [{"path": str(p), "date": r["provenance"]["date"]} for p, r in zip(paths, runs)]
-    for key in ("rounds", "forced", "errors"):
+    for key in ("rounds", "forced", "errors", "profiles"):
         res[key] = [x for r in runs for x in r.get(key, [])]
     res["plans"] = {k: v for r in runs for k, v in r.get("plans", {}).items()}
     res["rounds"].sort(key=lambda r: (r["K"], r["C"]))
@@ -441,6 +454,7 @@ def main(argv=None) -> int:
     ap.add_argument("--forced-tokens", type=int, default=64)
     ap.add_argument("--forced-prompt", type=int, default=512)
     ap.add_argument("--vocab", type=int, default=1000, help="random prompt ids below this")
+    ap.add_argument("--profile", default="", help="concurrencies whose extents are broken down per op (GPU only)")
     ap.add_argument("--dry", action="store_true", help="CPU interpreter run on the tiny synthetic MTP model")
     ap.add_argument("--merge", nargs="+", type=Path, default=None, metavar="JSON",
                     help="combine earlier runs' spec_*.json (e.g. K = 1..3 and 4..5 from two calls) into spec_<label>")
