@@ -134,7 +134,7 @@ for stage in "$@"; do
       # label 27b-k<K list>: SPEC_K="1 2 3" and "4 5" in two calls keep both; bench_spec.py --merge joins them
       timeout ${SPEC_BUDGET_S:-420} python3 bench/bench_spec.py $PLANS --artifact "$A" --out "$OUT" \
         --label "27b-k$(echo ${SPEC_K:-1 2 3 4 5} | tr ' ' '-')" \
-        --concurrency ${SPEC_C:-1,2,4,8} --context 4096 --forced-concurrency ${SPEC_FORCED_C-1,8} --profile "${SPEC_PROFILE:-}" \
+        --concurrency ${SPEC_C:-1,2,4,8} --context 4096 --forced-concurrency "${SPEC_FORCED_C-1,8}" --profile "${SPEC_PROFILE:-}" \
         2>&1 | tail -n 90 | tee "$OUT/spec.log" ;;
     kve2e)
       # issue #17 item 2: each KV format end to end on the 27B (one plan per format, C = 1, context room
@@ -161,6 +161,8 @@ for stage in "$@"; do
     serve)
       # issue #17 item 3 at a 32K shared prefix: ninfer-serve on a plan with room for it (C = 1..8),
       # bench/bench_serve.py (TTFT / per-token at SERVE_C, the prefix cold vs warm, a bounded load run)
+      python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site wheels/serve/*.whl \
+        || { echo "error: the server's wheels (fastapi, uvicorn, prometheus-client, ...) belong in wheels/serve"; continue; }
       ensure_artifact
       python3 -m ninfer_compile.cli "$A" --sm 90 --concurrency 1,2,4,8 --max-context ${SERVE_MAX_CONTEXT:-34816} \
         -o /tmp/p90_serve 2>&1 | tail -n 1
