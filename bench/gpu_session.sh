@@ -15,6 +15,8 @@
 #                                            #   five 27B compiles may not fit one 10-min call: SPEC_K="1 2 3",
 #                                            #   then "4 5", then bench_spec.py --merge the two JSON files
 #   bash bench/aot_check.sh                  # ~2.5 min: plan binaries loaded by the runtime without a JIT
+#   bash bench/gpu_session.sh kve2e          # the seven KV formats end to end (decode at 4K / 32K, prefill 4K)
+#   bash bench/gpu_session.sh serve          # ninfer-serve: TTFT / per-token at C = 1..8, a 32K shared prefix
 #   bash bench/gpu_session.sh kv             # the KV formats (issue 15): their kernel tests on the GPU, then
 #                                            #   bench/bench_kv.py (decode 4K / 32K, prefill, append, oracle error)
 #   bash bench/gpu_session.sh tune_new       # <= TUNE_NEW_S (420 s; estimate ~5.5 min, not yet timed): the cases
@@ -23,7 +25,7 @@
 #                                            #   newer KV formats), replayed with the committed measurements into
 #                                            #   $OUT/sm90.yaml
 #
-# Stages: tests | tune | gemv | cliff | bench | e2e | peers | spec | kv | tune_new. Results go to $OUT (the device tool's folder) or
+# Stages: tests | tune | gemv | cliff | bench | e2e | peers | spec | kv | kve2e | serve | tune_new. Results go to $OUT (the device tool's folder) or
 # out/gpu; copy what should be committed into bench/results/ and routes/ afterwards.
 # e2e: our engine for each KV dtype in $E2E_KV (default "bf16 int8"), then the peers (HF
 # transformers eager bf16 and the fp32 reference under torch.compile, bench/bench_peers.py) in
@@ -191,8 +193,42 @@ for stage in "$@"; do
       # label 27b-k<K list>: SPEC_K="1 2 3" and "4 5" in two calls keep both; bench_spec.py --merge joins them
       timeout ${SPEC_BUDGET_S:-420} python3 bench/bench_spec.py $PLANS --artifact "$A" --out "$OUT" \
         --label "27b-k$(echo ${SPEC_K:-1 2 3 4 5} | tr ' ' '-')" \
-        --concurrency ${SPEC_C:-1,2,4,8} --context 4096 --forced-concurrency ${SPEC_FORCED_C:-1,8} \
+        --concurrency ${SPEC_C:-1,2,4,8} --context 4096 --forced-concurrency "${SPEC_FORCED_C-1,8}" --profile "${SPEC_PROFILE:-}" \
         2>&1 | tail -n 90 | tee "$OUT/spec.log" ;;
+    kve2e)
+      # issue #17 item 2: each KV format end to end on the 27B (one plan per format, C = 1, context room
+      # for 32K): bench_e2e at depth 4K (with a 4K prefill) and at 32K, then one table
+      # (bench/kv_e2e_table.py); KV_E2E picks the formats (default all seven), KVE2E_BUDGET_S bounds the stage
+      ensure_artifact
+      T0=$SECONDS
+      ROUTES=""; [ -f "$OUT/sm90.yaml" ] && ROUTES="--routes $OUT/sm90.yaml"
+      mkdir -p "$OUT/kve2e"
+      for kv in ${KV_E2E:-bf16 int8 fp8 k8v4 rk8v4 nvfp4 rk4v4}; do
+        left=$(( ${KVE2E_BUDGET_S:-540} - (SECONDS - T0) ))
+        [ "$left" -gt 60 ] || { echo "kve2e: budget spent before $kv"; break; }
+        python3 -m ninfer_compile.cli "$A" --sm 90 $ROUTES --concurrency 1 --max-context 33792 \
+          --kv-dtype "$kv" -o "/tmp/p90_kv_$kv" 2>&1 | tail -n 1
+        for depth in 4096 32768; do
+          pre=""; [ "$depth" = 4096 ] && pre=4096
+          timeout $(( left < 150 ? left : 150 )) python3 bench/bench_e2e.py --plan "/tmp/p90_kv_$kv" --artifact "$A" \
+            --out "$OUT/kve2e" --label "27b-$kv-kv-$((depth / 1024))k" --prefill "$pre" --context $depth \
+            --concurrency 1 --decode-tokens 32 2>&1 | grep "^decode\|^prefill\|error" | sed "s/^/$kv $depth: /"
+        done
+      done
+      python3 bench/kv_e2e_table.py "$OUT"/kve2e/e2e_27b-*-kv-*k.json --out "$OUT" --label "27b${KVE2E_TAG:-}" | tail -n 12
+      tar -C "$OUT" -czf "$OUT/kve2e${KVE2E_TAG:-}_raw.tgz" kve2e && rm -rf "$OUT/kve2e" ;;
+    serve)
+      # issue #17 item 3 at a 32K shared prefix: ninfer-serve on a plan with room for it (C = 1..8),
+      # bench/bench_serve.py (TTFT / per-token at SERVE_C, the prefix cold vs warm, a bounded load run)
+      python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site wheels/serve/*.whl \
+        || { echo "error: the server's wheels (fastapi, uvicorn, prometheus-client, ...) belong in wheels/serve"; continue; }
+      ensure_artifact
+      python3 -m ninfer_compile.cli "$A" --sm 90 --concurrency 1,2,4,8 --max-context ${SERVE_MAX_CONTEXT:-34816} \
+        -o /tmp/p90_serve 2>&1 | tail -n 1
+      timeout ${SERVE_TIMEOUT_S:-300} python3 bench/bench_serve.py --plan /tmp/p90_serve --artifact "$A" --out "$OUT" \
+        --label "27b-prefix${SERVE_PREFIX:-32768}" --concurrency ${SERVE_C:-1,2,4,8} --prefix-tokens ${SERVE_PREFIX:-32768} \
+        --load-requests ${SERVE_LOAD:-16} --budget-s $(( ${SERVE_TIMEOUT_S:-300} - 30 )) \
+        --server-args "${SERVE_ARGS:---prefix-cache-gib 24}" 2>&1 | tail -n 30 ;;
     peers)
       T0=$SECONDS
       ensure_artifact
@@ -204,6 +240,6 @@ for stage in "$@"; do
         tests/kernels/kv_cache/test_kv_cache.py tests/kernels/kv_cache/test_formats.py tests/kernels/attention \
         > "$OUT/kv_tests.log" 2>&1; grep -m 5 -n "Error\|FAILED" "$OUT/kv_tests.log"; tail -n 3 "$OUT/kv_tests.log"
       timeout ${KV_BENCH_TIMEOUT_S:-300} python3 bench/bench_kv.py --out "$OUT" 2>&1 | tail -n 80 | tee "$OUT/kv.log" ;;
-    *) echo "error: unknown stage $stage (tests | tune | gemv | cliff | bench | e2e | peers | spec | kv | tune_new)"; exit 2 ;;
+    *) echo "error: unknown stage $stage (tests | tune | gemv | cliff | bench | e2e | peers | spec | kv | kve2e | serve | tune_new)"; exit 2 ;;
   esac
 done
