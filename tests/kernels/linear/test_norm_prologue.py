@@ -112,3 +112,28 @@ def test_prologue_gpu(name, fmt, t, n, k, epi):
     params = {"USE_ASM": True} if name in LOWREG or name == "q4_gemv" else {}  # the inline-PTX paths
     out, expected = _case(name, fmt, t, n, k, epi, params, 11, device="cuda")
     assert_close_rel(out, expected, 1e-2, f"{name} T={t} {n}x{k} {epi} + rmsnorm prologue (GPU)")
+
+
+def test_scale_pair_asm_emulated():
+    """The inline-PTX pair scaler (`prologue.SCALE_PAIR_ASM`, the asm paths' x * (1 + w)) on the
+    lowreg tests' bit-exact PTX emulator: each bf16 half is x * (1 + w) rounded once."""
+    import random
+    import struct
+
+    from ninfer_compile.kernels.linear.prologue import SCALE_PAIR_ASM
+    from test_gemv_lowreg import _bf, _bf16_round, _emulate
+
+    def bits(v: float) -> int:
+        return _bf16_round(struct.unpack("<f", struct.pack("<f", v))[0])
+
+    rng = random.Random(5)
+    for _ in range(200):
+        xs = [bits(rng.gauss(0, 30)), bits(rng.gauss(0, 0.01))]
+        ws = [bits(rng.gauss(0, 0.3)), bits(rng.gauss(0, 2))]
+        xp, wp = xs[0] | xs[1] << 16, ws[0] | ws[1] << 16
+        regs = _emulate("{\n" + SCALE_PAIR_ASM.value + "\n}", [0, xp, wp])
+        for h in range(2):
+            got = _bf(regs["$0"] >> (16 * h))
+            x, w = _bf(xs[h]), _bf(ws[h])
+            assert got == _bf(_bf16_round(x * w + x)), (x, w, got)
+            assert abs(got - x * (1 + w)) <= abs(x * (1 + w)) * 2 ** -8 + 1e-30
