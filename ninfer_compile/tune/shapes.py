@@ -160,6 +160,8 @@ def generic_match(family: str, match: Mapping[str, Any], routes: Sequence[Any]) 
         keep |= set(r.domain.extra)
     if "epilogue" in match:
         keep.add("epilogue")
+    if "prologue" in match:  # a folded-norm op's group never stands in for the plain op's
+        keep.add("prologue")
     return {k: match[k] for k in sorted(match) if k in keep}
 
 
