@@ -111,12 +111,16 @@ def derive_match_set(spec, objects: Mapping[str, Any] | None = None,
     from ..errors import CompileError
     from ..ir.lower import LowerOptions, lower_all
     from ..passes.context import PassContext
+    from ..passes.fuse import load_rules
     from ..passes.pipeline import PIPELINE, run_pipeline
     from ..passes.select_routes import op_match
 
     fams = set(families) if families is not None else None
     steps = [(n, f) for n, f in PIPELINE if n in ("bind_weights", "fuse")]
-    ctx = PassContext(spec=spec, objects=objects)
+    # fuse rules marked `tune_plain` (their fused ops select the plain ops' rows, e.g. a folded
+    # rmsnorm prologue) are off here: the tuner measures the ops they fuse, as before the rule
+    ctx = PassContext(spec=spec, objects=objects, fuse_rules=tuple(
+        {**r, "enabled": False} if r.get("tune_plain") else r for r in load_rules()))
     seen: dict[tuple, MatchCase] = {}
     for kvd in kv_dtypes:
         opts = LowerOptions(prefill_chunk=64, concurrency=(1,), draft_tokens=0, max_context=4096,
@@ -160,8 +164,6 @@ def generic_match(family: str, match: Mapping[str, Any], routes: Sequence[Any]) 
         keep |= set(r.domain.extra)
     if "epilogue" in match:
         keep.add("epilogue")
-    if "prologue" in match:  # a folded-norm op's group never stands in for the plain op's
-        keep.add("prologue")
     return {k: match[k] for k in sorted(match) if k in keep}
 
 
