@@ -62,3 +62,17 @@ def test_prologue_operands_checked():
         launch.gdn_gating_proj(x, wa, wb, a_log, dt_bias, g, beta, norm_weight=nw.float(), norm_eps=EPS)
     with pytest.raises(RouteError, match="norm_eps must be a finite number"):
         launch.gdn_gating_proj(x, wa, wb, a_log, dt_bias, g, beta, norm_weight=nw, norm_eps=float("nan"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T,params", [(1, {"BLOCK_K": 8192, "num_warps": 16}), (3, {}), (8, {"BLOCK_T": 2})])
+def test_prologue_gpu_27b_shape(T, params):
+    """The 27B's gating projection (Hv 48, K 5120) with the folded input_norm, on the GPU."""
+    x, wa, wb, a_log, dt_bias, nw = _inputs(T, 48, 5120, T)
+    g = torch.full((T, 48), float("nan"), device="cuda")
+    beta = torch.full((T, 48), float("nan"), device="cuda")
+    launch.gdn_gating_proj(x.cuda(), wa.cuda(), wb.cuda(), a_log.cuda(), dt_bias.cuda(), g, beta,
+                           norm_weight=nw.cuda(), norm_eps=EPS, **params)
+    rg, rb = reference.gdn_gating_proj(x, wa, wb, a_log, dt_bias, norm_weight=nw, norm_eps=EPS)
+    torch.testing.assert_close(g.cpu(), rg, atol=5e-4, rtol=5e-5)
+    torch.testing.assert_close(beta.cpu(), rb, atol=5e-6, rtol=5e-6)
