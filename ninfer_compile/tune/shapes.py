@@ -158,11 +158,15 @@ def derive_match_set(spec, objects: Mapping[str, Any] | None = None,
     from ..errors import CompileError
     from ..ir.lower import Dims, lower, plan_extents
     from ..passes.context import PassContext
+    from ..passes.fuse import load_rules
     from ..passes.pipeline import PIPELINE, run_pipeline
 
     fams = set(families) if families is not None else None
     steps = [(n, f) for n, f in PIPELINE if n in ("bind_weights", "fuse")]
-    ctx = PassContext(spec=spec, objects=objects)
+    # fuse rules marked `tune_plain` (their fused ops select the plain ops' rows, e.g. a folded
+    # rmsnorm prologue) are off here: the tuner measures the ops they fuse, as before the rule
+    ctx = PassContext(spec=spec, objects=objects, fuse_rules=tuple(
+        {**r, "enabled": False} if r.get("tune_plain") else r for r in load_rules()))
     dims = Dims.from_spec(spec)
     seen: dict[tuple, MatchCase] = {}
     usable: list[str] = []
