@@ -47,6 +47,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from spec_report import _n, render_md  # noqa: E402,F401  (render_md: part of this script's API)
 FIELD_TOKENS_PER_ROUND = 3.5  # NInfer MTP3, vLLM MTP (issue #13)
 TARGET_ROUND_RATIO = 1.10  # MTP3 round / plain step at C = 1
 TARGET_TOK_S = 500.0  # single stream at FIELD_TOKENS_PER_ROUND
@@ -164,65 +166,6 @@ def forced_summary(stats: dict, decode_s: float, accept: int, k: int) -> dict:
 # ---------------------------------------------------------------------------------------- report
 
 
-def _n(v, fmt: str) -> str:
-    return "—" if v is None else format(v, fmt)
-
-
-def render_md(res: dict) -> str:
-    prov = res["provenance"]
-    lines = [f"# Speculative decoding, {res['label']}: {prov['gpu']}, {prov['date']}", "",
-             f"driver {prov['driver']}, torch {prov['torch']}, triton {prov['triton']}; "
-             f"{'DRY RUN (CPU interpreter): timings mean nothing; ' if res.get('dry') else ''}"
-             f"context {res['context']}, {res['reps']} timed replays per extent after {res['warmup']} warm-up "
-             f"(medians, {res['timer']})", ""]
-    for k, opts in sorted(res.get("plans", {}).items()):
-        lines.append(f"- K={k}: `{opts.get('path')}` options {json.dumps(opts.get('options'))}")
-    lines += ["", "## Round cost against a plain step", "",
-              "round = verify + MTP draft (mtp_verify + (K-1) x mtp_decode); ratios against decode_c{C}_k0 of the "
-              "same plan.", "",
-              "| C | K | plain ms | verify ms | MTP draft ms | round ms | verify / plain | round / plain |",
-              "|---|---|---|---|---|---|---|---|"]
-    for r in res["rounds"]:
-        lines.append(f"| {r['C']} | {r['K']} | {r['plain_ms']:.3f} | {r['verify_ms']:.3f} | {_n(r['draft_ms'], '.3f')} "
-                     f"| {r['round_ms']:.3f} | {r['verify_ratio']:.3f}x | {_n(r['round_ratio'], '.3f')}"
-                     f"{'x' if r['round_ratio'] is not None else ''} |")
-    t = res.get("targets") or {}
-    lines += ["", "## Targets", ""]
-    if "mtp3_round_ratio" in t:
-        lines.append(f"- MTP3 round at C=1: {t['mtp3_round_ratio']:.3f}x a plain step ({t['mtp3_ratio_of']}); "
-                     f"target <= {t['round_ratio_target']:.2f}x: {'met' if t['mtp3_round_met'] else 'NOT met'}")
-    else:
-        lines.append("- MTP3 round at C=1: no K=3 plan measured")
-    if "single_stream_tok_s" in t:
-        lines.append(f"- single stream at {t['tokens_per_round']} tokens/round (modelled, K={t['single_stream_k']}): "
-                     f"{t['single_stream_tok_s']:.0f} tok/s; target >= {t['tok_s_target']:.0f}: "
-                     f"{'met' if t['single_stream_met'] else 'NOT met'}")
-    else:
-        lines.append(f"- single stream at {t.get('tokens_per_round')} tokens/round: no C=1 plan with K >= 3")
-    lines += ["", "## Modelled tok/s (device round time; no host overhead)", "",
-              "| C | K | tokens/round | source | round ms | tok/s | x plain |", "|---|---|---|---|---|---|---|"]
-    for m in res["modelled"]:
-        lines.append(f"| {m['C']} | {m['K']} | {m['tokens_per_round']:.2f} | {m['source']}"
-                     f"{'' if m['mtp_draft_included'] else ' (no MTP draft cost)'} | {m['round_ms']:.3f} | "
-                     f"{m['tok_s']:.1f} | {m['speedup_vs_plain']:.2f}x |")
-    lines += ["", "## Forced acceptance through the runtime (label: forced)", "",
-              "Host drafter with the plain run's greedy continuation, corrupted after a drafts per round; "
-              "no MTP draft cost; host overhead included.", "",
-              "| label | C | K | forced a | rounds | plain steps | acceptance | tokens/round | decode tok/s | "
-              "plain tok/s | x plain |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for f in res["forced"]:
-        lines.append(f"| {f['label']} | {f['C']} | {f['K']} | {f['forced_accept']} | {f['rounds']} | "
-                     f"{f['plain_steps']} | {100 * f['acceptance']:.1f}% | {f['tokens_per_round']:.2f} | "
-                     f"{f['tok_s']:.1f} | {f['plain_tok_s']:.1f} | {f['tok_s'] / f['plain_tok_s']:.2f}x |")
-    if res.get("profiles"):
-        from spec_profile import render_profiles
-
-        lines += ["", "## Where the round's time goes (--profile)"] + render_profiles(res["profiles"])
-    for e in res.get("errors", []):
-        lines.append(f"\nerror: {e}")
-    return "\n".join(lines) + "\n"
-
-
 def provenance(torch, dry: bool) -> dict:
     import triton
 
@@ -295,7 +238,10 @@ def time_replays(engine, runner, reps: int, warmup: int) -> list[float]:
     return out
 
 
-def measure_rounds(engine, k: int, concurrency: list[int], context: int, reps: int, warmup: int) -> list[dict]:
+def measure_rounds(engine, k: int, concurrency: list[int], context: int, reps: int, warmup: int,
+                   floor_ms=None) -> list[dict]:
+    """Per C the round_row of the four extents' medians; `floor_ms(extent name) -> ms` (GPU runs) adds
+    each extent's byte floor at the streaming rate (row["floor_ms"])."""
     rows = []
     for c in concurrency:
         names = {"plain": f"decode_c{c}_k0", "verify": f"verify_c{c}_k{k}", "mtp_verify": f"mtp_verify_c{c}_k{k}",
@@ -312,6 +258,8 @@ def measure_rounds(engine, k: int, concurrency: list[int], context: int, reps: i
             t[part] = median_ms(time_replays(engine, r, reps, warmup))
         engine.zero_state()
         rows.append(round_row(c, k, t))
+        if floor_ms is not None:
+            rows[-1]["floor_ms"] = {part: floor_ms(name) for part, name in names.items() if part in t}
         r = rows[-1]
         print(f"K={k} C={c}: plain {r['plain_ms']:.3f} ms, verify {r['verify_ms']:.3f} ms "
               f"({r['verify_ratio']:.2f}x), round {r['round_ms']:.3f} ms ({_n(r['round_ratio'], '.2f')}x)", flush=True)
@@ -386,6 +334,17 @@ def run(args) -> dict:
            not args.dry else "perf_counter", "plans": {}, "rounds": [], "forced": [], "errors": [], "profiles": []}
     concurrency = [int(x) for x in args.concurrency.split(",") if x]
     forced_c = [int(x) for x in args.forced_concurrency.split(",") if x]
+    floors = None
+    if torch.cuda.is_available() and not args.dry:  # the physical limit beside the ratios (issue #16 item 1)
+        from bench_e2e import _entry_bytes
+        from limits import step_floor_bytes, streaming_read_gbs
+
+        res["streaming_read"] = streaming_read_gbs(torch)
+        entry_bytes = _entry_bytes(args.artifact)
+
+        def floors(plan, ctx):
+            gbs = res["streaming_read"]["gbs"]
+            return lambda name: step_floor_bytes(plan, plan["extents"][name], entry_bytes, context=ctx)["total"] / gbs / 1e6
     for path in args.plan:
         plan = json.loads((Path(path) / "plan.json").read_text())
         k = int(plan.get("options", {}).get("draft_tokens", 0))
@@ -396,7 +355,8 @@ def run(args) -> dict:
         try:
             cs = [c for c in concurrency if c <= eng.max_concurrency]
             ctx = min(args.context, eng.max_context - k - 2)
-            res["rounds"] += measure_rounds(eng, k, cs, ctx, args.reps, args.warmup)
+            res["rounds"] += measure_rounds(eng, k, cs, ctx, args.reps, args.warmup,
+                                            floors(plan, ctx) if floors else None)
             prof_c = [c for c in (int(x) for x in args.profile.split(",") if x) if c in cs]
             if prof_c and eng.device.type == "cuda":
                 try:  # a profiler failure must not lose the timed rounds

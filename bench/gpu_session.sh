@@ -19,8 +19,13 @@
 #   bash bench/gpu_session.sh serve          # ninfer-serve: TTFT / per-token at C = 1..8, a 32K shared prefix
 #   bash bench/gpu_session.sh kv             # the KV formats (issue 15): their kernel tests on the GPU, then
 #                                            #   bench/bench_kv.py (decode 4K / 32K, prefill, append, oracle error)
+#   bash bench/gpu_session.sh tune_new       # <= TUNE_NEW_S (420 s; estimate ~5.5 min, not yet timed): the cases
+#                                            #   routes/sm90.yaml has no measured group for (the verify routes at
+#                                            #   K = 1..5 x C = 1, 2, 4, 8 and the MTP draft head first, then the
+#                                            #   newer KV formats), replayed with the committed measurements into
+#                                            #   $OUT/sm90.yaml
 #
-# Stages: tests | tune | gemv | cliff | bench | e2e | peers | spec | kv | kve2e | serve. Results go to $OUT (the device tool's folder) or
+# Stages: tests | tune | gemv | cliff | bench | e2e | peers | spec | kv | kve2e | serve | tune_new. Results go to $OUT (the device tool's folder) or
 # out/gpu; copy what should be committed into bench/results/ and routes/ afterwards.
 # e2e: our engine for each KV dtype in $E2E_KV (default "bf16 int8"), then the peers (HF
 # transformers eager bf16 and the fp32 reference under torch.compile, bench/bench_peers.py) in
@@ -96,6 +101,60 @@ for stage in "$@"; do
         $R/tune_sm90_gemv_2026-11-29.meas.json $R/tune_sm90_gemv2_2026-11-29.meas.json \
         $R/tune_sm90_gemv_tc_2026-11-29.meas.json "$OUT/cliff.meas.json" --base routes/sm90.yaml -o "$OUT/sm90.yaml" \
         --report "$OUT/sm90.md" 2>&1 | tail -n 2 ;;
+    tune_new)
+      # the rows added by hand in stops 10-11 (marked untimed in routes/sm90.yaml), measured: the cases
+      # sm90.yaml has no measured group for (--untimed-in), at --quick --candidates 3, in two parts that
+      # share TUNE_NEW_S (default 420; the whole stage stays under it, a part starts no case past its
+      # --budget-s and names the ones it left out in tune_new.log; part 1 gets TUNE_NEW_VERIFY_S = 170,
+      # part 2 the rest, skipped under 60 s):
+      #  1. the verify routes -- gdn_recurrent_verify, conv1d_verify, attention_decode_splitkv (bf16 /
+      #     int8 KV) and gdn_gating_proj_rows at phase verify, state_select_copy (both state shapes),
+      #     spec_accept_rows, draft windows K = 1..5 at the round sizes C x (K+1), C = 1, 2, 4, 8 -- the
+      #     MTP draft head's linear and sample_per_slot (~700 timings, est. ~100 s); replayed at once into $OUT/sm90.yaml
+      #     (the later stages of a call compile with it);
+      #  2. fp8 k8v4 rk8v4 nvfp4 rk4v4: attention decode / prefill / verify, kv_append (~1,250 timings,
+      #     est. ~210 s), the cases part 1's table still lacks.
+      # Each replay merges the committed measurements (routes/sm90.yaml's provenance order), this call's
+      # gemv / cliff ones if any and the new ones over routes/sm90.yaml: the committed measured groups
+      # stay except the Q4 fallback {Q4G64_F16S, none}, which now also sums the draft head's shape
+      # (tests/tune/test_tune_new.py). $OUT/tune_new.meas.json: both parts merged;
+      # $OUT/tune_new_only.yaml / .md: the new groups alone with their timing grid. Log: tune_new.log.
+      T0=$SECONDS; TOTAL=${TUNE_NEW_S:-420}; R=bench/results; : > "$OUT/tune_new.log"
+      EXTRA=""; for f in gemv cliff; do [ -f "$OUT/$f.meas.json" ] && EXTRA="$EXTRA $OUT/$f.meas.json"; done
+      tn_tune() {  # $1 = seconds for this part, $2 = measurements file, the rest: tune options
+        local left=$1 file=$2; shift 2
+        [ "$left" -ge 60 ] || { echo "tune_new: ${left} s left, $(basename "$file") skipped" | tee -a "$OUT/tune_new.log"; return 1; }
+        timeout $((left - 10)) python3 -m ninfer_compile.cli tune --sm 90 --quick --candidates ${TUNE_NEW_CANDIDATES:-3} \
+          --budget-s $((left - 45)) --save-measurements "$file" "$@" 2>&1 | tr '\r' '\n' | grep -v "^ *$" \
+          | grep -v "it/s\|run/s\|job/s" > "$OUT/tune_new.part.log"
+        cat "$OUT/tune_new.part.log" >> "$OUT/tune_new.log"
+        head -n 2 "$OUT/tune_new.part.log" | cut -c1-300
+        grep "^precompiled\|^warning: --budget-s" "$OUT/tune_new.part.log" | cut -c1-300
+        [ -f "$file" ] || { echo "tune_new: no measurements in $(basename "$file") (see tune_new.log)"; return 1; }
+      }
+      tn_replay() {  # the committed measurements + $EXTRA + the given files -> $OUT/sm90.yaml
+        python3 -m ninfer_compile.cli tune --sm 90 --replay $R/tune_sm90_linear_2026-11-29.meas.json \
+          $R/tune_sm90_gemv_2026-11-29.meas.json $R/tune_sm90_gemv2_2026-11-29.meas.json \
+          $R/tune_sm90_gemv_tc_2026-11-29.meas.json $R/tune_sm90_quick_2026-11-29.meas.json \
+          $R/tune_sm90_cliff_2026-12-01.meas.json $R/tune_sm90_gemv_fused_2026-12-01.meas.json \
+          $R/tune_sm90_attn_gating_2026-12-01.meas.json $EXTRA "$@" --base routes/sm90.yaml -o "$OUT/sm90.yaml" \
+          --report "$OUT/sm90.md" 2>&1 | tail -n 1 | tee -a "$OUT/tune_new.log"
+      }
+      rm -f "$OUT/tune_new_verify.meas.json" "$OUT/tune_new_kv.meas.json"
+      NEW=""
+      P1=${TUNE_NEW_VERIFY_S:-170}; [ "$P1" -le $(( TOTAL - 15 )) ] || P1=$(( TOTAL - 15 ))
+      if tn_tune $P1 "$OUT/tune_new_verify.meas.json" --kv-dtypes bf16,int8 --untimed-in routes/sm90.yaml; then
+        NEW="$OUT/tune_new_verify.meas.json"; tn_replay $NEW
+      fi
+      BASE=routes/sm90.yaml; [ -n "$NEW" ] && [ -f "$OUT/sm90.yaml" ] && BASE="$OUT/sm90.yaml"
+      if tn_tune $(( TOTAL - 15 - (SECONDS - T0) )) "$OUT/tune_new_kv.meas.json" --kv-dtypes fp8,k8v4,rk8v4,nvfp4,rk4v4 \
+          --untimed-in "$BASE"; then
+        NEW="$NEW $OUT/tune_new_kv.meas.json"; tn_replay $NEW
+      fi
+      [ -n "$NEW" ] || continue
+      python3 -m ninfer_compile.cli tune --sm 90 --replay $NEW --save-measurements "$OUT/tune_new.meas.json" --no-base \
+        -o "$OUT/tune_new_only.yaml" --report "$OUT/tune_new_only.md" 2>&1 | tail -n 1 | tee -a "$OUT/tune_new.log"
+      echo "tune_new: $(( SECONDS - T0 )) s" | tee -a "$OUT/tune_new.log" ;;
     tune)
       timeout 420 python3 -m ninfer_compile.cli tune --sm 90 -o "$OUT/sm90.yaml" --report "$OUT/sm90.md" \
         --save-measurements "$OUT/sm90.meas.json" 2>&1 | tail -n 20 | tee "$OUT/tune.log" ;;
@@ -134,7 +193,7 @@ for stage in "$@"; do
       # label 27b-k<K list>: SPEC_K="1 2 3" and "4 5" in two calls keep both; bench_spec.py --merge joins them
       timeout ${SPEC_BUDGET_S:-420} python3 bench/bench_spec.py $PLANS --artifact "$A" --out "$OUT" \
         --label "27b-k$(echo ${SPEC_K:-1 2 3 4 5} | tr ' ' '-')" \
-        --concurrency ${SPEC_C:-1,2,4,8} --context 4096 --forced-concurrency ${SPEC_FORCED_C-1,8} --profile "${SPEC_PROFILE:-}" \
+        --concurrency ${SPEC_C:-1,2,4,8} --context 4096 --forced-concurrency "${SPEC_FORCED_C-1,8}" --profile "${SPEC_PROFILE:-}" \
         2>&1 | tail -n 90 | tee "$OUT/spec.log" ;;
     kve2e)
       # issue #17 item 2: each KV format end to end on the 27B (one plan per format, C = 1, context room
@@ -161,6 +220,8 @@ for stage in "$@"; do
     serve)
       # issue #17 item 3 at a 32K shared prefix: ninfer-serve on a plan with room for it (C = 1..8),
       # bench/bench_serve.py (TTFT / per-token at SERVE_C, the prefix cold vs warm, a bounded load run)
+      python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site wheels/serve/*.whl \
+        || { echo "error: the server's wheels (fastapi, uvicorn, prometheus-client, ...) belong in wheels/serve"; continue; }
       ensure_artifact
       python3 -m ninfer_compile.cli "$A" --sm 90 --concurrency 1,2,4,8 --max-context ${SERVE_MAX_CONTEXT:-34816} \
         -o /tmp/p90_serve 2>&1 | tail -n 1
@@ -179,6 +240,6 @@ for stage in "$@"; do
         tests/kernels/kv_cache/test_kv_cache.py tests/kernels/kv_cache/test_formats.py tests/kernels/attention \
         > "$OUT/kv_tests.log" 2>&1; grep -m 5 -n "Error\|FAILED" "$OUT/kv_tests.log"; tail -n 3 "$OUT/kv_tests.log"
       timeout ${KV_BENCH_TIMEOUT_S:-300} python3 bench/bench_kv.py --out "$OUT" 2>&1 | tail -n 80 | tee "$OUT/kv.log" ;;
-    *) echo "error: unknown stage $stage (tests | tune | gemv | cliff | bench | e2e | peers | spec | kv | kve2e | serve)"; exit 2 ;;
+    *) echo "error: unknown stage $stage (tests | tune | gemv | cliff | bench | e2e | peers | spec | kv | kve2e | serve | tune_new)"; exit 2 ;;
   esac
 done

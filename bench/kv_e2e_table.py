@@ -43,8 +43,10 @@ def render(res: dict, label: str) -> str:
     lines = [f"# KV formats end to end, {label}: {prov.get('gpu')}, {prov.get('date')}", "",
              f"driver {prov.get('driver')}, torch {prov.get('torch')}, triton {prov.get('triton')}; bench_e2e per format "
              "(one plan each, --kv-dtype F); decode = tokens/s of 32 greedy steps after a prompt of the depth; "
-             "prefill = a 4K prompt; ratios against bf16 of the same call.", "",
-             "| KV | " + " | ".join(k.replace("_", " ") for k in keys) + " |", "|---|" + "---|" * len(keys)]
+             "prefill = a 4K prompt; ratios against the bf16 row; `measured` = the runs' start (UTC; rows from "
+             "different device calls differ here).", "",
+             "| KV | " + " | ".join(k.replace("_", " ") for k in keys) + " | measured |",
+             "|---|" + "---|" * (len(keys) + 1)]
     for r in rows:
         cells = []
         for k in keys:
@@ -54,7 +56,8 @@ def render(res: dict, label: str) -> str:
                 continue
             rel = f" ({100.0 * (v / base[k] - 1):+.1f}%)" if base and base.get(k) and r is not base else ""
             cells.append(f"{v:.1f}{rel}")
-        lines.append(f"| {r['kv']} | " + " | ".join(cells) + " |")
+        when = sorted({src["date"][11:] for src in r.get("sources", [])})
+        lines.append(f"| {r['kv']} | " + " | ".join(cells) + f" | {', '.join(when)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -304,7 +304,7 @@ def route_arguments(route) -> list[dict[str, Any]] | None:
         return None
     out: list[dict[str, Any]] = [{"name": o.name, "kinds": _operand_kinds(o.roles), "optional": bool(o.optional),
                                   "parts": int(o.parts)} for o in spec.operands]
-    out += [{"name": a.name, "kinds": ["scalar"], "optional": False, "parts": False}
+    out += [{"name": a.name, "kinds": ["scalar"], "optional": bool(a.optional), "parts": False}
             for a in spec.attrs if a.to_launcher]
     out += [{"name": k, "kinds": ["constexpr"], "optional": False, "parts": False} for k in sorted(route.params)]
     if route.workspace is not None:

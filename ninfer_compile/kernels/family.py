@@ -70,12 +70,15 @@ class Operand:
 class Attr:
     """One op attribute. `types`: allowed Python types of its value. `to_launcher`: the launcher
     takes it as a scalar argument (a `scalar` binding); otherwise the compiler consumes it (route
-    selection / the match, e.g. `kv_dtype`, `mode`, `epilogue`)."""
+    selection / the match, e.g. `kv_dtype`, `mode`, `epilogue`). `optional` (a launcher attribute
+    whose default is None, e.g. the eps of an optional prologue): bound only when the op sets it,
+    so launches of ops without it keep their argument list."""
 
     name: str
     types: tuple[type, ...]
     default: Any = REQUIRED
     to_launcher: bool = True
+    optional: bool = False
     doc: str = ""
 
 
@@ -220,7 +223,7 @@ def launch_bindings(spec: FamilySpec, operand_refs: Mapping[str, dict], attrs: M
         raise RouteError(f"family {spec.name}: operands {extra} are not declared by the family")
     resolved = spec.resolve_attrs(attrs)
     for a in spec.attrs:
-        if a.to_launcher:
+        if a.to_launcher and not (a.optional and resolved[a.name] is None):
             out.append({"arg": a.name, "scalar": resolved[a.name]})
     for k in sorted(params):
         out.append({"arg": k, "constexpr": params[k]})

@@ -7,7 +7,9 @@ A `TuneSpec` says, per family: how to build its operands on the GPU for one matc
 try per route and T (`candidates`) and which routes not to measure at all at a T (`prune`),
 whether the timing depends on a context depth (`contexts`: measured at the decode / prefill
 contexts of `tune --decode-contexts / --prefill-contexts`, summed per T), the `--families` group it
-belongs to (`group`, e.g. `gdn`), and where its rows go in a written route table (`order`).
+belongs to (`group`, e.g. `gdn`), where its rows go in a written route table (`order`), and, when
+one match stands for operands of several shapes (`variant`), the label that keeps them apart: the
+tuner measures each (a case per variant) and picks the match's rows on their sum.
 
 Each family folder exports them from `kernels/<folder>/tune.py`::
 
@@ -33,7 +35,7 @@ from .family import folder_modules
 
 __all__ = [
     "DEFAULT_TOL", "TuneSpec", "TuneSpecs", "tune_spec", "tune_specs", "find_tune_spec",
-    "tunable_families", "family_groups", "table_order", "context_families", "register_tune_spec",
+    "tunable_families", "family_groups", "table_order", "context_families", "register_tune_spec", "variant_of",
 ]
 
 DEFAULT_TOL = 2e-2  # relative RMS tolerance of the reference check unless the family says otherwise
@@ -43,6 +45,9 @@ DEFAULT_TOL = 2e-2  # relative RMS tolerance of the reference check unless the f
 CandidatesHook = Callable[[Any, int, bool], Iterable[dict]]
 # (route, t, quick) -> True: do not measure the route at T at all
 PruneHook = Callable[[Any, int, bool], bool]
+# (shapes, dtypes, attrs) of one op -> a label ("" = the match alone decides): ops presenting the same
+# match with different labels become separate cases, measured apart and summed into the match's rows
+VariantHook = Callable[[Any, Any, Any], str]
 
 
 @dataclass(frozen=True)
@@ -55,8 +60,11 @@ class TuneSpec:
     tolerance of the reference check. `candidates`: `(route, t, quick) -> [params]` (None: each
     route's defaults only). `prune`: `(route, t, quick) -> bool`, True = the route is not measured
     at T. `contexts`: the bench takes a context depth (`ctx`): decode cases are measured at the
-    decode contexts, prefill cases at the prefill contexts (others get `ctx=None`). `group`: a
-    `--families` group name the family belongs to (besides its own name)."""
+    decode contexts, prefill cases at the prefill contexts (others get `ctx=None`; verify cases the
+    decode contexts). `group`: a `--families` group name the family belongs to (besides its own
+    name). `variant`: `(shapes, dtypes, attrs) -> str`, for a family whose match does not pin its
+    operand shapes (e.g. one route for states of any shape): ops of one match with different labels
+    are measured as separate cases, and the match's rows are picked on their summed timings."""
 
     family: str
     order: float
@@ -66,6 +74,7 @@ class TuneSpec:
     prune: PruneHook | None = None
     contexts: bool = False
     group: str | None = None
+    variant: VariantHook | None = None
     doc: str = ""
 
     def __post_init__(self) -> None:
@@ -101,6 +110,9 @@ class TuneSpec:
 
     def pruned(self, route: Any, t: int, quick: bool) -> bool:
         return bool(self.prune(route, t, quick)) if self.prune is not None else False
+
+    def variant_of(self, shapes: Any, dtypes: Any, attrs: Any) -> str:
+        return str(self.variant(shapes, dtypes, attrs) or "") if self.variant is not None else ""
 
 
 # ------------------------------------------------------------------------------ registry
@@ -201,6 +213,12 @@ def table_order(families: Iterable[str]) -> list[str]:
     fams = list(dict.fromkeys(families))
     known = _by_order(specs[f] for f in fams if f in specs)
     return [s.family for s in known] + sorted(f for f in fams if f not in specs)
+
+
+def variant_of(family: str, shapes: Any, dtypes: Any, attrs: Any) -> str:
+    """The family's variant label of one op's operands ("" without a TuneSpec or a `variant` hook)."""
+    s = find_tune_spec(family)
+    return s.variant_of(shapes, dtypes, attrs) if s is not None else ""
 
 
 def context_families() -> list[str]:

@@ -4,7 +4,10 @@
                         [--families linear,gdn,attention] [--t-points 1,2,4,...] [--quick]
 
 1. Refuses (exit 2) without a CUDA GPU, or when the local GPU's sm differs from --sm.
-2. Derives the match set from the model (shapes.py): the ops `compile` would select routes for.
+2. Derives the match set from the model (shapes.py): the ops `compile` would select routes for, at
+   every KV dtype (`--kv-dtypes`, default all seven) and, for the verify extents, every draft window
+   K (`--draft-tokens`, default 1..5) measured at the round sizes C x (K+1) (`--verify-rows`);
+   `--untimed-in TABLE` keeps only the cases TABLE has no measured group for; `--dry-run` lists them.
 3. Times every candidate (route whose declared domain covers the match and T, x the params its
    family's TuneSpec proposes) cold on the GPU (measure.py + the TuneSpec's builder), after
    checking it once against the route's reference at the family's tolerance.
@@ -35,14 +38,12 @@ from . import crossover as X
 from ..kernels.tuning import context_families
 from .picking import (all_candidates, grids_from_records, merge_measurements, pick_groups,  # noqa: F401
                       render_report, route_candidates)
-from .shapes import KV_DTYPES, MatchCase, derive_match_set, describe, load_model, parse_families
-
-DEFAULT_T_POINTS = (1, 2, 3, 4, 5, 8, 12, 16, 24, 32, 48, 64, 128, 256, 512, 1024)
-QUICK_T_POINTS = (1, 2, 4, 5, 8, 16, 32, 64, 128, 512, 1024)
-DECODE_CONTEXTS = (1024, 8192, 32768)
-QUICK_DECODE_CONTEXTS = (4096, 32768)
-PREFILL_CONTEXTS = (0, 4096, 16384)
-QUICK_PREFILL_CONTEXTS = (0, 8192)
+from .plan import (DECODE_CONTEXTS, DEFAULT_T_POINTS, PREFILL_CONTEXTS, QUICK_T_POINTS,  # noqa: F401
+                   all_points, build_plan, candidates_for, case_points, contexts_for, untimed_cases)
+from .plan import ints as _ints
+from .plan import only_routes as _only
+from .shapes import (DRAFT_TOKENS, KV_DTYPES, VERIFY_ROWS, MatchCase, derive_match_set, describe, load_model,
+                     parse_families)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -59,7 +60,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="pruned: 2 param sets per route, fewer T points / contexts, 5 reps")
     parser.add_argument("--routes", help="measure only routes whose name contains one of these comma-separated "
                         "substrings (e.g. lowreg,packed); merge with a full run's measurements via --replay")
-    parser.add_argument("--kv-dtypes", default=",".join(KV_DTYPES), help="KV dtypes for attention/kv_append (bf16,int8)")
+    parser.add_argument("--kv-dtypes", default=",".join(KV_DTYPES),
+                        help="KV cache formats whose ops are derived (default all: %s)" % ",".join(KV_DTYPES))
+    parser.add_argument("--draft-tokens", help="draft windows K whose verify extents are derived (default %s; 0 = no "
+                        "verify cases)" % ",".join(map(str, DRAFT_TOKENS)))
+    parser.add_argument("--verify-rows", help="concurrencies C a verify case is measured at, T = C x (K+1) (default %s; "
+                        "--t-points applies to prefill / decode cases)" % ",".join(map(str, VERIFY_ROWS)))
+    parser.add_argument("--untimed-in", type=Path, metavar="TABLE",
+                        help="measure only the cases TABLE has no measured group for (no group pinned to the case's "
+                             "match with evidence), e.g. routes/sm90.yaml's hand-added rows")
+    parser.add_argument("--budget-s", type=float, metavar="S",
+                        help="start no case after S seconds (derivation and compiles included); the cases left out "
+                             "are named in a warning, the measured ones saved and picked")
+    parser.add_argument("--candidates", type=int, metavar="N",
+                        help="at most N param sets per route (the family's first N; default all, --quick 2)")
     parser.add_argument("--decode-contexts", help="attention decode contexts (default %s)" % ",".join(map(str, DECODE_CONTEXTS)))
     parser.add_argument("--prefill-contexts", help="attention prefill cached prefixes (default %s)"
                         % ",".join(map(str, PREFILL_CONTEXTS)))
@@ -75,7 +89,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                                   "exists, else the shipped routes/smNN.yaml)")
     parser.add_argument("--no-base", action="store_true", help="write only the measured groups")
     parser.add_argument("--no-generic", action="store_true", help="no per-format/phase fallback groups")
-    parser.add_argument("--save-measurements", type=Path, help="write the raw measurements (JSON)")
+    parser.add_argument("--save-measurements", type=Path, help="write the raw measurements (JSON; with --replay: "
+                        "the merged ones)")
     parser.add_argument("--replay", type=Path, nargs="+",
                         help="re-pick from saved measurements; no GPU needed. Several files merge: a later file's "
                              "timing of the same (op, T, context, route, params) replaces an earlier one")
@@ -85,18 +100,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 # --------------------------------------------------------------------------- helpers
-def _ints(text: str | None, default, what: str, minimum: int = 1) -> tuple[int, ...]:
-    if text is None:
-        return tuple(default)
-    try:
-        vals = sorted({int(v) for v in text.split(",") if v.strip()})
-    except ValueError:
-        raise NinferError(f"{what}: expected comma-separated integers, got {text!r}") from None
-    if not vals or vals[0] < minimum:
-        raise NinferError(f"{what}: values must be integers >= {minimum}, got {text!r}")
-    return tuple(vals)
-
-
 def gpu_check(sm: int) -> tuple[int, str]:
     """(local sm, device name); NinferError (one line, exit 2) without a CUDA GPU or on a mismatch."""
     import torch
@@ -173,61 +176,6 @@ def environment(device: str) -> dict:
     return env
 
 
-# --------------------------------------------------------------------------- the plan
-def candidates_for(case: MatchCase, t: int, quick: bool, only: tuple[str, ...] = ()):
-    """[(route, params)] whose declared domain covers the case's match and T (and, when `only` is
-    given, whose name contains one of its substrings)."""
-    from ..kernels.registry import routes_for
-    from ..kernels.tuning import find_tune_spec
-    from ..routes.table import effective_match
-    from .measure import param_candidates
-
-    eff = effective_match(case.match)
-    spec = find_tune_spec(case.family)
-    out = []
-    for r in routes_for(case.family):
-        if r.covers(t, t, eff) is not None:
-            continue
-        if only and not any(o in r.name for o in only):
-            continue
-        if spec is not None and spec.pruned(r, t, quick):
-            continue  # the family's TuneSpec prunes the route at this T (e.g. --quick)
-        for p in param_candidates(r, t, quick):
-            out.append((r, p))
-    return out
-
-
-def _only(args) -> tuple[str, ...]:
-    return tuple(v.strip() for v in (getattr(args, "routes", None) or "").split(",") if v.strip())
-
-
-def contexts_for(case: MatchCase, args) -> list:
-    """The context depths a case is measured at: [None] unless its TuneSpec says `contexts`; then the
-    decode contexts for a decode case, the prefill cached prefixes otherwise."""
-    from ..kernels.tuning import find_tune_spec
-
-    spec = find_tune_spec(case.family)
-    if spec is None or not spec.contexts:
-        return [None]
-    if case.phase == "decode":
-        return list(_ints(args.decode_contexts, QUICK_DECODE_CONTEXTS if args.quick else DECODE_CONTEXTS,
-                          "--decode-contexts"))
-    return list(_ints(args.prefill_contexts, QUICK_PREFILL_CONTEXTS if args.quick else PREFILL_CONTEXTS,
-                      "--prefill-contexts", minimum=0))
-
-
-def build_plan(cases: list[MatchCase], t_points, args) -> list[tuple[int, Any, int, list]]:
-    """[(case index, ctx, T, [(route, params)])] in measurement order."""
-    plan = []
-    for ci, case in enumerate(cases):
-        for ctx in contexts_for(case, args):
-            for t in t_points:
-                cands = candidates_for(case, t, args.quick, _only(args))
-                if cands:
-                    plan.append((ci, ctx, t, cands))
-    return plan
-
-
 # --------------------------------------------------------------------------- measuring
 def _precompile(cases, plan, jobs: int, progress, quiet: bool = False) -> list[str]:
     import concurrent.futures as cf
@@ -248,8 +196,8 @@ def _precompile(cases, plan, jobs: int, progress, quiet: bool = False) -> list[s
     # one job per distinct specialisation-relevant key
     uniq, seen = [], set()
     for w in work:
-        key = json.dumps([w[0]["family"], sorted(w[0]["match"].items()), w[1], w[2],
-                          [(n, sorted(p.items())) for n, p in w[3]]], default=str)
+        key = json.dumps([w[0]["family"], sorted(w[0]["match"].items()), w[0].get("window"), w[0].get("variant"),
+                          w[1], w[2], [(n, sorted(p.items())) for n, p in w[3]]], default=str)
         if key not in seen:
             seen.add(key)
             uniq.append(w)
@@ -277,7 +225,10 @@ def _precompile(cases, plan, jobs: int, progress, quiet: bool = False) -> list[s
     return errs
 
 
-def measure_all(cases, plan, args, warn) -> list[dict]:
+def measure_all(cases, plan, args, warn, deadline: float | None = None) -> list[dict]:
+    """Time every planned candidate. `deadline` (time.time(), `--budget-s`): no case is started
+    after it (a case is measured whole or not at all: its contexts are summed per T); the cases
+    left out get one warning."""
     import torch
     from tqdm import tqdm
 
@@ -288,9 +239,16 @@ def measure_all(cases, plan, args, warn) -> list[dict]:
     records: list[dict] = []
     dropped: dict[tuple, str] = {}  # (case, route, params key) -> reason
     checked: set = set()
+    current = None
     with tqdm(total=total, desc="measure", unit="run", dynamic_ncols=True, disable=getattr(args, "quiet", False),
               mininterval=0.5 if sys.stderr.isatty() else 20) as bar:
-        for ci, ctx, t, cands in plan:
+        for i, (ci, ctx, t, cands) in enumerate(plan):
+            if ci != current and deadline is not None and time.time() > deadline:
+                left = list(dict.fromkeys(describe(cases[j]) for j, *_ in plan[i:]))
+                warn(f"--budget-s {args.budget_s:g}: {len(left)} cases not measured (their base rows stay): "
+                     + "; ".join(left))
+                break
+            current = ci
             case = cases[ci]
             bar.set_postfix_str(f"{describe(case)[:48]} T={t}" + (f" ctx={ctx}" if ctx is not None else ""))
             try:
@@ -350,6 +308,15 @@ def run(args) -> int:
     out = args.output or (ROUTES_DIR / f"sm{args.sm}.yaml")
     report = args.report or out.with_suffix(".md")
     kv = tuple(v.strip() for v in args.kv_dtypes.split(",") if v.strip())
+    bad = [v for v in kv if v not in KV_DTYPES]
+    if bad or not kv:
+        raise NinferError(f"--kv-dtypes: {bad[0] if bad else args.kv_dtypes!r} is not a KV cache format "
+                          f"(formats: {', '.join(KV_DTYPES)})")
+    drafts = tuple(k for k in _ints(getattr(args, "draft_tokens", None), DRAFT_TOKENS, "--draft-tokens", minimum=0)
+                   if k > 0)
+    rows = _ints(getattr(args, "verify_rows", None), VERIFY_ROWS, "--verify-rows")
+    if getattr(args, "candidates", None) is not None and args.candidates < 1:
+        raise NinferError(f"--candidates: must be >= 1, got {args.candidates}")
     warnings: list[str] = []
 
     def warn(msg: str) -> None:
@@ -378,22 +345,39 @@ def run(args) -> int:
         elapsed = saved.get("elapsed_s")
         source = saved.get("source", "")
         command = saved.get("command", _command(args))
+        if args.save_measurements:  # the merged measurements, in the format --replay reads
+            X.write_text_atomic(args.save_measurements, json.dumps(saved, default=str, indent=1))
     else:
         device = "(dry run)" if args.dry_run else gpu_check(args.sm)[1]
         spec, objects, source = load_model(args.artifact, args.contract)
         notes_kv: list[str] = []
-        cases = derive_match_set(spec, objects, kv_dtypes=kv, families=families, notes=notes_kv)
+        cases = derive_match_set(spec, objects, kv_dtypes=kv, families=families, notes=notes_kv,
+                                 draft_tokens=drafts)
         for n in notes_kv:
             print(f"note: {n}", file=sys.stderr)
+        if args.untimed_in is not None:
+            n_all = len(cases)
+            cases = untimed_cases(cases, args.untimed_in, args.sm)
+            print(f"--untimed-in {args.untimed_in}: {len(cases)} of {n_all} cases have no measured group there",
+                  file=sys.stderr)
         if not cases:
-            raise NinferError(f"{source}: no op of the families {', '.join(families)} to tune")
+            raise NinferError(f"{source}: no op of the families {', '.join(families)} to tune"
+                              + (f" (none untimed in {args.untimed_in})" if args.untimed_in is not None else ""))
         plan = build_plan(cases, t_points, args)
         n_meas = sum(len(c) for *_, c in plan)
+        n_ver = sum(1 for c in cases if c.window)
         print(f"tune sm{args.sm} on {device}: {source}; {len(cases)} matches, {len(plan)} operand sets, "
-              f"{n_meas} measurements (T points {','.join(map(str, t_points))}{', quick' if quick else ''})",
+              f"{n_meas} measurements (T points {','.join(map(str, t_points))}{', quick' if quick else ''}"
+              + (f"; {n_ver} verify cases at T = C x W, C in {','.join(map(str, rows))}" if n_ver else "") + ")",
               flush=True)
-        for c in cases:
-            print(f"  {describe(c)}", flush=True)
+        per_case: dict[int, int] = {}
+        for ci, _, _, cands in plan:
+            per_case[ci] = per_case.get(ci, 0) + len(cands)
+        for ci, c in enumerate(cases):
+            pts = ",".join(map(str, case_points(c, t_points, args))) if c.window else ""
+            print(f"  {describe(c)}" + (f" T={pts}" if pts else "") + f": {per_case.get(ci, 0)} measurements",
+                  flush=True)
+        t_points = all_points(cases, t_points, args)  # saved: the verify cases' round sizes too
         if args.dry_run:
             return 0
         env = environment(device)
@@ -411,7 +395,8 @@ def run(args) -> int:
             if errs:
                 print(f"precompile: {len(errs)} launch errors (the timed pass reports them per candidate)",
                       file=sys.stderr)
-        records = measure_all(cases, plan, args, warn)
+        budget = getattr(args, "budget_s", None)
+        records = measure_all(cases, plan, args, warn, deadline=None if budget is None else t0 + budget)
         elapsed = time.time() - t0
         command = _command(args)
         if args.save_measurements:

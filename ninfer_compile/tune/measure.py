@@ -16,8 +16,8 @@ Each candidate's output is checked once against its route's reference (relative 
 
 The builders share the bench machinery below: `Bench`, `n_copies`, `rel_rms`, `call_launcher`,
 `dev` / `sync` / `generator` / `randn`, `random_linear_weight` (random quantised weights),
-`weight_bytes`, `ref_call` and `columns` (decode / prefill positions and slots). This module names no
-family.
+`weight_bytes`, `ref_call`, `columns` (decode / prefill positions and slots) and `verify_window` /
+`verify_columns` (a verify case's rows of W columns). This module names no family.
 """
 
 from __future__ import annotations
@@ -241,6 +241,26 @@ def columns(t: int, decode: bool, decode_pos: int, prefill_start: int):
                 torch.arange(t, dtype=torch.int32, device=dev()))
     return (1, torch.arange(prefill_start, prefill_start + t, dtype=torch.int32, device=dev()),
             torch.zeros(t, dtype=torch.int32, device=dev()))
+
+
+def verify_window(case: MatchCase) -> int:
+    """W of a verify case: the case's round width (`window`), else the op's attribute `window`,
+    else 4; 0 unless the case's match says phase verify or the case has a window."""
+    w = int(getattr(case, "window", 0) or 0)
+    if w:
+        return w
+    if case.match.get("phase") != "verify":
+        return 0
+    return int(case.attrs.get("window") or 4)
+
+
+def verify_columns(t: int, window: int, pos0: int):
+    """(slots used, positions, slots) of t = C * W verify columns: row r = slot r at positions
+    pos0 .. pos0 + W - 1 (docs/SPECULATIVE.md's column layout)."""
+    c = t // window
+    slots = torch.arange(c, dtype=torch.int32, device=dev()).repeat_interleave(window)
+    positions = (pos0 + torch.arange(window, dtype=torch.int32, device=dev())).repeat(c)
+    return c, positions, slots
 
 
 _dev = dev  # the earlier spelling (tests)

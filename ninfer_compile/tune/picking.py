@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import NinferError
 from ..kernels.tuning import context_families
 from . import crossover as X
-from .shapes import describe, generic_match, match_text
+from .shapes import case_ident, describe, generic_match, match_text
 
 
 # --------------------------------------------------------------------------- picking
@@ -70,17 +70,26 @@ def pick_groups(cases, records, t_points, hysteresis: float, generic: bool = Tru
         seen[r["case"]].add(r["t"])
     groups: list[X.Group] = []
     gen_members: dict[tuple, list[int]] = defaultdict(list)
+    # the cases of one match (verify windows, a family's variants) share its group: their grids summed
+    by_match: dict[tuple, list[int]] = defaultdict(list)
     for ci, case in enumerate(cases):
-        grid = grids.get(ci) or {}
-        if not any(grid.values()):
-            continue
+        if any((grids.get(ci) or {}).values()):
+            by_match[(case.family, json.dumps(sorted(case.match.items()), default=str))].append(ci)
+    for members in by_match.values():
+        case = cases[members[0]]
+        grid = grids[members[0]] if len(members) == 1 else X.sum_grids([grids[ci] for ci in members])
         cands = route_candidates(case.family, case.match)
-        rows = X.pick_rows(grid, cands, _measured_points(seen[ci], t_points), hysteresis,
-                           what=f"{case.family} {match_text(case.match)}")
-        ops = ", ".join(case.ops[:4]) + (f", ... ({len(case.ops)} ops)" if len(case.ops) > 4 else "")
+        pts = _measured_points(set().union(*(seen[ci] for ci in members)), t_points)
+        rows = X.pick_rows(grid, cands, pts, hysteresis, what=f"{case.family} {match_text(case.match)}")
+        if all(cases[ci].window for ci in members):
+            rows = _from_one(rows)
+        names = list(dict.fromkeys(n for ci in members for n in cases[ci].ops))
+        ops = ", ".join(names[:4]) + (f", ... ({len(names)} ops)" if len(names) > 4 else "")
+        if len(members) > 1:
+            ops += "; evidence = sum over: " + "; ".join(cases[ci].suffix.strip() for ci in members)
         groups.append(X.Group(case.family, dict(case.match), rows, comment=f"measured: {ops}"))
         gm = generic_match(case.family, case.match, routes_for(case.family))
-        gen_members[(case.family, json.dumps(gm, sort_keys=True))].append(ci)
+        gen_members[(case.family, json.dumps(gm, sort_keys=True))] += members
     if generic:
         for (fam, gm_text), members in gen_members.items():
             gm = json.loads(gm_text)
@@ -90,9 +99,22 @@ def pick_groups(cases, records, t_points, hysteresis: float, generic: bool = Tru
             pts = _measured_points(set().union(*(seen[ci] for ci in members)), t_points)
             rows = X.pick_rows(grid, route_candidates(fam, gm), pts, hysteresis,
                                what=f"{fam} {match_text(gm)}")
+            if all(cases[ci].window for ci in members):
+                rows = _from_one(rows)
             shapes = "; ".join(describe(cases[ci]).split(" (")[0] for ci in members)
             groups.append(X.Group(fam, gm, rows, comment=f"fallback for other shapes; evidence = sum over: {shapes}"))
     return groups
+
+
+def _from_one(rows: list[X.Row]) -> list[X.Row]:
+    """Rows of verify cases only: a verify round has at least 2 columns (C x (K+1), K >= 1), so T 1
+    is never looked up; when the smallest measured round is T 2, its row serves from T 1 (its
+    evidence stays at the measured points) instead of an `unsupported` row for T 1 alone."""
+    if len(rows) >= 2 and rows[0].candidate is None and rows[0].lo == 1 and rows[0].hi == 1 \
+            and rows[1].candidate is not None and rows[1].candidate.covers(1, rows[1].hi):
+        first = rows[1]
+        return [X.Row(1, first.hi, first.candidate, dict(first.evidence), first.reason)] + rows[2:]
+    return rows
 
 
 # --------------------------------------------------------------------------- report
@@ -165,9 +187,9 @@ def render_report(cases, records, groups, prov: dict, dropped: list[str], carrie
 # --------------------------------------------------------------------------- replay
 def merge_measurements(paths, sm: int) -> dict:
     """Saved measurement files (`--save-measurements`) merged into one: cases are matched by
-    (family, match); a later file's record of the same (op, T, context, route, params) replaces an
-    earlier one; T points are the union; environment and command come from the last file, with the
-    merge recorded in the command."""
+    (family, match, verify window, variant); a later file's record of the same (op, T, context,
+    route, params) replaces an earlier one; T points are the union; environment and command come
+    from the last file, with the merge recorded in the command."""
     merged: dict | None = None
     case_keys: list[str] = []
     by_key: dict[str, dict] = {}
@@ -186,7 +208,7 @@ def merge_measurements(paths, sm: int) -> dict:
             raise NinferError(f"--replay {path}: measured on sm{saved.get('sm')}, not --sm {sm}")
         local = []
         for c in saved["cases"]:
-            key = json.dumps([c.get("family"), sorted((c.get("match") or {}).items())], default=str)
+            key = case_ident(c)  # family, match, verify window, variant
             if key not in case_keys:
                 case_keys.append(key)
                 if merged is None:

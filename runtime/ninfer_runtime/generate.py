@@ -254,22 +254,12 @@ def stream(engine, prompts, max_new_tokens: int = 32, *, temperature: float = 0.
     if mode != "none":
         yield from _stream_spec(engine, waiting, free, limit, stats, emit, factory, use_graphs)
         return
+    def start(seq: _Seq):
+        row, tok_dev = prefill(engine, seq.prompt, seq.slot, seq.params)
+        return row, int(tok_dev.tolist()[0])  # the one read of the step: the new id
+
     while waiting or active:
-        while waiting and free and len(active) < limit:
-            seq = waiting.popleft()
-            seq.slot = free.pop(0)
-            t0 = time.perf_counter()
-            row, tok_dev = prefill(engine, seq.prompt, seq.slot, seq.params)
-            tok = int(tok_dev.tolist()[0])  # the one read of the step: the new id
-            stats["prefill_s"] += time.perf_counter() - t0
-            stats["prefill_tokens"] += len(seq.prompt)
-            seq.pos = len(seq.prompt)  # the first generated token goes to this position
-            yield emit(seq, tok, row)
-            if seq.done:
-                free.append(seq.slot)
-                free.sort()
-            else:
-                active.append(seq)
+        yield from _admit(waiting, free, active, limit, stats, emit, start)
         if not active:
             continue
         t0 = time.perf_counter()
@@ -291,6 +281,26 @@ def stream(engine, prompts, max_new_tokens: int = 32, *, temperature: float = 0.
         active = still
 
 
+def _admit(waiting, free, active, limit, stats, emit, start) -> Iterator[TokenEvent]:
+    """Admission, shared by the plain and the speculative loops: while a sequence waits, a slot is
+    free and fewer than `limit` run, take it, prefill it (`start(seq) -> (logits row or None, first
+    token)`), emit its first token; a sequence done at once gives its slot back, others join `active`."""
+    while waiting and free and len(active) < limit:
+        seq = waiting.popleft()
+        seq.slot = free.pop(0)
+        t0 = time.perf_counter()
+        row, tok = start(seq)
+        stats["prefill_s"] += time.perf_counter() - t0
+        stats["prefill_tokens"] += len(seq.prompt)
+        seq.pos = len(seq.prompt)  # the first generated token goes to this position
+        yield emit(seq, tok, row)
+        if seq.done:
+            free.append(seq.slot)
+            free.sort()
+        else:
+            active.append(seq)
+
+
 def _stream_spec(engine, waiting, free, limit, stats, emit, factory, use_graphs) -> Iterator[TokenEvent]:
     """`stream`'s loop in speculative rounds (speculative/rounds.py): admission = prefill_lane
     (+ MTP prefill chunks); then one `spec_round` per iteration for all active sequences, each
@@ -301,24 +311,15 @@ def _stream_spec(engine, waiting, free, limit, stats, emit, factory, use_graphs)
 
     sp = stats["spec"]
     active: list[_Seq] = []
+    def start(seq: _Seq):
+        keep = seq.result.logits is not None
+        seq.lane = Lane(seq.slot, seq.params, factory(list(seq.prompt)) if factory is not None else None,
+                        keep_logits=keep)
+        row, tok = prefill_lane(engine, seq.lane, seq.prompt)
+        return (row if keep else None), tok
+
     while waiting or active:
-        while waiting and free and len(active) < limit:
-            seq = waiting.popleft()
-            seq.slot = free.pop(0)
-            keep = seq.result.logits is not None
-            seq.lane = Lane(seq.slot, seq.params, factory(list(seq.prompt)) if factory is not None else None,
-                            keep_logits=keep)
-            t0 = time.perf_counter()
-            row, tok = prefill_lane(engine, seq.lane, seq.prompt)
-            stats["prefill_s"] += time.perf_counter() - t0
-            stats["prefill_tokens"] += len(seq.prompt)
-            seq.pos = len(seq.prompt)
-            yield emit(seq, tok, row if keep else None)
-            if seq.done:
-                free.append(seq.slot)
-                free.sort()
-            else:
-                active.append(seq)
+        yield from _admit(waiting, free, active, limit, stats, emit, start)
         if not active:
             continue
         t0 = time.perf_counter()

@@ -68,7 +68,12 @@ class Engine:
             return ""
         if not self.extents[asked[0]]._pdl.available():
             return "; programmatic dependent launch off (NINFER_PDL=0)"
-        return f"; programmatic dependent launch in {len(asked)} decode extents"
+        kinds: dict[str, int] = {}
+        for n in asked:  # decode_c*, verify_c*, mtp_* extents: say which kinds ask for it
+            kind = "MTP" if n.startswith("mtp") else str(self.plan["extents"][n].get("phase", "decode"))
+            kinds[kind] = kinds.get(kind, 0) + 1
+        return (f"; programmatic dependent launch in {len(asked)} extents ("
+                + ", ".join(f"{v} {k}" for k, v in sorted(kinds.items())) + ")")
 
     def __init__(self, plan_dir, artifact, *, device=None, progress: bool = True, verify_weights: bool = False):
         """`plan_dir`: a plan directory, or a plan source (`PlanDir`, `PlanInMemory`: plan_source.py).

@@ -134,8 +134,11 @@ def _tiny_cases():
 
     spec, objs, _ = load_model(contract="tiny-qwen3.5")
     cases, seen = [], set()
-    for c in derive_match_set(spec, objs):
-        key = (c.family, c.match.get("phase"), c.match.get("kv_dtype"))
+    # the KV formats' builders: tests/kernels/kv_cache/test_tune_formats.py; one draft window (K = 1)
+    # brings the verify cases (attention, gated_delta_rule, conv1d, gdn_gating_proj, state_select x 2
+    # state shapes, spec_accept)
+    for c in derive_match_set(spec, objs, kv_dtypes=("bf16", "int8"), draft_tokens=(1,)):
+        key = (c.family, c.match.get("phase"), c.match.get("kv_dtype"), c.variant)
         if key not in seen:
             seen.add(key)
             cases.append(c)

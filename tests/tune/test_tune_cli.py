@@ -8,7 +8,7 @@ import torch
 from ninfer_compile.cli import main
 from ninfer_compile.errors import NinferError
 from ninfer_compile.tune import cli as tcli
-from ninfer_compile.tune.shapes import derive_match_set, generic_match, load_model, parse_families
+from ninfer_compile.tune.shapes import generic_match, parse_families
 
 
 def test_refuses_without_a_gpu(monkeypatch, capsys, tmp_path):
@@ -45,15 +45,12 @@ def test_parse_families_expands_groups():
                                                     "kv_append")
     assert set(parse_families("all")) == set(parse_families(None)) == {
         "linear", "attention", "gated_delta_rule", "gdn_gating", "gdn_gating_proj", "conv1d", "rmsnorm",
-        "gated_rmsnorm", "head_rmsnorm", "qk_norm_rope", "kv_append", "state_select", "spec_accept"}
+        "gated_rmsnorm", "head_rmsnorm", "qk_norm_rope", "kv_append", "state_select", "spec_accept", "sampling"}
     with pytest.raises(NinferError):
-        parse_families("sampling")
+        parse_families("embedding")
 
 
-@pytest.fixture(scope="module")
-def cases27b():
-    spec, objects, _ = load_model()  # graphs/qwen3.6-27b.yaml, dims only
-    return derive_match_set(spec, objects)
+# cases27b: tests/tune/conftest.py (the 27B contract, bf16 / int8 / nvfp4 KV, draft windows 1 and 3)
 
 
 def test_match_set_of_the_27b_contract(cases27b):

@@ -189,13 +189,13 @@ def test_bad_specs_are_one_line_errors(toy):
     with pytest.raises(RouteError, match="order must be a number"):
         TS.TuneSpec(family="x", order="1")
     with pytest.raises(RouteError, match="not tunable"):
-        TS.tune_spec("sampling").load_builder()
+        TS.tune_spec("embedding").load_builder()
     with pytest.raises(RouteError, match="no tune spec for family 'nope'"):
         TS.tune_spec("nope")
-    with pytest.raises(RouteError, match="no GPU builder for family sampling"):
-        M.build(MatchCase("sampling", {}, {}), 1)
-    with pytest.raises(NinferError, match="'sampling' is not a tunable family"):
-        parse_families("sampling")
+    with pytest.raises(RouteError, match="no GPU builder for family embedding"):
+        M.build(MatchCase("embedding", {}, {}), 1)
+    with pytest.raises(NinferError, match="'embedding' is not a tunable family"):
+        parse_families("embedding")
 
 
 def test_loader_discovers_folders_and_refuses_duplicates(tmp_path, monkeypatch, request):

@@ -74,7 +74,8 @@ def test_carry_groups_keeps_unmeasured_and_replaces_measured():
 
 def _fake_measurements(path, contract="tiny-qwen3.5"):
     spec, objs, src = load_model(contract=contract)
-    cases = derive_match_set(spec, objs, families=("linear", "gated_delta_rule", "attention", "conv1d"))
+    cases = derive_match_set(spec, objs, families=("linear", "gated_delta_rule", "attention", "conv1d"),
+                             kv_dtypes=("bf16", "int8"), draft_tokens=())  # prefill / decode (verify: test_tune_new.py)
     ns = argparse.Namespace(quick=True, decode_contexts=None, prefill_contexts=None)
     plan = tcli.build_plan(cases, (1, 2, 4, 8, 64, 256), ns)
     recs = []

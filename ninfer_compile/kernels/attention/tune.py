@@ -1,5 +1,6 @@
 """The attention family's tuner share (`kernels/tuning.py`): the bench builder (a KV cache of the
-context depth: `contexts=True`) and the param candidates. No torch / triton at module level (the
+context depth: `contexts=True`; verify cases: C rows of W columns at the decode depth, the column
+layout of docs/SPECULATIVE.md) and the param candidates. No torch / triton at module level (the
 builder imports them)."""
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from ninfer_compile.kernels.tuning import TuneSpec
 
 def candidates(route, t: int, quick: bool) -> list[dict]:
     if "decode" in route.name:
-        return [{}, {"split_tokens": 1024}, {"split_tokens": 256}, {"split_tokens": 2048},
+        # (--candidates 3 keeps the first three: 2048 won C = 4 at 32K in the 2026-12-02 KV-format bench)
+        return [{}, {"split_tokens": 1024}, {"split_tokens": 2048}, {"split_tokens": 256},
                 {"block_n": 32}, {"split_tokens": 1024, "num_warps": 8},
                 {"balance": "fixed"}, {"balance": "fixed", "split_tokens": 1024}, {"balance": "fixed", "split_tokens": 256}]
     return [{}, {"block_m": 128}, {"block_n": 64}, {"block_m": 128, "block_n": 64},
@@ -35,9 +37,18 @@ def build_attention(case, t: int, ctx: int | None, copies: int | None, seed: int
     decode = case.match.get("phase") == "decode"
     ctx = int(ctx or 4096)
     gen = M.generator(seed)
-    # prefill: one sequence, a prefix of ctx cached rows, then the chunk's t columns
-    slots_n, positions, slots = M.columns(t, decode, ctx - 1, ctx)
-    max_ctx = ctx if decode else ctx + t
+    window = M.verify_window(case)
+    t_asked = t
+    if window:
+        # verify: C = ceil(t / W) rows of W columns, row r = slot r at positions ctx-W .. ctx-1 (its
+        # last column reads ctx cached rows, as a decode column at depth ctx does)
+        t = -(-t // window) * window
+        slots_n, positions, slots = M.verify_columns(t, window, max(0, ctx - window))
+        max_ctx = ctx
+    else:
+        # prefill: one sequence, a prefix of ctx cached rows, then the chunk's t columns
+        slots_n, positions, slots = M.columns(t, decode, ctx - 1, ctx)
+        max_ctx = ctx if decode else ctx + t
     shape = (slots_n, max_ctx, hkv, d)
 
     def cache():
@@ -68,7 +79,7 @@ def build_attention(case, t: int, ctx: int | None, copies: int | None, seed: int
         kc, vc, ks, vs = caches[i]
         a = dict(q=q, gate=gate, k_cache=kc, v_cache=vc, positions=positions, slots=slots, out=out,
                  scale=scale, k_scale=ks, v_scale=vs)
-        if "decode" in route.name:
+        if "decode" in route.name:  # the split-KV route (decode and verify columns)
             p = route.resolve_params(params)
             need = max(1, decode_workspace_numel(t, hq, d, max_ctx, int(p["split_tokens"])))
             if work["ws"].numel() < need:
@@ -88,7 +99,7 @@ def build_attention(case, t: int, ctx: int | None, copies: int | None, seed: int
         ref = M.ref_call(route, q, gate, kc, vc, positions, slots, scale, ks, vs)
         return M.rel_rms(out, ref)
 
-    return M.Bench(case, t, ctx, per, nc, make, check, [caches])
+    return M.Bench(case, t_asked, ctx, per, nc, make, check, [caches])
 
 
 TUNE = (

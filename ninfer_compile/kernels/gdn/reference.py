@@ -33,16 +33,18 @@ def gdn_gating(a, b, a_log, dt_bias):
     return g, torch.sigmoid(b.float())
 
 
-def gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias):
+def gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias, norm_weight=None, norm_eps=None):
     """Fused a/b projections + gating (the oracle of route gdn_gating_proj_rows).
 
     x: [T, K]; a_weight, b_weight: [Hv, K] (bf16, or float32 when the executor hands dequantized
     weights); a_log, dt_bias: [Hv] f32 -> (g [T, Hv] f32, beta [T, Hv] f32) with
     a = x @ a_weight^T, b = x @ b_weight^T (fp32, no rounding of a / b) and gdn_gating(a, b, ...).
+    norm_weight [K] + norm_eps (the RMSNorm prologue): x is RMS-normalised with (1 + w) first.
     """
-    from ..linear.reference import linear
+    from ..linear.reference import linear, norm_prologue
 
-    return gdn_gating(linear(x, a_weight), linear(x, b_weight), a_log, dt_bias)
+    xn = norm_prologue(x, norm_weight, norm_eps)
+    return gdn_gating(linear(xn, a_weight), linear(xn, b_weight), a_log, dt_bias)
 
 
 def _l2(x, eps=1e-6):

@@ -12,7 +12,8 @@ register(Route(
 ))
 register(Route(
     name="gdn_gating_proj_rows", family="gdn_gating_proj",
-    domain=RouteDomain(formats=("BF16",), max_t=128, extra={"phase": ("decode", "verify")}),
+    domain=RouteDomain(formats=("BF16",), max_t=128, extra={"phase": ("decode", "verify")},
+                       prologues=("none", "rmsnorm")),
     params={
         "BLOCK_H": ParamSpec("BLOCK_H", (1, 2, 4, 8), 1, "value heads (rows of Wa and Wb) per program"),
         "BLOCK_T": ParamSpec("BLOCK_T", (1, 2, 4, 8), 1, "token columns per program (weight reuse)"),

@@ -3,6 +3,7 @@ torch / triton imports)."""
 
 from ..family import Attr, FamilySpec, OpView, Operand
 from ..kv_cache.spec import POSITIONS, SLOTS
+from ..linear.spec import NORM_EPS, NORM_WEIGHT, check_prologue, prologue_match
 from ..spec_util import VALUE, Bad, checker, eq
 
 _REF = "ninfer_compile.kernels.gdn.reference"
@@ -36,6 +37,7 @@ def _check_gating_proj(v: OpView) -> None:
     eq("dt_bias", v.shape("dt_bias"), (wa[0],))
     eq("g", v.shape("g", out=True), (x[0], wa[0]))
     eq("beta", v.shape("beta", out=True), (x[0], wa[0]))
+    check_prologue(v, "x")
 
 
 @checker
@@ -80,9 +82,9 @@ def _match_gating(v: OpView) -> dict:
 
 def gating_proj_match(v: OpView) -> dict:
     """The a/b weights' format and [Hv, K], and the extent's phase (the fuse rule gdn_gating_proj
-    asks the same match before it fuses)."""
+    asks the same match before it fuses); `prologue: rmsnorm` with the folded norm (linear's)."""
     n, k = v.shape("a_weight")
-    return {"format": v.format("a_weight"), "n": int(n), "k": int(k), "phase": v.phase}
+    return {"format": v.format("a_weight"), "n": int(n), "k": int(k), "phase": v.phase, **prologue_match(v)}
 
 
 def _match_rule(v: OpView) -> dict:
@@ -112,12 +114,13 @@ SPECS = (
             Operand("x", roles=VALUE, rank=2, doc="[T, K] the layer's normed input"),
             Operand("a_weight", roles=("weight",), rank=2, doc="[Hv, K]"),
             Operand("b_weight", roles=("weight",), rank=2, doc="[Hv, K]"),
-            *_GATE_PARAMS, *_GATES_OUT,
+            *_GATE_PARAMS, NORM_WEIGHT, *_GATES_OUT,
         ),
-        attrs=(_MERGED,),
+        attrs=(NORM_EPS, _MERGED),
         t_operand="x", match=gating_proj_match, check=_check_gating_proj, reference=f"{_REF}:gdn_gating_proj",
-        match_keys=("phase",), layer_kind="gdn",
-        doc="the a / b projections and gdn_gating in one launch (fuse rule gdn_gating_proj)",
+        match_keys=("phase", "prologue"), layer_kind="gdn",
+        doc="the a / b projections and gdn_gating in one launch (fuse rule gdn_gating_proj); prologue "
+            "rmsnorm: x normalised first (the linear family's norm_weight / norm_eps, fuse rule rmsnorm_prologue)",
     ),
     FamilySpec(
         name="gated_delta_rule",

@@ -85,23 +85,17 @@ def build_gated_delta_rule(case, t: int, ctx: int | None, copies: int | None,
 
 
 def verify_window(case) -> int:
-    """W of a verify case (the op's attribute `window`; 0 for decode / prefill cases)."""
-    if case.match.get("phase") != "verify":
-        return 0
-    return int(case.attrs.get("window") or 4)
+    """W of a verify case (tune/measure.py: verify_window)."""
+    from ninfer_compile.tune import measure as M
+
+    return M.verify_window(case)
 
 
 def verify_columns(t: int, window: int, pos0: int):
-    """(slots used, positions, slots) of t = C * W verify columns: row r = slot r at positions
-    pos0 .. pos0 + W - 1 (docs/SPECULATIVE.md's column layout)."""
-    import torch
-
+    """(slots used, positions, slots) of t = C * W verify columns (tune/measure.py: verify_columns)."""
     from ninfer_compile.tune import measure as M
 
-    c = t // window
-    slots = torch.arange(c, dtype=torch.int32, device=M.dev()).repeat_interleave(window)
-    positions = (pos0 + torch.arange(window, dtype=torch.int32, device=M.dev())).repeat(c)
-    return c, positions, slots
+    return M.verify_columns(t, window, pos0)
 
 
 def _gating_operands(t: int, hv: int, gen: torch.Generator):
@@ -152,17 +146,19 @@ def build_gdn_gating_proj(case, t: int, ctx: int | None, copies: int | None, see
     n = copies or M.n_copies(cold)
     ws = [(M.randn((hv, k), gen, 0.02), M.randn((hv, k), gen, 0.02)) for _ in range(n)]
     a_log, dt_bias, g, beta = _gating_operands(t, hv, gen)
+    # an op carrying the folded RMSNorm (match prologue: rmsnorm) is measured with it
+    norm = {"norm_weight": M.randn((k,), gen, 0.3), "norm_eps": 1e-6} if case.match.get("prologue") == "rmsnorm" else {}
 
     def make(route, params, i):
         fn = route.load_launcher()
         wa, wb = ws[i % n]
-        args = dict(x=x, a_weight=wa, b_weight=wb, a_log=a_log, dt_bias=dt_bias, g=g, beta=beta)
+        args = dict(x=x, a_weight=wa, b_weight=wb, a_log=a_log, dt_bias=dt_bias, g=g, beta=beta, **norm)
         return lambda: M.call_launcher(fn, args, params)
 
     def check(route, params):
         make(route, params, 0)()
         M.sync()
-        rg, rb = M.ref_call(route, x, ws[0][0], ws[0][1], a_log, dt_bias)
+        rg, rb = M.ref_call(route, x, ws[0][0], ws[0][1], a_log, dt_bias, **norm)
         return max(M.rel_rms(g, rg), M.rel_rms(beta, rb))
 
     return M.Bench(case, t, ctx, cold, n, make, check)

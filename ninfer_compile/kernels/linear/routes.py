@@ -14,7 +14,8 @@ Per weight format four schedules (bf16: two), each with its own declared domain:
                       `dequant_gemm.linear_workspace_numel(route, T, N, K, epilogue)` float32 elems.
 `<f>` in q4, q5, q6, w8 (row-split planes read in place) and bf16 (`bf16_gemv`, `bf16_tiled`:
 GDN a/b projections and bf16-recipe artifacts). Every route supports the epilogues none /
-swiglu / residual. Launchers: `ninfer_compile.kernels.linear.launch:<route name>`.
+swiglu / residual; the `<f>_gemv` routes also the RMSNorm prologue (prologue.py: operand
+norm_weight, attribute norm_eps; domain `prologues`). Launchers: `ninfer_compile.kernels.linear.launch:<route name>`.
 More decode GEMVs register from their own modules: routes_lowreg.py (`q4_gemv_lowreg`,
 `q5/q6_gemv_packed`) and routes_tc.py (`<f>_gemv_tc`, q4/q5/q6).
 """
@@ -25,6 +26,7 @@ from ...errors import RouteError
 from ..registry import ParamSpec, Route, RouteDomain, default_registry
 
 EPILOGUES = ("none", "swiglu", "residual")
+PROLOGUES = ("none", "rmsnorm")   # the decode GEMVs' RMSNorm prologue (prologue.py); tiled / cuBLAS: none
 FORMATS = {"q4": "Q4G64_F16S", "q5": "Q5G64_F16S", "q6": "Q6G64_F16S", "w8": "W8G32_F16S",
            "bf16": "BF16"}
 REFERENCE = "ninfer_compile.kernels.linear.reference:linear"
@@ -104,7 +106,7 @@ def _build() -> dict[str, Route]:
     for prefix, fmt in FORMATS.items():
         gemv = _route(
             f"{prefix}_gemv", fmt, "gemv:qlinear_gemv_kernel",
-            RouteDomain(formats=(fmt,), min_t=1, max_t=4, epilogues=EPILOGUES), _gemv_params(),
+            RouteDomain(formats=(fmt,), min_t=1, max_t=4, epilogues=EPILOGUES, prologues=PROLOGUES), _gemv_params(),
             f"{fmt} decode GEMV (T<=4), CUDA-core fp32 FMA, magic-number unpack, split-K two-phase")
         routes[gemv.name] = gemv
         if prefix == "bf16":

@@ -5,7 +5,7 @@
                     accumulators (one register per row and column per thread).
 - `q5_gemv_packed`, `q6_gemv_packed`: the same schedule for Q5 / Q6 with the high-bit plane merged
                     into the nibble bytes before the magic-number conversion.
-Kernels and launchers: `ninfer_compile.kernels.linear.gemv_lowreg`. Not referenced by the shipped
+All three take the RMSNorm prologue (prologue.py). Kernels and launchers: `ninfer_compile.kernels.linear.gemv_lowreg`. Not referenced by the shipped
 route tables; `ninfer-compile tune` measures them (and drops any that fails its reference check).
 """
 
@@ -61,7 +61,8 @@ def _build() -> dict[str, Route]:
             ("q6_gemv_packed", "Q6G64_F16S", "Q6 decode GEMV (T<=4), high bits merged before the packed bf16x2 dequant")):
         out[name] = Route(
             name=name, family="linear",
-            domain=RouteDomain(formats=(fmt,), min_t=1, max_t=4, epilogues=EPILOGUES),
+            domain=RouteDomain(formats=(fmt,), min_t=1, max_t=4, epilogues=EPILOGUES,
+                               prologues=("none", "rmsnorm")),
             params=_params(), reference=REFERENCE, launcher=f"{_MOD}:{name}",
             workspace=SPLITK_WORKSPACE,
             kernels=(f"{_MOD}:gemv_lowreg_kernel",), doc=doc)

@@ -1,6 +1,8 @@
 """The spec_accept family's tuner share (`kernels/tuning.py`): a bench builder timing the launch of
-a verify round at T = C * W columns, W = 4 (K = 3 drafts) and C in 1, 2, 4, 8 (other T are pruned).
-No torch / triton at module level (the builder imports them).
+a verify round at T = C * W columns: a verify case per draft window (W = K + 1, the case's `window`;
+tune/shapes.py), measured at the round sizes T = C x W of `tune --verify-rows` (C = 1, 2, 4, 8);
+a T that is no whole number of rows is rounded up to whole rows. No torch / triton at module level
+(the builder imports them).
 
 Timed: every row sampled (temperature 0.8, top-k 50, top-p 0.95: the threshold bisections, the
 costly path) with real drafts, half of them the target's argmax. Checked: the same operands with
@@ -12,12 +14,7 @@ from __future__ import annotations
 
 from ninfer_compile.kernels.tuning import TuneSpec
 
-W = 4
-ROWS = (1, 2, 4, 8)
-
-
-def spec_accept_prune(route, t: int, quick: bool) -> bool:
-    return t % W != 0 or t // W not in ROWS
+DEFAULT_WINDOW = 4  # the window of a case without one (an older measurement file's): K = 3
 
 
 def build_spec_accept(case, t: int, ctx: int | None, copies: int | None, seed: int = 0):
@@ -28,7 +25,8 @@ def build_spec_accept(case, t: int, ctx: int | None, copies: int | None, seed: i
     from .sizing import workspace_elems
 
     V = int(case.match.get("n") or case.shapes["logits"][1])
-    C = max(1, t // W)
+    W = int(getattr(case, "window", 0) or DEFAULT_WINDOW)  # the round's width
+    C = -(-t // W)
     T = C * W
     d = M.dev()
     gen = M.generator(seed)
@@ -71,5 +69,6 @@ def build_spec_accept(case, t: int, ctx: int | None, copies: int | None, seed: i
 
 
 TUNE = (TuneSpec(family="spec_accept", order=135, builder="ninfer_compile.kernels.spec_accept.tune:build_spec_accept",
-                 prune=spec_accept_prune, tol=1e-6,
-                 doc="verify-round acceptance at T = C x 4, C in 1, 2, 4, 8 (sampled rows timed, greedy rows checked)"),)
+                 tol=1e-6,
+                 doc="verify-round acceptance at T = C x W (a case per window W; sampled rows timed, greedy rows "
+                     "checked)"),)

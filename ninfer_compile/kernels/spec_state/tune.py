@@ -1,6 +1,9 @@
 """The state_select family's tuner share (`kernels/tuning.py`): the bench builder (the rollback copy
 of one verify round) and its param candidates; it joins the `--families gdn` group (it rolls back
-the GDN recurrent and conv states). No torch / triton at module level (the builder imports them)."""
+the GDN recurrent and conv states). Its match does not pin the state shape, so each state shape
+and dtype of the model is a `variant` (a case of its own; the match's rows are picked on their
+sum): the 27B's f32 recurrent state [48, 128, 128] and its bf16 conv state [3, 10240]. No torch /
+triton at module level (the builder imports them)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,12 @@ def state_select_candidates(route, t: int, quick: bool) -> list[dict]:
             {"BLOCK": 2048, "num_warps": 8}]
 
 
+def state_select_variant(shapes, dtypes, attrs) -> str:
+    """`f32[48,128,128]`: the dtype and per-slot shape of the state (the op's `state` operand)."""
+    st = tuple(shapes.get("state") or ())
+    return f"{dtypes.get('state', '?')}[{','.join(map(str, st[1:]))}]" if st else ""
+
+
 def build_state_select(case, t: int, ctx: int | None, copies: int | None, seed: int = 0):
     """Operands of one state_select at T slot entries (T = C * (K+1), rounded up to whole rows):
     every row rolls back (accepted = 0: the most a round copies); the columns are the cold operand."""
@@ -21,12 +30,14 @@ def build_state_select(case, t: int, ctx: int | None, copies: int | None, seed: 
 
     st = tuple(case.shapes["state"])  # [slots, *S]
     cs = tuple(case.shapes["columns"])  # [C, K, *S]
-    kk = int(cs[1])
+    kk = int(case.window) - 1 if case.window else int(cs[1])
     w = kk + 1
     c = -(-t // w)
     per_slot = st[1:]
-    # the match does not pin a dtype: the GDN recurrent state [slots, Hv, Dk, Dv] is f32, the conv state bf16
-    dtype = torch.float32 if len(st) == 4 else torch.bfloat16
+    # the match does not pin a dtype: the case's own (its variant), else the GDN recurrent state
+    # [slots, Hv, Dk, Dv] is f32, the conv state bf16
+    named = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+    dtype = named.get((case.dtypes or {}).get("state", ""), torch.float32 if len(st) == 4 else torch.bfloat16)
     gen = M.generator(seed)
     n_slots = c + 1
     state0 = M.randn((n_slots, *per_slot), gen, dtype=dtype)
@@ -55,6 +66,7 @@ def build_state_select(case, t: int, ctx: int | None, copies: int | None, seed: 
 TUNE = (
     TuneSpec(family="state_select", order=145, group="gdn",
              builder="ninfer_compile.kernels.spec_state.tune:build_state_select",
-             candidates=state_select_candidates,
-             doc="cold operands: each row's accepted column (read) and its slot's state (written)"),
+             candidates=state_select_candidates, variant=state_select_variant,
+             doc="cold operands: each row's accepted column (read) and its slot's state (written); one case "
+                 "per state shape and dtype (variant)"),
 )
