@@ -4,7 +4,10 @@
   dequantizes its two rows' 16-byte chunks in registers (the lowreg prmt/lop3 pairs, scaled to
   bf16) straight into `mma.sync.m16n8k16` A fragments, with a K permutation shared by the A and B
   fragments so that every operand is one 16-byte load. One dequant serves up to 16 columns.
-Kernels and launchers: `ninfer_compile.kernels.linear.gemv_tc`. Not referenced by the shipped route
+- `w8_gemv_tc`: the same schedule for the W8 G32 planes (one byte per lane: two 16-byte chunks per
+  row and lane per 128-lane K step, one G32 scale per chunk; sign-split bf16 magic-number dequant).
+Kernels and launchers: `ninfer_compile.kernels.linear.gemv_tc` (Q4/Q5/Q6) and
+`ninfer_compile.kernels.linear.gemv_tc_w8` (W8). Not referenced by the shipped route
 tables until `ninfer-compile tune` measures them (the tuner drops a candidate that fails its
 reference check).
 """
@@ -18,6 +21,7 @@ SPLITK_WORKSPACE = "ninfer_compile.kernels.linear.routes:splitk_workspace"  # th
 EPILOGUES = ("none", "swiglu", "residual")
 REFERENCE = "ninfer_compile.kernels.linear.reference:linear"
 _MOD = "ninfer_compile.kernels.linear.gemv_tc"
+_MOD_W8 = "ninfer_compile.kernels.linear.gemv_tc_w8"
 
 
 def _params():
@@ -40,13 +44,16 @@ def _params():
 
 def _build() -> dict[str, Route]:
     out = {}
-    for name, fmt in (("q4_gemv_tc", "Q4G64_F16S"), ("q5_gemv_tc", "Q5G64_F16S"), ("q6_gemv_tc", "Q6G64_F16S")):
+    for name, fmt, mod, kernel in (("q4_gemv_tc", "Q4G64_F16S", _MOD, "gemv_tc_kernel"),
+                                   ("q5_gemv_tc", "Q5G64_F16S", _MOD, "gemv_tc_kernel"),
+                                   ("q6_gemv_tc", "Q6G64_F16S", _MOD, "gemv_tc_kernel"),
+                                   ("w8_gemv_tc", "W8G32_F16S", _MOD_W8, "gemv_tc_w8_kernel")):
         out[name] = Route(
             name=name, family="linear",
             domain=RouteDomain(formats=(fmt,), min_t=1, max_t=32, epilogues=EPILOGUES),
-            params=_params(), reference=REFERENCE, launcher=f"{_MOD}:{name}",
+            params=_params(), reference=REFERENCE, launcher=f"{mod}:{name}",
             workspace=SPLITK_WORKSPACE,
-            kernels=(f"{_MOD}:gemv_tc_kernel",),
+            kernels=(f"{mod}:{kernel}",),
             doc=f"{fmt[:2]} decode GEMV on tensor cores (T<=32, 16 columns per pass): register dequant into "
                 "mma.sync m16n8k16")
     return out

@@ -64,6 +64,11 @@ def candidates(route, t: int, quick: bool) -> list[dict]:
                  # the split-K sum inside the launch (2026-12-01 H200: 20-50% slower than the
                  # reduce launch with the prefetch; won a few T >= 16 cells without it)
                  {**pf, "SPLIT_K": 8, "REDUCE": "fused"}, {"SPLIT_K": 8, "REDUCE": "fused"}]
+        if name.startswith("w8_"):
+            # W8 holds 8 words + 2 scales per row and step: the swiglu prefetch spills at 128
+            # registers (ptxas, sm_90), not at 168
+            pf8 = {"PREFETCH": True, "MAXNREG": 168}
+            cands += [{**pf8, "SPLIT_K": 4}, {**pf8, "SPLIT_K": 8}, {**pf8, "num_warps": 2, "SPLIT_K": 8}]
     elif name.endswith("_dequant_gemm"):
         cands = [{}, {"BLOCK_N": 32, "BLOCK_K": 512}, {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8},
                  {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 2}]
