@@ -4,6 +4,8 @@ Without a GPU every Triton kernel runs under the interpreter: TRITON_INTERPRET m
 any kernel module is imported (triton.jit reads it at decoration time), so it is set here.
 NINFER_AOT_STRICT=1 makes a failed ahead-of-time binary compile an error (children inherit it).
 Tests marked `gpu` need CUDA and are skipped on CPU-only machines (CI); they run on the GPU machine.
+Under the interpreter, `_fast_interpreter_lang_patching` removes a repeated scan Triton makes per
+jit call (speed only; see its docstring).
 """
 
 import os
@@ -16,6 +18,53 @@ if not torch.cuda.is_available():
 # a compile that builds kernel binaries (a child without TRITON_INTERPRET, or any compile on the
 # GPU machine) fails the test when they fail, instead of writing a source-only plan (codegen/aot.py)
 os.environ.setdefault("NINFER_AOT_STRICT", "1")
+
+
+def _fast_interpreter_lang_patching() -> None:
+    """Test-suite speed only (the kernels compute exactly what they did): under TRITON_INTERPRET,
+    Triton's interpreter re-patches `triton.language` on every kernel launch AND on every nested
+    @triton.jit helper call (`InterpretedFunction.__call__` -> `_patch_lang`), each time scanning the
+    language modules with `inspect.getmembers` (dir + getattr of every member + sort): about a quarter
+    of an interpreted extent's time. The builtin names of those modules are fixed after import, so
+    they are listed once here (before any kernel ran: nothing is patched yet) and `_patch_builtin`
+    re-reads just those names, each still checked with `is_builtin` as the original does: the same
+    attributes are patched, with the same wrappers, in the same order. A module or class not listed
+    here, or a Triton without these internals, keeps the original code path."""
+    try:
+        import inspect
+
+        import triton.language as tl
+        from triton.runtime import interpreter as ti
+    except Exception:  # noqa: BLE001 -- no Triton: nothing to speed up
+        return
+    orig = getattr(ti, "_patch_builtin", None)
+    patch_attr = getattr(ti, "_patch_attr", None)
+    is_builtin = getattr(getattr(tl, "core", None), "is_builtin", None)
+    if orig is None or patch_attr is None or is_builtin is None or getattr(orig, "_ninfer_listed", False):
+        return
+    try:
+        if list(inspect.signature(orig).parameters) != ["pkg", "builder", "scope"]:
+            return
+    except (TypeError, ValueError):
+        return
+    pkgs = [tl, tl.core, tl.tensor, getattr(tl, "math", None), getattr(tl.core, "tensor_descriptor_base", None)]
+    names = {id(p): (p, [n for n, m in inspect.getmembers(p) if is_builtin(m)]) for p in pkgs if p is not None}
+
+    def _patch_builtin(pkg, builder, scope):
+        listed = names.get(id(pkg))
+        if listed is None or listed[0] is not pkg:
+            return orig(pkg, builder, scope)
+        for name in listed[1]:
+            member = getattr(pkg, name, None)
+            if is_builtin(member):
+                patch_attr(pkg, name, member, builder, scope)
+
+    _patch_builtin._ninfer_listed = True
+    ti._patch_builtin = _patch_builtin
+
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    _fast_interpreter_lang_patching()
 
 
 def pytest_collection_modifyitems(config, items):
