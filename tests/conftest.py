@@ -62,6 +62,27 @@ def _fast_interpreter_lang_patching() -> None:
     _patch_builtin._ninfer_listed = True
     ti._patch_builtin = _patch_builtin
 
+    # `_get_np_dtype` rebuilds its 19-entry dtype table on every call (hundreds of thousands of
+    # calls per extent): the same lookup, the table's answers remembered per Triton dtype
+    get_np = getattr(ti, "_get_np_dtype", None)
+    if get_np is None or not hasattr(tl, "pointer_type") or not hasattr(tl, "block_type"):
+        return
+    seen: dict = {}
+
+    def _get_np_dtype(tt_dtype):
+        key = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
+        if isinstance(key, tl.pointer_type):
+            return get_np(tt_dtype)
+        try:
+            return seen[key]
+        except KeyError:
+            seen[key] = v = get_np(key)  # raises for a dtype the table lacks, as before
+            return v
+        except TypeError:  # unhashable: not a table key
+            return get_np(tt_dtype)
+
+    ti._get_np_dtype = _get_np_dtype
+
 
 if os.environ.get("TRITON_INTERPRET") == "1":
     _fast_interpreter_lang_patching()
