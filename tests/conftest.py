@@ -95,3 +95,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_trained_bf16(tmp_path_factory):
+    """examples/tiny-trained (it has the MTP head) packed bf16 once per session (quality.support.pack),
+    shared read-only by the serve and speculative tests that compile their own plans from it."""
+    from quality import support as QS
+
+    return QS.pack(tmp_path_factory.mktemp("tiny_trained") / "tiny-trained-bf16.ninfer", "bf16")
+

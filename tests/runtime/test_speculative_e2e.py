@@ -232,14 +232,14 @@ def test_cli_spec_line_and_errors(eng3, tiny, tiny_plan):
 
 
 @pytest.mark.slow
-def test_trained_tiny_mtp_k5(tmp_path_factory):
+def test_trained_tiny_mtp_k5(tmp_path_factory, tiny_trained_bf16):
     """The trained tiny model (examples/tiny-trained, with its MTP head), K = 5, C = 1: MTP rounds give
     the plain run's tokens (each the reference's argmax for its prefix) and accept real drafts."""
     import ninfer_runtime as nr
     from quality import support as Q
 
     d = tmp_path_factory.mktemp("spec_trained")
-    art = Q.pack(d / "tt.ninfer", "bf16")
+    art = tiny_trained_bf16  # Q.pack(..., "bf16"), once per session (tests/conftest.py)
     plan = _compile(art, d / "k5.plan", S.interp_table(d / "interp90.yaml"), k=5, concurrency=(1,))
     prompt = Q.heldout_ids()[:9]
     with nr.load(plan, art, progress=False) as eng:
@@ -255,7 +255,7 @@ def test_trained_tiny_mtp_k5(tmp_path_factory):
 
 
 @pytest.mark.gpu
-def test_gpu_trained_tiny_graphs_match_eager_and_repeat(tmp_path_factory):
+def test_gpu_trained_tiny_graphs_match_eager_and_repeat(tmp_path_factory, tiny_trained_bf16):
     """Issue #17 item 1 on the GPU: the trained tiny model (real MTP head), K = 3, C = 2: the verify and
     MTP extents are CUDA-graph captured; three graph runs, an eager run and the plain (--spec none)
     run give the same tokens, and every run accepts the same drafts."""
@@ -263,7 +263,7 @@ def test_gpu_trained_tiny_graphs_match_eager_and_repeat(tmp_path_factory):
     from quality import support as Q
 
     d = tmp_path_factory.mktemp("spec_gpu")
-    art = Q.pack(d / "tt.ninfer", "bf16")
+    art = tiny_trained_bf16  # Q.pack(..., "bf16"), once per session (tests/conftest.py)
     plan = _compile(art, d / "k3.plan", S.interp_table(d / "interp90.yaml"), k=3, concurrency=(1, 2))
     ids = Q.heldout_ids()
     prompts = [ids[:9], ids[40:57]]

@@ -191,16 +191,15 @@ TINY_CHUNK, TINY_CONTEXT = 16, 64
 MSGS = [{"role": "user", "content": "x = 1"}]  # 14 chat tokens: one prefill chunk
 
 
-def _tiny_spec_plan(d):
-    """The trained tiny model (it has the MTP head) packed bf16 and compiled with --draft-tokens 2,
-    one slot (C = 1: the fewest extents to warm under the interpreter), chunk 16, context 64."""
+def _tiny_spec_plan(d, art):
+    """The trained tiny model (it has the MTP head; `art`: packed bf16, the session's shared
+    tiny_trained_bf16) compiled with --draft-tokens 2, one slot (C = 1: the fewest extents to warm
+    under the interpreter), chunk 16, context 64."""
     from ninfer_compile.compile_cli import compile_artifact
     from ninfer_compile.ir.lower import LowerOptions
     from ninfer_compile.plan.writer import write_plan
-    from quality import support as QS
     from runtime import support as RS
 
-    art = QS.pack(d / "tiny-trained-bf16.ninfer", "bf16")
     table = RS.interp_table(d / "interp90.yaml")
     opts = LowerOptions(prefill_chunk=TINY_CHUNK, concurrency=(1,), max_context=TINY_CONTEXT,
                         draft_tokens=SPEC_K)
@@ -226,8 +225,8 @@ def _ninfer_run(plan, art, *args) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def tiny_spec_plan(tmp_path_factory):
-    return _tiny_spec_plan(tmp_path_factory.mktemp("serve_spec_tiny"))
+def tiny_spec_plan(tmp_path_factory, tiny_trained_bf16):
+    return _tiny_spec_plan(tmp_path_factory.mktemp("serve_spec_tiny"), tiny_trained_bf16)
 
 
 def test_openai_client_with_mtp_spec_on_the_tiny_model(tiny_spec_plan, tmp_path):
