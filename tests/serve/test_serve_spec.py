@@ -5,6 +5,7 @@ stop leaves no snapshot, lanes freed), and the real engine in test_serve_spec_ti
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
@@ -229,7 +230,7 @@ def tiny_spec_plan(tmp_path_factory, tiny_trained_bf16):
     return _tiny_spec_plan(tmp_path_factory.mktemp("serve_spec_tiny"), tiny_trained_bf16)
 
 
-def test_openai_client_with_mtp_spec_on_the_tiny_model(tiny_spec_plan, tmp_path):
+def test_openai_client_with_mtp_spec_on_the_tiny_model(tiny_spec_plan, tiny_served_plan):
     """Greedy chat through ninfer-serve --spec mtp == ninfer-run --spec none == ninfer-run --spec mtp;
     streamed the same; acceptance in the log line; a cancelled stream frees its slot; the CLI refuses
     --spec mtp on a plan without a draft window in one line."""
@@ -269,24 +270,18 @@ def test_openai_client_with_mtp_spec_on_the_tiny_model(tiny_spec_plan, tmp_path)
         wait_until(lambda: health(srv)["slots_used"] == 0, 300, 0.2, "the cancelled stream's slot")
         assert not adapter.lanes
     engine.close()
-    # a plan without a draft window: --spec mtp is one line, exit 2 (the conftest's plan is K = 0)
+    # a plan without a draft window: --spec mtp is one line, exit 2 (the conftest's served plan is
+    # K = 0: no plan of its own to compile)
     import io
     from contextlib import redirect_stderr
 
     from ninfer_runtime.serve.server import free_port
 
-    k0 = tmp_path / "k0.plan"
-    from ninfer_compile.compile_cli import compile_artifact
-    from ninfer_compile.ir.lower import LowerOptions
-    from ninfer_compile.plan.writer import write_plan
-    from runtime import support as RS
-
-    cc = compile_artifact(art, 90, routes=RS.interp_table(tmp_path / "t.yaml"),
-                          opts=LowerOptions(prefill_chunk=8, concurrency=(1,), max_context=16), binaries=False)
-    write_plan(k0, cc.manifest, cc.memory_txt, extra_files=cc.kernel_files)
+    art0, k0 = tiny_served_plan
+    assert not (json.loads((k0 / "plan.json").read_text()).get("options") or {}).get("draft_tokens")
     err = io.StringIO()
     with redirect_stderr(err):
-        rc = serve_main([str(k0), "--artifact", str(art), "--spec", "mtp", "--port", str(free_port())])
+        rc = serve_main([str(k0), "--artifact", str(art0), "--spec", "mtp", "--port", str(free_port())])
     assert rc == 2 and err.getvalue().startswith("error: ") and len(err.getvalue().strip().splitlines()) == 1
     assert "--draft-tokens" in err.getvalue()
 
