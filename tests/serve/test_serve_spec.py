@@ -238,7 +238,7 @@ def test_openai_client_with_mtp_spec_on_the_tiny_model(tiny_spec_plan, tiny_serv
     from ninfer_runtime.serve.engine_adapter import EngineAdapter, open_engine
 
     art, plan = tiny_spec_plan
-    n = 4
+    n = 3  # the prefill's token + at least one MTP round (2 tokens left, a round emits up to K + 1 = 3)
     engine = open_engine(str(plan), str(art))
     # without spec (plain decode_c1_k0 steps of the same plan) and as ninfer-run --spec mtp (tests/runtime
     # compares ninfer-run's --spec mtp with --spec none): each engine load warms every extent, seconds each here
@@ -294,7 +294,7 @@ def test_ngram_spec_on_the_tiny_model_restores_a_whole_prompt(tiny_spec_plan):
     art, plan = tiny_spec_plan
     engine = open_engine(str(plan), str(art))
     prompt = [5, 17, 99, 23, 5, 17, 99, 23, 5, 17]  # repeats: the n-gram drafter has something to propose
-    n = 5
+    n = 4  # the prefill's token + n-gram rounds / plain steps for 3 more (suite time)
     plain = engine.generate(prompt, max_new_tokens=n, greedy=True, ignore_eos=True, spec="none").tokens
     adapter = EngineAdapter(engine, spec="ngram")
     assert adapter.spec_mode == "ngram"
