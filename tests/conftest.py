@@ -50,16 +50,35 @@ def _fast_interpreter_lang_patching() -> None:
     pkgs = [tl, tl.core, tl.tensor, getattr(tl, "math", None), getattr(tl.core, "tensor_descriptor_base", None)]
     names = {id(p): (p, [n for n, m in inspect.getmembers(p) if is_builtin(m)]) for p in pkgs if p is not None}
 
+    # A scan patches every builtin it finds, and only `_LangPatchScope.restore` (the end of a
+    # launch) puts builtins back: until the next restore, a listed package scanned again (every
+    # nested helper call re-patches) has none left, so that scan is skipped
+    scope_cls = getattr(ti, "_LangPatchScope", None)
+    if scope_cls is None or not callable(getattr(scope_cls, "restore", None)):
+        return
+    generation = [0]
+    scanned: dict[int, int] = {}  # id(package) -> generation of its last scan
+    orig_restore = scope_cls.restore
+
+    def restore(self):
+        generation[0] += 1
+        return orig_restore(self)
+
     def _patch_builtin(pkg, builder, scope):
         listed = names.get(id(pkg))
         if listed is None or listed[0] is not pkg:
             return orig(pkg, builder, scope)
+        if scanned.get(id(pkg)) == generation[0]:
+            return None
         for name in listed[1]:
             member = getattr(pkg, name, None)
             if is_builtin(member):
                 patch_attr(pkg, name, member, builder, scope)
+        scanned[id(pkg)] = generation[0]
+        return None
 
     _patch_builtin._ninfer_listed = True
+    scope_cls.restore = restore
     ti._patch_builtin = _patch_builtin
 
     # `_get_np_dtype` rebuilds its 19-entry dtype table on every call (hundreds of thousands of
