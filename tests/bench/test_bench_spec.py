@@ -113,9 +113,11 @@ def test_report_renders_every_section():
 
 @pytest.mark.slow
 def test_dry_run_end_to_end(tmp_path):
-    """The whole script on the CPU interpreter (minutes: ~40 interpreted extent runs): the K = 2 plan
-    at C = 1, its round rows with the MTP draft cost, forced rows a = 0..2 through the runtime."""
-    assert bs.main(["--dry", "--out", str(tmp_path)]) == 0
+    """The whole script on the CPU interpreter (minutes: ~30 interpreted extent runs): the K = 2 plan
+    at C = 1, its round rows with the MTP draft cost, forced rows a = 0..2 through the runtime.
+    --forced-tokens 3 (the dry default is 4; suite time): the prefill's token + 2 more still gives
+    a = 0 two rounds (a multi-round run), a = 1 one whole round and a = 2 one round cut short."""
+    assert bs.main(["--dry", "--out", str(tmp_path), "--forced-tokens", "3"]) == 0
     res = json.loads((tmp_path / "spec_dry.json").read_text())
     assert not res["errors"], res["errors"]
     assert [(r["C"], r["K"]) for r in res["rounds"]] == [(1, 2)]

@@ -20,7 +20,11 @@ import torch
 from . import support as S
 
 PROMPT = S.PROMPT[:9]  # two prefill chunks of 8 (the MTP prefill runs after each)
-N_NEW = 5
+N_NEW = 5  # the plain truth (plain3): 5 tokens, so a round of K + 1 = 4 after t0 stays inside it
+# the speculative runs compared with it (suite time): 4 tokens = the prefill's + 3 rounds when no draft
+# is accepted (the random MTP head, the always-wrong drafter), each rolled back; greedy, so each run
+# must equal the truth's first N_GEN tokens
+N_GEN = 4
 
 
 def _mtp_checkpoint(out: Path):
@@ -118,35 +122,35 @@ def test_plan_extents_bound(eng3, eng1):
 
 def test_mtp_greedy_equals_plain_and_reference(tiny, eng3, plain3):
     _, model, _, _ = tiny
-    res = eng3.generate([PROMPT, PROMPT[2:]], N_NEW, ignore_eos=True, concurrency=2)  # default spec: mtp
-    assert [r.tokens for r in res] == plain3
+    res = eng3.generate([PROMPT, PROMPT[2:]], N_GEN, ignore_eos=True, concurrency=2)  # default spec: mtp
+    assert [r.tokens for r in res] == [p[:N_GEN] for p in plain3]
     sp = eng3.last_stats["spec"]
     assert sp["mode"] == "mtp" and sp["k"] == 3 and sp["rounds"] >= 1 and sp["proposed"] == 3 * sp["lane_rounds"]
     for p, r in zip([PROMPT, PROMPT[2:]], res):
         bad = S.check_tokens_against(lambda t: S.hf_logits(model, t), p, r.tokens)
         assert not bad, "\n".join(bad)
-    r1 = eng3.generate(PROMPT, N_NEW, ignore_eos=True, spec="mtp", concurrency=1)
-    assert r1.tokens == plain3[0]
+    r1 = eng3.generate(PROMPT, N_GEN, ignore_eos=True, spec="mtp", concurrency=1)
+    assert r1.tokens == plain3[0][:N_GEN]
 
 
 def test_oracle_and_always_wrong_drafters(eng3, plain3):
     V = eng3.vocab_rows
     truth = plain3[0]
     for wrong in (False, True):
-        r = eng3.generate(PROMPT, N_NEW, ignore_eos=True, concurrency=1,
+        r = eng3.generate(PROMPT, N_GEN, ignore_eos=True, concurrency=1,
                           spec=lambda p, w=wrong: Oracle(p, truth, V, wrong=w))
-        assert r.tokens == truth
+        assert r.tokens == truth[:N_GEN]
         sp = eng3.last_stats["spec"]
         assert sp["mode"] == "custom" and sp["proposed"] > 0
         assert sp["accepted"] == (0 if wrong else sp["proposed"])
 
 
 def test_ngram_k1(eng1):
-    plain = eng1.generate(PROMPT, N_NEW, ignore_eos=True, spec="none").tokens
-    r = eng1.generate(PROMPT, N_NEW, ignore_eos=True, spec="ngram")
+    plain = eng1.generate(PROMPT, N_GEN, ignore_eos=True, spec="none").tokens
+    r = eng1.generate(PROMPT, N_GEN, ignore_eos=True, spec="ngram")
     assert r.tokens == plain and eng1.last_stats["spec"]["mode"] == "ngram"
     truth = plain
-    r = eng1.generate(PROMPT, N_NEW, ignore_eos=True, spec=lambda p: Oracle(p, truth, eng1.vocab_rows))
+    r = eng1.generate(PROMPT, N_GEN, ignore_eos=True, spec=lambda p: Oracle(p, truth, eng1.vocab_rows))
     assert r.tokens == plain
     sp = eng1.last_stats["spec"]
     assert sp["accepted"] == sp["proposed"] > 0
@@ -201,9 +205,11 @@ def test_state_after_a_round_equals_prefill_of_the_accepted(eng3, plain3):
 
 def test_sampling_is_reproducible(eng3):
     kw = dict(ignore_eos=True, temperature=0.9, top_p=0.95, seed=7, concurrency=2)
-    one = [r.tokens for r in eng3.generate([PROMPT, PROMPT], 4, **kw)]
-    two = [r.tokens for r in eng3.generate([PROMPT, PROMPT], 4, **kw)]
-    assert one == two and len(one[0]) == 4
+    # 3 tokens (suite time): the prefill's sampled token, then sampled rounds (one or two: a round
+    # emits 1 + its accepted drafts) in each run
+    one = [r.tokens for r in eng3.generate([PROMPT, PROMPT], 3, **kw)]
+    two = [r.tokens for r in eng3.generate([PROMPT, PROMPT], 3, **kw)]
+    assert one == two and len(one[0]) == 3
 
 
 def _cli(*args):
@@ -232,14 +238,14 @@ def test_cli_spec_line_and_errors(eng3, tiny, tiny_plan):
 
 
 @pytest.mark.slow
-def test_trained_tiny_mtp_k5(tmp_path_factory):
+def test_trained_tiny_mtp_k5(tmp_path_factory, tiny_trained_bf16):
     """The trained tiny model (examples/tiny-trained, with its MTP head), K = 5, C = 1: MTP rounds give
     the plain run's tokens (each the reference's argmax for its prefix) and accept real drafts."""
     import ninfer_runtime as nr
     from quality import support as Q
 
     d = tmp_path_factory.mktemp("spec_trained")
-    art = Q.pack(d / "tt.ninfer", "bf16")
+    art = tiny_trained_bf16  # Q.pack(..., "bf16"), once per session (tests/conftest.py)
     plan = _compile(art, d / "k5.plan", S.interp_table(d / "interp90.yaml"), k=5, concurrency=(1,))
     prompt = Q.heldout_ids()[:9]
     with nr.load(plan, art, progress=False) as eng:
@@ -255,7 +261,7 @@ def test_trained_tiny_mtp_k5(tmp_path_factory):
 
 
 @pytest.mark.gpu
-def test_gpu_trained_tiny_graphs_match_eager_and_repeat(tmp_path_factory):
+def test_gpu_trained_tiny_graphs_match_eager_and_repeat(tmp_path_factory, tiny_trained_bf16):
     """Issue #17 item 1 on the GPU: the trained tiny model (real MTP head), K = 3, C = 2: the verify and
     MTP extents are CUDA-graph captured; three graph runs, an eager run and the plain (--spec none)
     run give the same tokens, and every run accepts the same drafts."""
@@ -263,7 +269,7 @@ def test_gpu_trained_tiny_graphs_match_eager_and_repeat(tmp_path_factory):
     from quality import support as Q
 
     d = tmp_path_factory.mktemp("spec_gpu")
-    art = Q.pack(d / "tt.ninfer", "bf16")
+    art = tiny_trained_bf16  # Q.pack(..., "bf16"), once per session (tests/conftest.py)
     plan = _compile(art, d / "k3.plan", S.interp_table(d / "interp90.yaml"), k=3, concurrency=(1, 2))
     ids = Q.heldout_ids()
     prompts = [ids[:9], ids[40:57]]

@@ -18,16 +18,16 @@ CHUNK = 16
 
 
 @pytest.fixture(scope="session")
-def tiny_served_plan(tmp_path_factory):
-    """(artifact, plan directory) of the trained tiny model; read-only."""
+def tiny_served_plan(tmp_path_factory, tiny_trained_bf16):
+    """(artifact, plan directory) of the trained tiny model; read-only (the artifact is the
+    session's tests/conftest.py tiny_trained_bf16, shared with test_serve_spec)."""
     from ninfer_compile.compile_cli import compile_artifact
     from ninfer_compile.ir.lower import LowerOptions
     from ninfer_compile.plan.writer import write_plan
-    from quality import support as QS
     from runtime import support as RS
 
     d = tmp_path_factory.mktemp("serve_tiny")
-    art = QS.pack(d / "tiny-trained-bf16.ninfer", "bf16")
+    art = tiny_trained_bf16
     table = RS.interp_table(d / "interp90.yaml")
     kw = dict(prefill_chunk=CHUNK, concurrency=(1, SLOTS), max_context=MAX_CONTEXT, mtp=False)
     c = compile_artifact(art, 90, routes=table, opts=LowerOptions(**kw), binaries=False)

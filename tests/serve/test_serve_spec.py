@@ -5,6 +5,7 @@ stop leaves no snapshot, lanes freed), and the real engine in test_serve_spec_ti
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
@@ -191,16 +192,15 @@ TINY_CHUNK, TINY_CONTEXT = 16, 64
 MSGS = [{"role": "user", "content": "x = 1"}]  # 14 chat tokens: one prefill chunk
 
 
-def _tiny_spec_plan(d):
-    """The trained tiny model (it has the MTP head) packed bf16 and compiled with --draft-tokens 2,
-    one slot (C = 1: the fewest extents to warm under the interpreter), chunk 16, context 64."""
+def _tiny_spec_plan(d, art):
+    """The trained tiny model (it has the MTP head; `art`: packed bf16, the session's shared
+    tiny_trained_bf16) compiled with --draft-tokens 2, one slot (C = 1: the fewest extents to warm
+    under the interpreter), chunk 16, context 64."""
     from ninfer_compile.compile_cli import compile_artifact
     from ninfer_compile.ir.lower import LowerOptions
     from ninfer_compile.plan.writer import write_plan
-    from quality import support as QS
     from runtime import support as RS
 
-    art = QS.pack(d / "tiny-trained-bf16.ninfer", "bf16")
     table = RS.interp_table(d / "interp90.yaml")
     opts = LowerOptions(prefill_chunk=TINY_CHUNK, concurrency=(1,), max_context=TINY_CONTEXT,
                         draft_tokens=SPEC_K)
@@ -226,11 +226,11 @@ def _ninfer_run(plan, art, *args) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def tiny_spec_plan(tmp_path_factory):
-    return _tiny_spec_plan(tmp_path_factory.mktemp("serve_spec_tiny"))
+def tiny_spec_plan(tmp_path_factory, tiny_trained_bf16):
+    return _tiny_spec_plan(tmp_path_factory.mktemp("serve_spec_tiny"), tiny_trained_bf16)
 
 
-def test_openai_client_with_mtp_spec_on_the_tiny_model(tiny_spec_plan, tmp_path):
+def test_openai_client_with_mtp_spec_on_the_tiny_model(tiny_spec_plan, tiny_served_plan):
     """Greedy chat through ninfer-serve --spec mtp == ninfer-run --spec none == ninfer-run --spec mtp;
     streamed the same; acceptance in the log line; a cancelled stream frees its slot; the CLI refuses
     --spec mtp on a plan without a draft window in one line."""
@@ -238,7 +238,7 @@ def test_openai_client_with_mtp_spec_on_the_tiny_model(tiny_spec_plan, tmp_path)
     from ninfer_runtime.serve.engine_adapter import EngineAdapter, open_engine
 
     art, plan = tiny_spec_plan
-    n = 4
+    n = 3  # the prefill's token + at least one MTP round (2 tokens left, a round emits up to K + 1 = 3)
     engine = open_engine(str(plan), str(art))
     # without spec (plain decode_c1_k0 steps of the same plan) and as ninfer-run --spec mtp (tests/runtime
     # compares ninfer-run's --spec mtp with --spec none): each engine load warms every extent, seconds each here
@@ -270,24 +270,18 @@ def test_openai_client_with_mtp_spec_on_the_tiny_model(tiny_spec_plan, tmp_path)
         wait_until(lambda: health(srv)["slots_used"] == 0, 300, 0.2, "the cancelled stream's slot")
         assert not adapter.lanes
     engine.close()
-    # a plan without a draft window: --spec mtp is one line, exit 2 (the conftest's plan is K = 0)
+    # a plan without a draft window: --spec mtp is one line, exit 2 (the conftest's served plan is
+    # K = 0: no plan of its own to compile)
     import io
     from contextlib import redirect_stderr
 
     from ninfer_runtime.serve.server import free_port
 
-    k0 = tmp_path / "k0.plan"
-    from ninfer_compile.compile_cli import compile_artifact
-    from ninfer_compile.ir.lower import LowerOptions
-    from ninfer_compile.plan.writer import write_plan
-    from runtime import support as RS
-
-    cc = compile_artifact(art, 90, routes=RS.interp_table(tmp_path / "t.yaml"),
-                          opts=LowerOptions(prefill_chunk=8, concurrency=(1,), max_context=16), binaries=False)
-    write_plan(k0, cc.manifest, cc.memory_txt, extra_files=cc.kernel_files)
+    art0, k0 = tiny_served_plan
+    assert not (json.loads((k0 / "plan.json").read_text()).get("options") or {}).get("draft_tokens")
     err = io.StringIO()
     with redirect_stderr(err):
-        rc = serve_main([str(k0), "--artifact", str(art), "--spec", "mtp", "--port", str(free_port())])
+        rc = serve_main([str(k0), "--artifact", str(art0), "--spec", "mtp", "--port", str(free_port())])
     assert rc == 2 and err.getvalue().startswith("error: ") and len(err.getvalue().strip().splitlines()) == 1
     assert "--draft-tokens" in err.getvalue()
 
@@ -300,7 +294,7 @@ def test_ngram_spec_on_the_tiny_model_restores_a_whole_prompt(tiny_spec_plan):
     art, plan = tiny_spec_plan
     engine = open_engine(str(plan), str(art))
     prompt = [5, 17, 99, 23, 5, 17, 99, 23, 5, 17]  # repeats: the n-gram drafter has something to propose
-    n = 5
+    n = 4  # the prefill's token + n-gram rounds / plain steps for 3 more (suite time)
     plain = engine.generate(prompt, max_new_tokens=n, greedy=True, ignore_eos=True, spec="none").tokens
     adapter = EngineAdapter(engine, spec="ngram")
     assert adapter.spec_mode == "ngram"
