@@ -332,6 +332,10 @@ def run(args) -> int:
             shutil.rmtree(dump_tmp, ignore_errors=True)
     if args.explain:
         explain(compiled)
+    off = sorted({r for x in compiled.manifest["extents"].values() for r in x.get("fusions_off", {})})
+    if off and not args.quiet:
+        print(f"note: the route table switches fusion rules off: {', '.join(off)} (why: plan.json "
+              f"extents.*.fusions_off)", file=sys.stderr)
     m = compiled.memory
     print(f"wrote {out_dir}: {len(compiled.graphs)} extents, "
           f"{sum(len(x['launches']) for x in compiled.manifest['extents'].values())} launches, "

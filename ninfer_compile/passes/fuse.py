@@ -23,7 +23,9 @@ Guarantees: the graph computes the same values with fewer launches:
     removed and folded into each consumer as a prologue (the producer's input + renamed operands /
     attributes), only where every consumer's fused form is covered by a registered route and
     selected by the table (the route domain's `prologues`; e.g. rmsnorm -> decode GEMVs).
-Each applied rewrite is counted in `graph.meta["fusions"]`.
+Each applied rewrite is counted in `graph.meta["fusions"]`. A rule the context's route table switches
+off (its `fuse_off:`, with the measurement that says why) is skipped and listed, with that reason, in
+`graph.meta["fusions_off"]`; a `fuse_off` name that is no rule is a CompileError at the table's line.
 """
 
 from __future__ import annotations
@@ -65,12 +67,24 @@ def run(graph: Graph, ctx: PassContext) -> Graph:
     rules = ctx.fuse_rules if ctx.fuse_rules is not None else load_rules()
     g = graph.copy()
     counts = dict(g.meta.get("fusions", {}))
+    table_off = dict(getattr(ctx.table, "fuse_off", None) or {})
+    unknown = sorted(set(table_off) - {r["name"] for r in rules})
+    if unknown:
+        reason, line = table_off[unknown[0]]
+        raise CompileError(f"{ctx.table.name}:{line}: fuse_off: {unknown[0]}: no such fusion rule "
+                           f"(passes/fuse_rules.yaml has {', '.join(r['name'] for r in rules)})")
+    off = dict(g.meta.get("fusions_off", {}))
     for rule in rules:
         if not rule.get("enabled", True):
+            continue
+        if rule["name"] in table_off:
+            off[rule["name"]] = f"{ctx.table.name}: {table_off[rule['name']][0]}"
             continue
         n = _REWRITERS[rule["kind"]](g, rule, ctx)
         counts[rule["name"]] = counts.get(rule["name"], 0) + n
     g.meta["fusions"] = counts
+    if off:
+        g.meta["fusions_off"] = off
     g.prune_tensors()
     return g
 

@@ -181,6 +181,7 @@ def extent_entry(g: Graph, registry=None) -> dict[str, Any]:
         "workspace": {"numel": ws_max, "dtype": "f32"},  # = extent_workspace_numel(g, registry)
         "arena_bytes": mem["arena_bytes"] if mem is not None else None,
         "fusions": dict(sorted(g.meta.get("fusions", {}).items())),
+        **({"fusions_off": dict(sorted(g.meta["fusions_off"].items()))} if g.meta.get("fusions_off") else {}),
         "inputs": inputs, "outputs": outputs, "tensors": tensors, "launches": launches,
     }
 

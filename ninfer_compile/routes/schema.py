@@ -24,6 +24,10 @@ Shape of a table (DESIGN §5)::
 A row names either a `route` or, explicitly, `unsupported: REASON` (selection there is always a
 RouteError quoting the reason) — so every T from 1 to max has a stated outcome.
 
+A table may switch fusion rules off for its sm, each with the reason (the measurement)::
+
+    fuse_off: {rmsnorm_prologue: "H200 2026-12-02: C=1 93.1 tok/s with it, 131.0 without (bench/results/...)"}
+
 A table may say `extends: base.yaml` (a path relative to it): it inherits the base's family
 sections, and each of its own groups replaces the base group with the same match (or adds one).
 A base file has the family sections and a `provenance` header only (`BaseHeader`). The merge is
@@ -44,7 +48,7 @@ from ..errors import RouteError
 from ..kernels.family import family_names, family_specs
 from ..yaml_lines import YamlInputError, format_path, parse_yaml_with_lines, read_yaml_bytes
 
-HEADER_KEYS = ("sm", "provenance", "miss", "extends")
+HEADER_KEYS = ("sm", "provenance", "miss", "extends", "fuse_off")
 
 # Match keys every family accepts (integers: n, k); a family's own keys come from its spec
 # (`FamilySpec.match_keys` / `int_match_keys`), plus every key a registered route of the family
@@ -199,6 +203,9 @@ class Header(_Strict):
     provenance: Provenance
     miss: Literal["error", "nearest"]
     extends: StrictStr | None = None  # a base table (path relative to this file) whose rows this one inherits
+    # fusion rules (passes/fuse_rules.yaml names) this sm's table switches off, each with the measurement
+    # that says why: the rule's fused form lost to the ops it replaces on this card
+    fuse_off: dict[StrictStr, StrictStr] = Field(default_factory=dict)
 
 
 class BaseHeader(_Strict):

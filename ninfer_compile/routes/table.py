@@ -137,7 +137,8 @@ class RouteTable:
     """A validated route table. Use `load_table` / `table_for_sm` to build one."""
 
     def __init__(self, path: Path, raw: bytes, sm: int, provenance: dict, miss: str,
-                 groups: dict[str, list[TableGroup]], base: Path | None = None, base_raw: bytes = b""):
+                 groups: dict[str, list[TableGroup]], base: Path | None = None, base_raw: bytes = b"",
+                 fuse_off: Mapping[str, tuple[str, int]] | None = None):
         self.path = Path(path)
         self.name = self.path.name
         self.base = None if base is None else Path(base)  # the `extends:` file, if any
@@ -147,6 +148,8 @@ class RouteTable:
         self.miss = miss
         self.groups = groups
         self.misses: list[str] = []
+        # fusion rule -> (reason, YAML line): the rules this table switches off (the fuse pass skips them)
+        self.fuse_off: dict[str, tuple[str, int]] = dict(fuse_off or {})
 
     def __repr__(self) -> str:
         return f"RouteTable({self.name}, sm={self.sm}, miss={self.miss})"
@@ -388,7 +391,9 @@ def load_table(path: str | Path, registry: Registry | None = None) -> RouteTable
     prov = parsed.header.provenance.model_dump(exclude_none=True)
     if "date" in prov:
         prov["date"] = str(prov["date"])
-    return RouteTable(path, raw, parsed.header.sm, prov, parsed.header.miss, groups, bpath, braw)
+    fuse_off = {rule: (reason, parsed.doc.line_of(("fuse_off", rule)))
+                for rule, reason in parsed.header.fuse_off.items()}
+    return RouteTable(path, raw, parsed.header.sm, prov, parsed.header.miss, groups, bpath, braw, fuse_off)
 
 
 def shipped_tables() -> dict[int, Path]:

@@ -417,6 +417,7 @@ def run(args) -> int:
         raise NinferError("no candidate produced a timing; nothing to write (see the warnings above)")
     carried: list[str] = []
     base_groups: list[X.Group] = []
+    fuse_off: dict[str, str] = {}
     if not args.no_base:
         base = args.base or (out if out.is_file() else ROUTES_DIR / f"sm{args.sm}.yaml")
         if base.is_file():
@@ -433,6 +434,7 @@ def run(args) -> int:
                 if data.get("sm") not in (None, args.sm):
                     raise NinferError(f"--base {base}: table is for sm {data.get('sm')}, not {args.sm}")
                 base_groups, carried = X.carry_groups(data, groups)
+                fuse_off = dict(data.get("fuse_off") or {})  # the base's measured switch-offs stay
                 carried = [f"{c} (from {base.name})" for c in carried]
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     dropped = [w for w in warnings if w.startswith("dropping ")]
@@ -460,7 +462,8 @@ def run(args) -> int:
               f"Timing grid: {report.name}. Validate: ninfer-compile routes validate {out.name}")
     from ..kernels.registry import default_registry
 
-    text = X.render_table(args.sm, prov, groups + base_groups, header_comment=header, registry=default_registry)
+    text = X.render_table(args.sm, prov, groups + base_groups, header_comment=header, registry=default_registry,
+                           fuse_off=fuse_off)
     try:
         table = X.write_table(out, text)
     except RouteError as exc:

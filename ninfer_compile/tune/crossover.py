@@ -241,7 +241,9 @@ def row_data(row: Row, registry=None) -> dict:
 
 
 def render_table(sm: int, provenance: Mapping[str, Any], groups: Sequence[Group],
-                 header_comment: str = "", miss: str = "error", registry=None) -> str:
+                 header_comment: str = "", miss: str = "error", registry=None,
+                 fuse_off: Mapping[str, str] | None = None) -> str:
+    """The table's YAML; `fuse_off`: the base table's switched-off fusion rules, carried with their reasons."""
     lines = []
     for c in header_comment.splitlines():
         lines.append(f"# {c}".rstrip())
@@ -252,6 +254,10 @@ def render_table(sm: int, provenance: Mapping[str, Any], groups: Sequence[Group]
             continue
         lines.append(f"  {k}: {_flow(v)}")
     lines.append(f"miss: {miss}")
+    if fuse_off:
+        lines.append("fuse_off:")
+        for rule, reason in fuse_off.items():
+            lines.append(f"  {rule}: {_flow(reason)}")
     fams: dict[str, list[Group]] = {}
     for g in groups:
         fams.setdefault(g.family, []).append(g)
@@ -304,7 +310,7 @@ def carry_groups(base_data: Mapping[str, Any] | None, new_groups: Sequence[Group
     kept: list[Group] = []
     notes: list[str] = []
     for fam, groups in base_data.items():
-        if fam in ("sm", "provenance", "miss") or not isinstance(groups, list):
+        if fam in ("sm", "provenance", "miss", "extends", "fuse_off") or not isinstance(groups, list):
             continue
         mine = [g for g in new_groups if g.family == fam]
         for g in groups:

@@ -173,20 +173,28 @@ def test_gdn_decode_fused_off_switch():
 
 
 def test_gdn_decode_fused_needs_a_table_row(tmp_path):
-    """A table without a gdn_decode_fused section keeps today's three ops; the shipped sm90 table fuses."""
+    """A table without a gdn_decode_fused section keeps today's three ops; one with its row fuses; the
+    shipped sm90 table has the row but switches the rule off (`fuse_off:`, measured slower)."""
     import yaml
 
     from ninfer_compile.routes.table import load_table
 
     src = REPO / "routes" / "sm90.yaml"
     data = yaml.safe_load(src.read_text())
+    data.pop("fuse_off")
+    on = tmp_path / "on.yaml"
+    on.write_text(yaml.safe_dump(data, sort_keys=False))
     data.pop("gdn_decode_fused")
-    p = tmp_path / "sm90.yaml"
-    p.write_text(yaml.safe_dump(data, sort_keys=False))
-    for table, n in ((load_table(p, default_registry), 0), (load_table(src, default_registry), 1)):
-        ctx = _ctx(table=table)
+    no_row = tmp_path / "no_row.yaml"
+    no_row.write_text(yaml.safe_dump(data, sort_keys=False))
+    for path, n in ((no_row, 0), (on, 1)):
+        ctx = _ctx(table=load_table(path, default_registry))
         after = fuse.run(_bound(ctx, t=2), ctx)
         assert after.meta["fusions"]["gdn_decode_fused"] == n
+    ctx = _ctx(table=load_table(src, default_registry))
+    after = fuse.run(_bound(ctx, t=2), ctx)
+    assert "gdn_decode_fused" not in after.meta["fusions"] and "gdn_decode_fused" in after.meta["fusions_off"]
+    assert "gdn_decode_fused" not in [o.kind for o in after.ops()]
 
 
 def test_chain_into_rule_is_data():

@@ -4,6 +4,7 @@ consumer's route takes it (the decode GEMVs, T <= 4; gdn_gating_proj_rows)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -20,6 +21,8 @@ from .test_gating_proj_fuse import _bound as gating_bound
 from .test_gating_proj_fuse import _spec as gating_spec
 from .test_gating_proj_fuse import _weights as gating_weights
 from .test_gating_proj_fuse import K as GK
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _ctx(**kw):
@@ -97,10 +100,26 @@ def test_not_folded_where_a_consumer_cannot_take_it():
     assert fuse.run(g, ctx).meta["fusions"]["rmsnorm_prologue"] == 0
 
 
-def test_follows_the_table():
+def test_shipped_table_switches_it_off():
+    """routes/sm90.yaml says `fuse_off: rmsnorm_prologue` (measured slower on the H200): no fold,
+    and the graph says which table turned the rule off and why."""
     from ninfer_compile.routes import table_for_sm
 
     ctx = _ctx(table=table_for_sm(90))
+    after = fuse.run(_bound(ctx, t=1), ctx)
+    assert "rmsnorm_prologue" not in after.meta["fusions"] and "rmsnorm" in [o.kind for o in after.ops()]
+    assert after.meta["fusions_off"]["rmsnorm_prologue"].startswith("sm90.yaml: H200 2026-12-02")
+
+
+def test_follows_the_table(tmp_path):
+    import yaml
+
+    from ninfer_compile.routes import table_for_sm
+
+    data = yaml.safe_load((REPO / "routes" / "sm90.yaml").read_text())
+    data.pop("fuse_off")
+    (tmp_path / "sm90.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    ctx = _ctx(table=table_for_sm(90, tmp_path / "sm90.yaml"))
     after = select_routes.run(fuse.run(_bound(ctx, t=1), ctx), ctx)
     assert after.meta["fusions"]["rmsnorm_prologue"] == 1
     lin = {o.name: o for o in after.ops_of(["linear"])}
@@ -139,3 +158,17 @@ def test_norm_folded_into_gdn_gating_proj():
     got = Executor(gating_weights(), use_routes=False).run(after, {"x": x}, ExecState())
     for k in ("g", "beta"):
         torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-5)
+
+
+def test_fuse_off_naming_no_rule_is_one_line_error(tmp_path):
+    import yaml
+
+    from ninfer_compile.errors import CompileError
+    from ninfer_compile.routes import table_for_sm
+
+    text = (REPO / "routes" / "sm90.yaml").read_text().replace("fuse_off:\n", "fuse_off:\n  rmsnorm_prologu: typo\n", 1)
+    (tmp_path / "sm90.yaml").write_text(text)
+    line = 1 + text.splitlines().index("  rmsnorm_prologu: typo")
+    ctx = _ctx(table=table_for_sm(90, tmp_path / "sm90.yaml"))
+    with pytest.raises(CompileError, match=rf"^sm90.yaml:{line}: fuse_off: rmsnorm_prologu: no such fusion rule "):
+        fuse.run(_bound(ctx, t=1), ctx)

@@ -140,3 +140,10 @@ def test_shipped_unmeasured_tables_share_one_base():
     assert table_for_sm(90).base is None  # the measured table stands alone
     with pytest.raises(TableErrors, match=r"^base.yaml:1: \(top\): a base table \(no sm, no miss\), not a table"):
         load_table(base)
+
+
+def test_base_takes_no_fuse_off(pair, reg):
+    """Switching a fusion rule off is a per-sm, measured decision: a base table refuses `fuse_off:`."""
+    table, _ = pair(base_head=BASE_HEAD + "fuse_off: {rmsnorm_prologue: slower}\n")
+    with pytest.raises(TableErrors, match=r"^base.yaml:2: fuse_off: unknown key"):
+        load_table(table, registry=reg)

@@ -259,3 +259,12 @@ def test_unsupported_rows(write, reg):
     body3 = GOOD_BODY.replace("- {t: [9, max], route: f_attn_pre}",
                               "- {t: [9, max], unsupported: x, params: {a: 1}}")
     one_error(write, reg, body3, 30, "takes no params")
+
+
+def test_fuse_off_header(write, reg):
+    """`fuse_off:` maps fusion rules to the reason this sm's table switches them off; the table keeps
+    each with its YAML line (the fuse pass cites it); a reason must be a string."""
+    t = load(write, reg, "fuse_off:\n  rmsnorm_prologue: 'measured slower (bench/results/x.md)'\n" + GOOD_BODY)
+    assert t.fuse_off == {"rmsnorm_prologue": ("measured slower (bench/results/x.md)", 5)}
+    assert load(write, reg).fuse_off == {}
+    one_error(write, reg, "fuse_off:\n  rmsnorm_prologue: 3\n" + GOOD_BODY, 5, "fuse_off.rmsnorm_prologue")

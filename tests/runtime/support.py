@@ -71,11 +71,15 @@ def pack(hf_dir: Path, out: Path, recipe: str) -> Path:
     return out
 
 
-def interp_table(dest: Path, sm: int = 90) -> Path:
-    """routes/smN.yaml with linear params chosen for the Triton interpreter (few, wide programs)."""
+def interp_table(dest: Path, sm: int = 90, fuse_on: tuple[str, ...] = ()) -> Path:
+    """routes/smN.yaml with linear params chosen for the Triton interpreter (few, wide programs);
+    `fuse_on`: fusion rules taken out of the table's `fuse_off:` (they fire again)."""
     import yaml
 
     data = yaml.safe_load((REPO / "routes" / f"sm{sm}.yaml").read_text())
+    off = {k: v for k, v in (data.pop("fuse_off", None) or {}).items() if k not in fuse_on}
+    if off:
+        data["fuse_off"] = off
     mma = {"BLOCK_N": 128, "BLOCK_K": 128, "BLOCK_T": 16}
     for row in data.get("linear", []):
         prefix = row["routes"][0]["route"].split("_")[0]

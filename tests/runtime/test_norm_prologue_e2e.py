@@ -36,7 +36,7 @@ def plans(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("normfold")
     S.make_hf_checkpoint(d / "hf")
-    table = S.rewrite_quant_linear(d / "gemv90.yaml", S.interp_table(d / "interp90.yaml"), _rows, skip=())
+    table = S.rewrite_quant_linear(d / "gemv90.yaml", S.interp_table(d / "interp90.yaml", fuse_on=("rmsnorm_prologue",)), _rows, skip=())
     art = S.pack(d / "hf", d / "tiny-q.ninfer", "default")
     on = S.compile_plan(art, d / "on.plan", table=table)
     mp = pytest.MonkeyPatch()
