@@ -15,9 +15,10 @@ then `conv1d_state_kernel`, in which only the last column of each slot's run wri
 state, after all reads of the old state have completed (stream order).
 
 `conv1d_verify_kernel`, grid (C rows, C_ch blocks): a verify row is W consecutive columns of one
-slot (columns r*W .. r*W+W-1); the program computes the W outputs (column j reads lags <= j from x,
-older ones from the old state), the row's last K-1 inputs after each of its first W-1 columns
-(conv_state_columns[r, j]) and, after a barrier, the final state in place.
+slot (columns r*W .. r*W+W-1, W a constexpr: one compile per draft window); the program loads the
+row's inputs once (its K-1 state rows and W columns, before any store, so the loads do not wait on
+the stores of earlier columns), then computes the W outputs, the row's last K-1 inputs after each of
+its first W-1 columns (conv_state_columns[r, j]) and, after a barrier, the final state in place.
 """
 
 import triton
@@ -145,15 +146,25 @@ def conv1d_state_kernel(
 
 
 @triton.jit
+def _row_of(E, e_idx, e):
+    """Row e of the register tile E [EP, BLOCK_C] (exact: one term, the rest zeros) -> [BLOCK_C]."""
+    return tl.sum(tl.where((e_idx == e)[:, None], E, 0.0), axis=0)
+
+
+@triton.jit
 def conv1d_verify_kernel(
     x_ptr, w_ptr, state_ptr, out_ptr, pos_ptr, slots_ptr, cols_ptr,
-    C, W, stride_xt, stride_ot, stride_ss, stride_sk, stride_cr, stride_cj, stride_ck,
+    C, stride_xt, stride_ot, stride_ss, stride_sk, stride_cr, stride_cj, stride_ck,
     x1_ptr, stride_x1, x2_ptr, stride_x2, C0, C01,
-    K: tl.constexpr, KP: tl.constexpr, BLOCK_C: tl.constexpr,
+    W: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, EP: tl.constexpr, BLOCK_C: tl.constexpr,
     PARTS: tl.constexpr = 1,
     SILU: tl.constexpr = True,
     PDL: tl.constexpr = False,
 ):
+    """The row's whole input sequence E = [its K-1 state rows | its W new columns] ([EP, BLOCK_C], rows
+    at negative positions zero) is loaded once, before any store; column j's taps are E rows j .. j+K-1
+    (the same [KP, BLOCK_C] tile and tl.sum as conv1d_kernel, so verify and decode outputs agree bit for
+    bit), the state after column j is E rows j+1 .. j+K-1, the final state E rows W .. W+K-2."""
     pdl_enter(PDL)
     xp = (x_ptr, stride_xt, x1_ptr, stride_x1, x2_ptr, stride_x2, C0, C01)
     r = tl.program_id(0)
@@ -162,27 +173,33 @@ def conv1d_verify_kernel(
     t0 = r * W
     s = tl.load(slots_ptr + t0)
     p0 = tl.load(pos_ptr + t0)
+    e = tl.arange(0, EP)  # E row e holds the input at position p0 - (K-1) + e
+    live = (e < K - 1 + W) & (p0 - (K - 1) + e >= 0)
+    from_state = e < K - 1
+    m = live[:, None] & cmask[None, :]
+    vs = tl.load(state_ptr + s * stride_ss + tl.minimum(e, K - 2)[:, None] * stride_sk + cols[None, :],
+                 mask=m & from_state[:, None], other=0.0)
+    vx = _x_rows(xp, t0 + tl.maximum(e - (K - 1), 0), cols, m & ~from_state[:, None], PARTS)
+    E = vs.to(tl.float32) + vx.to(tl.float32)  # [EP, BLOCK_C]
     i = tl.arange(0, KP)
-    d = K - 1 - i  # lag of tap i (taps i >= K give d < 0, masked off)
-    dn = K - 2 - i  # lag of state row i after a column (rows i >= K-1 masked off)
-    rmask = (i < K - 1)[:, None] & cmask[None, :]
     w = tl.load(w_ptr + i[:, None] * C + cols[None, :], mask=(i < K)[:, None] & cmask[None, :], other=0.0)
     w = w.to(tl.float32)  # [KP, BLOCK_C]
-    cb = cols_ptr + r.to(tl.int64) * stride_cr + i[:, None] * stride_ck + cols[None, :]
-    nv = tl.zeros([KP, BLOCK_C], dtype=tl.float32)  # the state as of the row's latest column
-    for j in range(0, W):
-        t = t0 + j
-        n_prev = tl.minimum(j, K - 1)  # same-row columns before t (the rest of the window is state)
-        vals = _lagged(xp, state_ptr, t, s, p0 + j, n_prev, d, cols, cmask, stride_ss, stride_sk, K, PARTS)
+    cb = cols_ptr + r.to(tl.int64) * stride_cr + cols[None, :]
+    for j in tl.static_range(W):
+        vals = tl.zeros([KP, BLOCK_C], dtype=tl.float32)
+        for tap in tl.static_range(K):
+            vals = tl.where((i == tap)[:, None], _row_of(E, e, j + tap)[None, :], vals)
         acc = tl.sum(vals * w, axis=0)  # [BLOCK_C]
         if SILU:
             y = acc / (1.0 + tl.exp(-acc))
         else:
             y = acc
-        tl.store(out_ptr + t * stride_ot + cols, y.to(out_ptr.dtype.element_ty), mask=cmask)
-        nv = _lagged(xp, state_ptr, t, s, p0 + j, n_prev, dn, cols, cmask, stride_ss, stride_sk, K, PARTS)
-        if j < W - 1:  # the row's last K-1 inputs after column j (the rollback's column j)
-            tl.store(cb + j * stride_cj, nv.to(cols_ptr.dtype.element_ty), mask=rmask)
+        tl.store(out_ptr + (t0 + j) * stride_ot + cols, y.to(out_ptr.dtype.element_ty), mask=cmask)
+        if j < W - 1:  # the row's last K-1 inputs after column j (the rollback's column j): E rows j+1 ..
+            sel = (e >= j + 1) & (e < j + K)
+            tl.store(cb + j * stride_cj + (e - j - 1)[:, None] * stride_ck, E.to(cols_ptr.dtype.element_ty),
+                     mask=sel[:, None] & cmask[None, :])
     tl.debug_barrier()  # every read of the old state is done before the final state overwrites it
-    tl.store(state_ptr + s * stride_ss + i[:, None] * stride_sk + cols[None, :],
-             nv.to(state_ptr.dtype.element_ty), mask=rmask)
+    fin = (e >= W) & (e < W + K - 1)
+    tl.store(state_ptr + s * stride_ss + (e - W)[:, None] * stride_sk + cols[None, :],
+             E.to(state_ptr.dtype.element_ty), mask=fin[:, None] & cmask[None, :])

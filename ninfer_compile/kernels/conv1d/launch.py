@@ -165,8 +165,8 @@ def conv1d_verify(
     grid = (R, triton.cdiv(C, block_c))
     conv1d_verify_kernel[grid](
         xa, weight, conv_state, out, positions, slots, cols,
-        C, W, sa, out.stride(0), conv_state.stride(0), conv_state.stride(1),
+        C, sa, out.stride(0), conv_state.stride(0), conv_state.stride(1),
         cols.stride(0), cols.stride(1), cols.stride(2), xb, sb, xc, sc, c0, c01,
-        K=K, KP=triton.next_power_of_2(K), BLOCK_C=block_c, PARTS=parts, SILU=silu, num_warps=num_warps,
+        W=W, K=K, KP=triton.next_power_of_2(K), EP=triton.next_power_of_2(K - 1 + W), BLOCK_C=block_c, PARTS=parts, SILU=silu, num_warps=num_warps,
         **pdl_launch(conv1d_verify_kernel),
     )

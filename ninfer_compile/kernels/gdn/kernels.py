@@ -9,7 +9,8 @@ gdn_gating_proj_kernel  a = x Wa^T, b = x Wb^T and g / beta in one launch; grid
 gdn_decode_kernel       recurrent step; grid (T, Hv, cdiv(Dv, BV)); each column its own slot.
                         q/k L2 norm fused; the [Dk, BV] state block lives in registers.
 gdn_verify_kernel       verify rows (speculative decoding): grid (C, Hv, cdiv(Dv, BV)); row r =
-                        columns r*W .. r*W+W-1 of one slot; the program walks them in order with
+                        columns r*W .. r*W+W-1 of one slot (W constexpr); their q, k, v, g, beta
+                        are loaded at once, then the program walks them in order with
                         the [Dk, BV] state block in registers (read once), writing out per column,
                         the state after each of the first W-1 columns to state_columns[r, j] and
                         the final state in place.
@@ -98,9 +99,13 @@ def gdn_gating_proj_kernel(x_ptr, wa_ptr, wb_ptr, alog_ptr, dtb_ptr, g_ptr, beta
 
 
 @triton.jit
-def _load_qk_row(ptr, base, offs, D, eps):
-    x = tl.load(ptr + base + offs, mask=offs < D, other=0.0).to(tl.float32)
+def _l2norm(x, eps):
     return x * tl.rsqrt(tl.sum(x * x, axis=0) + eps)
+
+
+@triton.jit
+def _load_qk_row(ptr, base, offs, D, eps):
+    return _l2norm(tl.load(ptr + base + offs, mask=offs < D, other=0.0).to(tl.float32), eps)
 
 
 @triton.jit
@@ -141,14 +146,23 @@ def gdn_decode_kernel(
 
 
 @triton.jit
+def _row(X, idx, j):
+    """Row j of a register tile X [R, N] -> [N] (exact: one term, the rest zeros)."""
+    return tl.sum(tl.where((idx == j)[:, None], X, 0.0), axis=0)
+
+
+@triton.jit
 def gdn_verify_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, o_ptr, pos_ptr, slots_ptr, cols_ptr,
-    W, Hv, REP, Dk, Dv, scale, eps,
+    Hv, REP, Dk, Dv, scale, eps,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_ss, stride_sh, stride_ot, stride_oh, stride_cr, stride_cj, stride_ch,
-    BK: tl.constexpr, BV: tl.constexpr,
+    W: tl.constexpr, WP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     PDL: tl.constexpr = False,
 ):
+    """The row's W columns of q, k, v, g, beta are loaded at once ([WP, BK] / [WP, BV] / [WP] tiles,
+    before any store: the loads of later columns do not wait on the stores of earlier ones), then the
+    W steps run on the state block in registers, each as gdn_decode_kernel computes it."""
     pdl_enter(PDL)
     r = tl.program_id(0)
     h = tl.program_id(1)
@@ -161,19 +175,30 @@ def gdn_verify_kernel(
     ov = vb * BV + tl.arange(0, BV)
     kmask = ok < Dk
     vmask = ov < Dv
+    wi = tl.arange(0, WP)
+    wmask = wi < W
+    tw = t0 + wi  # [WP] the row's columns
+    Q = tl.load(q_ptr + tw[:, None] * stride_qt + hk * stride_qh + ok[None, :],
+                mask=wmask[:, None] & kmask[None, :], other=0.0).to(tl.float32)  # [WP, BK]
+    Kt = tl.load(k_ptr + tw[:, None] * stride_kt + hk * stride_kh + ok[None, :],
+                 mask=wmask[:, None] & kmask[None, :], other=0.0).to(tl.float32)  # [WP, BK]
+    V = tl.load(v_ptr + tw[:, None] * stride_vt + h * stride_vh + ov[None, :],
+                mask=wmask[:, None] & vmask[None, :], other=0.0).to(tl.float32)  # [WP, BV]
+    G = tl.load(g_ptr + tw * Hv + h, mask=wmask, other=0.0)  # [WP]
+    B = tl.load(beta_ptr + tw * Hv + h, mask=wmask, other=0.0)
     blk = ok[:, None] * Dv + ov[None, :]  # [BK, BV] offsets in a [Dk, Dv] block
     smask = kmask[:, None] & vmask[None, :]
     sptrs = state_ptr + s * stride_ss + h * stride_sh + blk
     S = tl.load(sptrs, mask=smask, other=0.0)  # [BK, BV] f32, read once
     S = tl.where(p > 0, S, 0.0)  # a row starting at position 0 starts from a zero state
     cbase = cols_ptr + r.to(tl.int64) * stride_cr + h * stride_ch + blk
-    for j in range(0, W):
+    for j in tl.static_range(W):
         t = t0 + j
-        q = _load_qk_row(q_ptr, t * stride_qt + hk * stride_qh, ok, Dk, eps) * scale
-        k = _load_qk_row(k_ptr, t * stride_kt + hk * stride_kh, ok, Dk, eps)
-        v = tl.load(v_ptr + t * stride_vt + h * stride_vh + ov, mask=vmask, other=0.0).to(tl.float32)
-        g = tl.load(g_ptr + t * Hv + h)
-        beta = tl.load(beta_ptr + t * Hv + h)
+        q = _l2norm(_row(Q, wi, j), eps) * scale
+        k = _l2norm(_row(Kt, wi, j), eps)
+        v = _row(V, wi, j)
+        g = tl.sum(tl.where(wi == j, G, 0.0), axis=0)
+        beta = tl.sum(tl.where(wi == j, B, 0.0), axis=0)
         S = S * tl.exp(g)
         u = beta * (v - tl.sum(S * k[:, None], axis=0))  # [BV]
         S = S + k[:, None] * u[None, :]

@@ -198,11 +198,11 @@ def gated_delta_rule_verify(q, k, v, g, beta, state, positions, slots, out, stat
     grid = (C, Hv, triton.cdiv(Dv, bv))
     gdn_verify_kernel[grid](
         q, k, v, g, beta, state, out, positions, slots, cols,
-        W, Hv, Hv // Hk, Dk, Dv, scale, l2_eps,
+        Hv, Hv // Hk, Dk, Dv, scale, l2_eps,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         state.stride(0), state.stride(1), out.stride(0), out.stride(1),
         cols.stride(0), cols.stride(1), cols.stride(2),
-        BK=bk, BV=bv, num_warps=num_warps,
+        W=W, WP=triton.next_power_of_2(W), BK=bk, BV=bv, num_warps=num_warps,
         **pdl_launch(gdn_verify_kernel),
     )
 

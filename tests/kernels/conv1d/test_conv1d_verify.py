@@ -132,3 +132,21 @@ def test_plain_routes_refuse_conv_state_columns():
     for fn in (launch.conv1d_decode, launch.conv1d_prefill):
         with pytest.raises(RouteError, match=f"{fn.__name__}: writes no conv_state_columns .*conv1d_verify"):
             fn(x, w, state, pos, slots, out, conv_state_columns=cols)
+
+
+@pytest.mark.parametrize("W,kern,Ch", [(2, 4, 40), (4, 4, 300), (6, 4, 33), (3, 2, 17), (5, 3, 64)])
+def test_verify_equals_decode_steps_bit_for_bit(W, kern, Ch):
+    """A verify row's outputs and states equal W plain decode steps (conv1d_decode, one column each):
+    the same taps summed in the same order, so a verify round and plain decoding agree exactly."""
+    x, w, state, pos, slots = verify_case(2, W, Ch, 4, kern, seed=W + 10 * kern)
+    out, st, cols = run_verify(x, w, state, pos, slots, W, block_c=64)
+    sd = state.clone().to(DEV)
+    for r in range(2):
+        for j in range(W):
+            t = r * W + j
+            o = torch.empty(1, Ch, dtype=torch.bfloat16, device=DEV)
+            launch.conv1d_decode(x[t:t + 1].to(DEV), w.to(DEV), sd, pos[t:t + 1].to(DEV), slots[t:t + 1].to(DEV), o)
+            assert torch.equal(o.float().cpu()[0], out[t]), (r, j)
+            if j < W - 1:
+                assert torch.equal(sd.cpu()[int(slots[t])], cols[r, j]), (r, j)
+    assert torch.equal(sd.cpu(), st)

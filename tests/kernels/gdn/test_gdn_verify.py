@@ -142,3 +142,23 @@ def test_plain_routes_refuse_state_columns():
     ws = torch.empty(launch.chunked_workspace_numel(2, 2, 16, 16))
     with pytest.raises(RouteError, match="gated_delta_rule_chunked: writes no state_columns"):
         launch.gated_delta_rule_chunked(q, k, v, g, beta, state, pos, slots, o, ws, state_columns=cols)
+
+
+@pytest.mark.parametrize("W,Hk,Hv,Dk,Dv", [(2, 1, 2, 16, 16), (4, 2, 4, 32, 48), (6, 1, 3, 24, 20), (9, 2, 2, 128, 32)])
+def test_verify_equals_decode_steps_bit_for_bit(W, Hk, Hv, Dk, Dv):
+    """A verify row's outputs and states equal W plain decode steps (gated_delta_rule_decode, one
+    column each) exactly: the same per-column arithmetic on the same state block."""
+    q, k, v, g, beta, state, pos, slots = verify_inputs(2, W, Hk, Hv, Dk, Dv, 4, seed=W * 3 + Dk)
+    bv = 16
+    o, s, cols = run_verify(q, k, v, g, beta, state, pos, slots, W, block_v=bv)
+    sd = state.clone().to(DEV)
+    for r in range(2):
+        for j in range(W):
+            t = slice(r * W + j, r * W + j + 1)
+            od = torch.empty(1, Hv, Dv, dtype=torch.bfloat16, device=DEV)
+            launch.gated_delta_rule_decode(q[t].to(DEV), k[t].to(DEV), v[t].to(DEV), g[t].to(DEV), beta[t].to(DEV),
+                                           sd, pos[t].to(DEV), slots[t].to(DEV), od, block_v=bv)
+            assert torch.equal(od.float().cpu()[0], o[r * W + j]), (r, j)
+            if j < W - 1:
+                assert torch.equal(sd.cpu()[int(slots[r * W])], cols[r, j]), (r, j)
+    assert torch.equal(sd.cpu(), s)
