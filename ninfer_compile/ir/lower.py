@@ -257,7 +257,7 @@ class _Builder:
         a = self.act(f"{tag}.attention.out", (T, d.q_width))
         self.op("attention", f"{tag}.attention",
                 {"q": qr, "gate": g3, **outs, "positions": "positions", "slots": "slots"}, {"out": a},
-                scale=1.0 / math.sqrt(d.head_dim), kv_dtype=kvd)
+                scale=1.0 / math.sqrt(d.head_dim), kv_dtype=kvd, **({"window": self.W} if self.W else {}))
         o = self.linear(f"{tag}.o_proj", a, self.weight(f"{p}/attention/output"), d.hidden)
         return self.add(f"{tag}.residual", x, o)
 

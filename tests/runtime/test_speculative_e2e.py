@@ -238,6 +238,45 @@ def test_cli_spec_line_and_errors(eng3, tiny, tiny_plan):
 
 
 @pytest.mark.slow
+def test_packed_verify_attention_through_the_plan(tiny, plain3):
+    """A table whose verify attention rows select attention_verify_packed: the plan binds the op's
+    `window` to that launch (and only there), and the rounds still give the plain tokens (MTP drafts
+    and a host drafter that gets 2 of 3 right)."""
+    import json
+
+    import yaml
+
+    import ninfer_runtime as nr
+
+    d, _, table, art = tiny
+    data = yaml.safe_load(Path(table).read_text())
+    for g in data["attention"]:
+        if g["match"].get("phase") == "verify":
+            g["routes"] = [{"t": [1, 128], "route": "attention_verify_packed", "params": {"split_tokens": 256}},
+                           {"t": [129, "max"], "unsupported": "verify rounds are at most 72 columns"}]
+    packed = d / "packed90.yaml"
+    packed.write_text(yaml.safe_dump(data, sort_keys=False))
+    plan = _compile(art, d / "k3_packed.plan", packed, k=3, concurrency=(1, 2))
+    ext = json.loads((plan / "plan.json").read_text())["extents"]
+    for name, x in ext.items():
+        att = [L for L in x["launches"] if L["kind"] == "attention"]
+        windows = [[b for b in L["bind"] if b["arg"] == "window"] for L in att]
+        if "verify" in name:
+            assert {L["route"] for L in att} == {"attention_verify_packed"}, name
+            assert all(len(w) == 1 and w[0]["scalar"] == 4 for w in windows), (name, windows)
+        else:
+            assert not any(windows), name
+    eng = nr.load(plan, art, progress=False)
+    try:
+        res = eng.generate([PROMPT, PROMPT[2:]], N_GEN, ignore_eos=True, concurrency=2)
+        assert [r.tokens for r in res] == [p[:N_GEN] for p in plain3]
+        r = eng.generate(PROMPT, N_GEN, ignore_eos=True, concurrency=1,
+                         spec=lambda p: Oracle(p, plain3[0], eng.vocab_rows, bad_at=2))
+        assert r.tokens == plain3[0][:N_GEN] and eng.last_stats["spec"]["accepted"] >= 2
+    finally:
+        eng.close()
+
+
 def test_trained_tiny_mtp_k5(tmp_path_factory, tiny_trained_bf16):
     """The trained tiny model (examples/tiny-trained, with its MTP head), K = 5, C = 1: MTP rounds give
     the plain run's tokens (each the reference's argmax for its prefix) and accept real drafts."""

@@ -155,7 +155,7 @@ def test_plan_of_verify_cases_contexts_and_candidate_limit(cases27b):
         for r, _p in cands:
             per_route[r.name] = per_route.get(r.name, 0) + 1
         assert per_route and max(per_route.values()) <= 2
-    assert {r.name for _, _, _, c in plan[:1] for r, _ in c} == {"attention_decode_splitkv"}
+    assert {r.name for _, _, _, c in plan[:1] for r, _ in c} == {"attention_decode_splitkv", "attention_verify_packed"}
     assert P.all_points([att, sel], (1, 64), args) == (1, 2, 4, 8, 16, 32, 64)
 
 
@@ -266,9 +266,11 @@ def test_replay_replaces_the_hand_added_untimed_rows(cases27b, tmp_path, capsys)
     members = [i for i, c in enumerate(new) if c.family == "attention" and c.window and c.match["kv_dtype"] == "bf16"
                and 8 in P.case_points(c, (), _args())]
     assert len(members) == 2
-    assert ev8["attention_decode_splitkv"] == pytest.approx(round(min(
-        sum(r["us"] for r in recs if r["case"] in members and r["t"] == 8 and r["params"] == p)
-        for p in [r["params"] for r in recs if r["case"] == members[0] and r["t"] == 8]), 2))
+    for route in ("attention_decode_splitkv", "attention_verify_packed"):
+        mine = [r for r in recs if r["route"] == route and r["t"] == 8]
+        assert ev8[route] == pytest.approx(round(min(
+            sum(r["us"] for r in mine if r["case"] in members and r["params"] == p)
+            for p in [r["params"] for r in mine if r["case"] == members[0]]), 2)), route
 
 
 def test_replay_with_the_committed_measurements_keeps_their_rows(cases27b, tmp_path, capsys):

@@ -9,6 +9,9 @@ attn_decode_kernel   grid (T, Hkv, NSPLIT): one program = one column, one KV hea
                      default since 2026-12-01, `balance: fixed` keeps fixed splits). With NSPLIT == 1 it normalises, gates and
                      stores directly; otherwise it writes (acc, m, l) partials to the workspace
                      and attn_decode_reduce_kernel (grid (T, Hq)) merges the splits.
+attn_verify_kernel   grid (rows, Hkv, NSPLIT): a verify row's W columns x G query heads as the dot rows
+                     of one program (each cache row read once per row, causal within it); the same
+                     workspace and reduce as attn_decode_kernel.
 attn_prefill_kernel  grid (cdiv(T, BM), Hq): flash attention of BM consecutive columns of one
                      sequence against its cache rows 0..position (causal per row).
 Softmax runs in base 2 (q pre-scaled by scale * log2 e); output x sigmoid(gate) in the epilogue.
@@ -226,3 +229,75 @@ def attn_prefill_kernel(
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     o = acc / l_safe[:, None] / (1.0 + tl.exp(-gt.to(tl.float32)))
     tl.store(out_ptr + rows[:, None] * stride_ot + h * D + od[None, :], o.to(out_ptr.dtype.element_ty), mask=qm)
+
+
+@triton.jit
+def attn_verify_kernel(
+    q_ptr, gate_ptr, kc_ptr, vc_ptr, ks_ptr, vs_ptr, pos_ptr, slots_ptr, out_ptr, ws_ptr,
+    Hq, Hkv, G, D, max_ctx, qk_scale,
+    stride_qt, stride_qh, stride_gt, stride_gh, stride_ot,
+    NSPLIT, SPLIT, NSCK, NSCV, rot_norm,
+    W: tl.constexpr, MP: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr, DIRECT: tl.constexpr,
+    F32: tl.constexpr, KKIND: tl.constexpr, KGROUP: tl.constexpr, VKIND: tl.constexpr, VGROUP: tl.constexpr,
+    ROT: tl.constexpr, BALANCED: tl.constexpr = True,
+    PDL: tl.constexpr = False,
+):
+    """Grid (rows, Hkv, NSPLIT): one verify row (W columns of one slot, consecutive positions) x one
+    KV head: its W x G query heads packed as the MP rows of the dots, so each cache row is read once
+    for the whole row instead of once per column. Packed row m = column m // G, query head
+    kvh * G + m % G; it sees cache rows 0..positions[t] (causal within the row). The split span
+    follows the row's deepest column; a column whose own span would be smaller still gets
+    every split attn_decode_reduce_kernel reads for it (empty ones as m = -inf, l = 0), and every
+    cache row it sees lands in exactly one of them, so the reduce merges as for attn_decode_kernel."""
+    pdl_enter(PDL)
+    r = tl.program_id(0)
+    kvh = tl.program_id(1)
+    sp = tl.program_id(2)
+    t0 = r * W
+    s = tl.load(slots_ptr + t0).to(tl.int64)
+    mi = tl.arange(0, MP)
+    j = mi // G
+    mmask = j < W
+    t = t0 + tl.minimum(j, W - 1)  # [MP] column of packed row m
+    qh = kvh * G + mi % G
+    ctx = tl.load(pos_ptr + t) + 1  # [MP]
+    ctx_row = tl.max(ctx, axis=0)  # the row's deepest column (its last)
+    span = _split_span(ctx_row, NSPLIT, SPLIT, BN, BALANCED)
+    start = sp * span
+    end = tl.minimum(start + span, ctx_row)
+    od = tl.arange(0, BD)
+    dmask = od < D
+    qm = mmask[:, None] & dmask[None, :]
+    q = tl.load(q_ptr + t[:, None] * stride_qt + qh[:, None] * stride_qh + od[None, :], mask=qm, other=0.0)
+    q = _scaled_q(q, qk_scale, rot_norm, MP, BD, ROT)
+    m_i = tl.full([MP], -float("inf"), tl.float32)
+    l_i = tl.zeros([MP], tl.float32)
+    acc = tl.zeros([MP, BD], tl.float32)
+    for n0 in range(start, end, BN):
+        n = n0 + tl.arange(0, BN)
+        nmask = n < end
+        k = _load_any(kc_ptr, ks_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, NSCK, KKIND, KGROUP, BN, BD)
+        v = _load_any(vc_ptr, vs_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, NSCV, VKIND, VGROUP, BN, BD)
+        sc = _dot(q, tl.trans(k), F32)  # [MP, BN]
+        sc = tl.where(nmask[None, :] & (n[None, :] < ctx[:, None]), sc, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(sc, axis=1))
+        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # a row with no cache row here yet
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(sc - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + _dot(p.to(tl.bfloat16), v, F32)
+        m_i = m_new
+    if DIRECT:
+        gt = tl.load(gate_ptr + t[:, None] * stride_gt + qh[:, None] * stride_gh + od[None, :],
+                     mask=qm, other=0.0).to(tl.float32)
+        o = acc / l_i[:, None] / (1.0 + tl.exp(-gt))
+        tl.store(out_ptr + t[:, None] * stride_ot + qh[:, None] * D + od[None, :], o.to(out_ptr.dtype.element_ty),
+                 mask=qm)
+    else:
+        # the splits the reduce reads for column t (its own span): empty ones included
+        nvalid = tl.cdiv(ctx, _split_span(ctx, NSPLIT, SPLIT, BN, BALANCED))  # [MP]
+        wm = mmask & (sp < nvalid)
+        base = ((t * Hq + qh) * NSPLIT + sp) * (D + 2)  # [MP]
+        tl.store(ws_ptr + base[:, None] + od[None, :], acc, mask=wm[:, None] & dmask[None, :])
+        tl.store(ws_ptr + base + D, m_i, mask=wm)
+        tl.store(ws_ptr + base + D + 1, l_i, mask=wm)

@@ -3,6 +3,9 @@
 attention_decode   T <= DECODE_MAX_T columns, each with its own slot/position (columns may share a
                    slot, e.g. verification); split-KV over SPLIT-row slices of the cache. With more
                    than one split it needs a float32 workspace of decode_workspace_numel(...).
+attention_verify   verify rows (T = rows x window W, each row W consecutive positions of one slot): the
+                   row's W columns share one pass over its cache rows (query heads packed per KV head);
+                   the same split-KV workspace and reduce as attention_decode.
 attention_prefill  any T columns of ONE sequence (slot slots[0], consecutive positions), after
                    kv_append has written their K/V: each attends causally to cache rows 0..pos.
 """
@@ -17,7 +20,7 @@ import triton
 from ninfer_compile.errors import RouteError
 
 from ..kv_cache.launch import cache_format, codec_args
-from .kernels import LOG2E, attn_decode_kernel, attn_decode_reduce_kernel, attn_prefill_kernel
+from .kernels import LOG2E, attn_decode_kernel, attn_decode_reduce_kernel, attn_prefill_kernel, attn_verify_kernel
 from ..pdl import pdl_launch
 from .routes import decode_workspace_numel  # noqa: F401  (the route's sizing; the launcher checks it)
 from ..interpret import interpreting as _interpreting
@@ -52,33 +55,40 @@ def decode_splits(max_ctx: int, split_tokens: int) -> int:
     return triton.cdiv(max_ctx, split_tokens)
 
 
+def _split_setup(name, T, Hq, D, k_cache, workspace, split_tokens, block_n, balance):
+    """(max_ctx, splits, direct, workspace or None) of a split-KV launch; one-line RouteErrors."""
+    if not 1 <= T <= DECODE_MAX_T:
+        raise RouteError(f"{name}: T={T} outside the route domain [1, {DECODE_MAX_T}]")
+    if split_tokens % block_n:
+        raise RouteError(f"{name}: split_tokens {split_tokens} must be a multiple of block_n {block_n}")
+    if balance not in ("fixed", "ctx"):
+        raise RouteError(f"{name}: balance must be 'fixed' or 'ctx', got {balance!r}")
+    max_ctx = k_cache.shape[1]
+    ns = decode_splits(max_ctx, split_tokens)
+    if ns > 1:
+        need = decode_workspace_numel(T, Hq, D, max_ctx, split_tokens)
+        if workspace is None or workspace.dtype != torch.float32 or workspace.numel() < need:
+            raise RouteError(f"{name}: needs a float32 workspace of >= {need} elements")
+    return max_ctx, ns, ns == 1
+
+
 def attention_decode(q, gate, k_cache, v_cache, positions, slots, out, scale=None, workspace=None,
                      k_scale=None, v_scale=None, split_tokens: int = 512, block_n: int = 64,
-                     num_warps: int = 4, balance: str = "ctx") -> None:
+                     num_warps: int = 4, balance: str = "ctx", window: int | None = None) -> None:
     """out[T, Hq*D] = attention of q[T,Hq,D] over each column's slot prefix, x sigmoid(gate).
     balance: "fixed" = splits of split_tokens cache rows; "ctx" = each column's depth spread over
-    all cdiv(max_ctx, split_tokens) splits (kernels.py)."""
+    all cdiv(max_ctx, split_tokens) splits (kernels.py). `window` (a verify op's row width) is
+    accepted and not needed: every column is its own program here."""
     T, Hq, D, Hkv, fmt = _check("attention_decode", q, gate, k_cache, v_cache, k_scale, v_scale,
                                 positions, slots, out)
     quant = fmt.name != "bf16"
-    if not 1 <= T <= DECODE_MAX_T:
-        raise RouteError(f"attention_decode: T={T} outside the route domain [1, {DECODE_MAX_T}]")
-    if split_tokens % block_n:
-        raise RouteError(f"attention_decode: split_tokens {split_tokens} must be a multiple of block_n {block_n}")
-    if balance not in ("fixed", "ctx"):
-        raise RouteError(f"attention_decode: balance must be 'fixed' or 'ctx', got {balance!r}")
+    max_ctx, ns, direct = _split_setup("attention_decode", T, Hq, D, k_cache, workspace, split_tokens, block_n,
+                                       balance)
     balanced = balance == "ctx"
     scale = 1.0 / math.sqrt(D) if scale is None else scale
-    max_ctx = k_cache.shape[1]
-    ns = decode_splits(max_ctx, split_tokens)
     G = Hq // Hkv
     gp = max(16, triton.next_power_of_2(G))
     bd = max(16, triton.next_power_of_2(D))
-    direct = ns == 1
-    if not direct:
-        need = decode_workspace_numel(T, Hq, D, max_ctx, split_tokens)
-        if workspace is None or workspace.dtype != torch.float32 or workspace.numel() < need:
-            raise RouteError(f"attention_decode: needs a float32 workspace of >= {need} elements")
     ws = out if direct else workspace
     ksc = k_scale if quant else k_cache
     vsc = v_scale if quant else v_cache
@@ -93,11 +103,50 @@ def attention_decode(q, gate, k_cache, v_cache, positions, slots, out, scale=Non
         **pdl_launch(attn_decode_kernel),
     )
     if not direct:
-        attn_decode_reduce_kernel[(T, Hq)](
-            gate, positions, out, workspace, Hq, D, gate.stride(0), gate.stride(1), out.stride(0),
-            ns, split_tokens, BD=bd, BS=16, BN=block_n, BALANCED=balanced, num_warps=4,
-            **pdl_launch(attn_decode_reduce_kernel),
-        )
+        _reduce(gate, positions, out, workspace, T, Hq, D, ns, split_tokens, bd, block_n, balanced)
+
+
+def attention_verify(q, gate, k_cache, v_cache, positions, slots, out, scale=None, workspace=None,
+                     k_scale=None, v_scale=None, window: int | None = None, split_tokens: int = 512,
+                     block_n: int = 64, num_warps: int = 8, balance: str = "ctx") -> None:
+    """Verify rows: T = R x window columns, row r = columns r*W .. r*W+W-1 of one slot at consecutive
+    positions (docs/SPECULATIVE.md); out as attention_decode. The W x G query heads of a row and KV
+    head are one program's dot rows, so each cache row is read once per row, not once per column."""
+    name = "attention_verify"
+    T, Hq, D, Hkv, fmt = _check(name, q, gate, k_cache, v_cache, k_scale, v_scale, positions, slots, out)
+    if not isinstance(window, int) or isinstance(window, bool) or window < 2:
+        raise RouteError(f"{name}: needs the verify op's window W >= 2 (attribute window), got {window!r}")
+    if T % window:
+        raise RouteError(f"{name}: T={T} is not a multiple of window {window}")
+    quant = fmt.name != "bf16"
+    max_ctx, ns, direct = _split_setup(name, T, Hq, D, k_cache, workspace, split_tokens, block_n, balance)
+    balanced = balance == "ctx"
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    G = Hq // Hkv
+    mp = max(16, triton.next_power_of_2(window * G))
+    bd = max(16, triton.next_power_of_2(D))
+    rt, ce = _codec_launch_args(fmt, D, bd)
+    attn_verify_kernel[(T // window, Hkv, ns)](
+        q, gate, k_cache, v_cache, k_scale if quant else k_cache, v_scale if quant else v_cache,
+        positions, slots, out, out if direct else workspace,
+        Hq, Hkv, G, D, max_ctx, scale * LOG2E,
+        q.stride(0), q.stride(1), gate.stride(0), gate.stride(1), out.stride(0),
+        ns, split_tokens, *rt,
+        W=window, MP=mp, BD=bd, BN=block_n, DIRECT=direct, F32=_interpreting(), BALANCED=balanced, **ce,
+        num_warps=num_warps,
+        **pdl_launch(attn_verify_kernel),
+    )
+    if not direct:
+        _reduce(gate, positions, out, workspace, T, Hq, D, ns, split_tokens, bd, block_n, balanced)
+
+
+def _reduce(gate, positions, out, workspace, T, Hq, D, ns, split_tokens, bd, block_n, balanced):
+    """Merge the split partials of every column (grid (T, Hq)), gate, store."""
+    attn_decode_reduce_kernel[(T, Hq)](
+        gate, positions, out, workspace, Hq, D, gate.stride(0), gate.stride(1), out.stride(0),
+        ns, split_tokens, BD=bd, BS=16, BN=block_n, BALANCED=balanced, num_warps=4,
+        **pdl_launch(attn_decode_reduce_kernel),
+    )
 
 
 def attention_prefill(q, gate, k_cache, v_cache, positions, slots, out, scale=None,

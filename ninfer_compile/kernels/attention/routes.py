@@ -25,6 +25,24 @@ register(Route(
         "float32 workspace decode_workspace_numel(T, Hq, D, max_ctx, split_tokens) when max_ctx > split_tokens",
 ))
 register(Route(
+    name="attention_verify_packed", family="attention",
+    domain=RouteDomain(max_t=128, extra={"kv_dtype": _KV, "phase": ("verify",)}),
+    params={
+        "split_tokens": ParamSpec("split_tokens", (256, 512, 1024, 2048, 4096), 512, "cache rows per split"),
+        "balance": ParamSpec("balance", ("ctx", "fixed"), "ctx", "as attention_decode_splitkv (the row's deepest column)"),
+        "block_n": ParamSpec("block_n", (32, 64, 128), 64),
+        # 8: the 27B's W x G = 24 packed rows at head dim 256 take 254 registers without spills (ptxas
+        # sm_90a, triton 3.9); at 4 warps 255 + 208 B of stack
+        "num_warps": ParamSpec("num_warps", (2, 4, 8), 8),
+    },
+    reference=f"{_M}.reference:attention", launcher=f"{_M}.launch:attention_verify",
+    workspace=f"{_M}.routes:decode_workspace",
+    kernels=(f"{_M}.kernels:attn_verify_kernel", f"{_M}.kernels:attn_decode_reduce_kernel"),
+    doc="verify rows (attribute window W): per (row, KV head, split) with the row's W x G query heads as dot rows, "
+        "so a row reads its cache rows once; causal within the row; the split-KV workspace and reduce of "
+        "attention_decode_splitkv",
+))
+register(Route(
     name="attention_prefill_flash", family="attention",
     domain=RouteDomain(extra={"kv_dtype": _KV, "phase": ("prefill",)}),
     params={

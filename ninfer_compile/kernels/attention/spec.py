@@ -40,7 +40,10 @@ SPECS = (FamilySpec(
         POSITIONS, SLOTS,
         Operand("out", io="out", roles=VALUE, rank=2, doc="[T, Hq * D]"),
     ),
-    attrs=(Attr("scale", (float, int), doc="softmax scale (1/sqrt(D))"), KV_DTYPE),
+    attrs=(Attr("scale", (float, int), doc="softmax scale (1/sqrt(D))"), KV_DTYPE,
+           Attr("window", (int,), None, optional=True,
+                doc="a verify op's row width W (rows of W consecutive columns of one slot; set by lowering "
+                    "at phase verify): attention_verify_packed reads a row's cache once for its W columns")),
     t_operand="q", match=_match, check=_check,
     reference="ninfer_compile.kernels.attention.reference:attention",
     match_keys=("phase", "kv_dtype", "head_dim"), int_match_keys=("head_dim",),

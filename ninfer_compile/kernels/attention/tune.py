@@ -9,6 +9,9 @@ from ninfer_compile.kernels.tuning import TuneSpec
 
 
 def candidates(route, t: int, quick: bool) -> list[dict]:
+    if route.name == "attention_verify_packed":
+        return [{}, {"split_tokens": 1024}, {"split_tokens": 256}, {"num_warps": 4}, {"split_tokens": 2048},
+                {"block_n": 32}, {"balance": "fixed"}]
     if "decode" in route.name:
         # (--candidates 3 keeps the first three: 2048 won C = 4 at 32K in the 2026-12-02 KV-format bench)
         return [{}, {"split_tokens": 1024}, {"split_tokens": 2048}, {"split_tokens": 256},
@@ -79,7 +82,9 @@ def build_attention(case, t: int, ctx: int | None, copies: int | None, seed: int
         kc, vc, ks, vs = caches[i]
         a = dict(q=q, gate=gate, k_cache=kc, v_cache=vc, positions=positions, slots=slots, out=out,
                  scale=scale, k_scale=ks, v_scale=vs)
-        if "decode" in route.name:  # the split-KV route (decode and verify columns)
+        if route.name == "attention_verify_packed":
+            a["window"] = window
+        if "decode" in route.name or "verify" in route.name:  # the split-KV routes (decode and verify columns)
             p = route.resolve_params(params)
             need = max(1, decode_workspace_numel(t, hq, d, max_ctx, int(p["split_tokens"])))
             if work["ws"].numel() < need:
