@@ -107,7 +107,8 @@ for stage in "$@"; do
       # share TUNE_NEW_S (default 420; the whole stage stays under it, a part starts no case past its
       # --budget-s and names the ones it left out in tune_new.log; part 1 gets TUNE_NEW_VERIFY_S = 170,
       # part 2 the rest, skipped under 60 s):
-      #  1. the verify routes -- gdn_recurrent_verify, conv1d_verify, attention_decode_splitkv (bf16 /
+      #  1. the verify routes -- gdn_recurrent_verify, conv1d_verify, attention_decode_splitkv and
+      #     attention_verify_packed (bf16 /
       #     int8 KV) and gdn_gating_proj_rows at phase verify, state_select_copy (both state shapes),
       #     spec_accept_rows, draft windows K = 1..5 at the round sizes C x (K+1), C = 1, 2, 4, 8 -- the
       #     MTP draft head's linear and sample_per_slot (~700 timings, est. ~100 s); replayed at once into $OUT/sm90.yaml

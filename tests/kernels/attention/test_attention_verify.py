@@ -86,3 +86,29 @@ def test_verify_refuses_a_missing_or_bad_window():
         launch.attention_verify(q, gate, kc, vc, pos, slots, out)
     with pytest.raises(RouteError, match=r"^attention_verify: T=6 is not a multiple of window 4"):
         launch.attention_verify(q, gate, kc, vc, pos, slots, out, window=4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("W,rows", [(4, 1), (4, 8), (6, 2)])
+def test_verify_27b_shapes_and_cuda_graph_gpu(W, rows):
+    """The 27B's attention (24 query heads, 4 KV heads, head dim 256) over a 20K-row cache at depth ~4K:
+    equal to the split-KV decode route on the same columns, and a CUDA graph replay equals eager."""
+    Hq, Hkv, D, cache = 24, 4, 256, 20480
+    kc, vc, ks, vs = _filled_cache(rows, cache, Hkv, D, False, seed=W + rows)
+    pos, slots = _rows([4096 - W + 37 * r for r in range(rows)], W, list(range(rows)))
+    q, gate = _qg(rows * W, Hq, D, seed=rows)
+    got = _run("verify", q, gate, kc, vc, ks, vs, pos, slots, W, 512)
+    dec = _run("decode", q, gate, kc, vc, ks, vs, pos, slots, W, 512)
+    torch.testing.assert_close(got, dec, atol=1e-2, rtol=1e-2)
+    T = rows * W
+    out = torch.empty(T, Hq * D, dtype=torch.bfloat16, device=DEV)
+    ws = torch.empty(launch.decode_workspace_numel(T, Hq, D, cache, 512), device=DEV)
+    call = lambda: launch.attention_verify(q, gate, kc, vc, pos, slots, out, workspace=ws, window=W)  # noqa: E731
+    call()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    out.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out.float().cpu(), got)
