@@ -151,8 +151,9 @@ def _reduce(gate, positions, out, workspace, T, Hq, D, ns, split_tokens, bd, blo
 
 def attention_prefill(q, gate, k_cache, v_cache, positions, slots, out, scale=None,
                       k_scale=None, v_scale=None, block_m: int = 64, block_n: int = 32,
-                      num_warps: int = 8) -> None:
-    """Causal flash attention of T columns of one sequence over its cache prefix (any T)."""
+                      num_warps: int = 8, window: int | None = None) -> None:
+    """Causal flash attention of T columns of one sequence over its cache prefix (any T). `window`
+    (the family's verify attribute) is never set on a prefill op; accepted as the spec lists it."""
     T, Hq, D, Hkv, fmt = _check("attention_prefill", q, gate, k_cache, v_cache, k_scale, v_scale,
                                 positions, slots, out)
     quant = fmt.name != "bf16"
