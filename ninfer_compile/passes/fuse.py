@@ -70,7 +70,7 @@ def run(graph: Graph, ctx: PassContext) -> Graph:
     table_off = dict(getattr(ctx.table, "fuse_off", None) or {})
     unknown = sorted(set(table_off) - {r["name"] for r in rules})
     if unknown:
-        reason, line = table_off[unknown[0]]
+        _, line = table_off[unknown[0]]
         raise CompileError(f"{ctx.table.name}:{line}: fuse_off: {unknown[0]}: no such fusion rule "
                            f"(passes/fuse_rules.yaml has {', '.join(r['name'] for r in rules)})")
     off = dict(g.meta.get("fusions_off", {}))

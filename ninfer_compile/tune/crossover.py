@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import yaml
 
 from ..kernels.tuning import table_order
+from ..routes.schema import HEADER_KEYS
 
 HYSTERESIS = 0.03
 
@@ -310,7 +311,7 @@ def carry_groups(base_data: Mapping[str, Any] | None, new_groups: Sequence[Group
     kept: list[Group] = []
     notes: list[str] = []
     for fam, groups in base_data.items():
-        if fam in ("sm", "provenance", "miss", "extends", "fuse_off") or not isinstance(groups, list):
+        if fam in HEADER_KEYS or not isinstance(groups, list):
             continue
         mine = [g for g in new_groups if g.family == fam]
         for g in groups:

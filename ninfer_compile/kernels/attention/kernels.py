@@ -185,6 +185,34 @@ def attn_decode_reduce_kernel(
 
 
 @triton.jit
+def _causal_rows(q, kc_ptr, vc_ptr, ks_ptr, vs_ptr, s, start, end, last, kvh, Hkv, D, max_ctx, od, NSCK, NSCV,
+                 R: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr, F32: tl.constexpr,
+                 KKIND: tl.constexpr, KGROUP: tl.constexpr, VKIND: tl.constexpr, VGROUP: tl.constexpr):
+    """Online softmax of the R query rows q (scaled, bf16 [R, BD]) over cache rows start .. end-1 of
+    slot s / KV head kvh, row r seeing rows <= last[r] (a row with none yet stays at m = -inf, l = 0).
+    Returns (m [R], l [R], acc [R, BD]) in base 2."""
+    m_i = tl.full([R], -float("inf"), tl.float32)
+    l_i = tl.zeros([R], tl.float32)
+    acc = tl.zeros([R, BD], tl.float32)
+    for n0 in range(start, end, BN):
+        n = n0 + tl.arange(0, BN)
+        nmask = n < end
+        k = _load_any(kc_ptr, ks_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, NSCK, KKIND, KGROUP, BN, BD)
+        v = _load_any(vc_ptr, vs_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, NSCV, VKIND, VGROUP, BN, BD)
+        sc = _dot(q, tl.trans(k), F32)  # [R, BN]
+        ok = (n[None, :] <= last[:, None]) & nmask[None, :]
+        sc = tl.where(ok, sc, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(sc, axis=1))
+        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(sc - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + _dot(p.to(tl.bfloat16), v, F32)
+        m_i = m_new
+    return m_i, l_i, acc
+
+
+@triton.jit
 def attn_prefill_kernel(
     q_ptr, gate_ptr, kc_ptr, vc_ptr, ks_ptr, vs_ptr, pos_ptr, slots_ptr, out_ptr,
     T, Hkv, G, D, max_ctx, qk_scale,
@@ -207,24 +235,8 @@ def attn_prefill_kernel(
     qm = rmask[:, None] & dmask[None, :]
     q = tl.load(q_ptr + rows[:, None] * stride_qt + h * stride_qh + od[None, :], mask=qm, other=0.0)
     q = _scaled_q(q, qk_scale, rot_norm, BM, BD, ROT)
-    m_i = tl.full([BM], -float("inf"), tl.float32)
-    l_i = tl.zeros([BM], tl.float32)
-    acc = tl.zeros([BM, BD], tl.float32)
-    for n0 in range(0, end, BN):
-        n = n0 + tl.arange(0, BN)
-        nmask = n < end
-        k = _load_any(kc_ptr, ks_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, NSCK, KKIND, KGROUP, BN, BD)
-        v = _load_any(vc_ptr, vs_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, NSCV, VKIND, VGROUP, BN, BD)
-        sc = _dot(q, tl.trans(k), F32)  # [BM, BN]
-        ok = (n[None, :] <= pos[:, None]) & nmask[None, :]
-        sc = tl.where(ok, sc, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(sc, axis=1))
-        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(sc - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + _dot(p.to(tl.bfloat16), v, F32)
-        m_i = m_new
+    m_i, l_i, acc = _causal_rows(q, kc_ptr, vc_ptr, ks_ptr, vs_ptr, s, 0, end, pos, kvh, Hkv, D, max_ctx, od,
+                                 NSCK, NSCV, BM, BD, BN, F32, KKIND, KGROUP, VKIND, VGROUP)
     gt = tl.load(gate_ptr + rows[:, None] * stride_gt + h * stride_gh + od[None, :], mask=qm, other=0.0)
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     o = acc / l_safe[:, None] / (1.0 + tl.exp(-gt.to(tl.float32)))
@@ -270,23 +282,8 @@ def attn_verify_kernel(
     qm = mmask[:, None] & dmask[None, :]
     q = tl.load(q_ptr + t[:, None] * stride_qt + qh[:, None] * stride_qh + od[None, :], mask=qm, other=0.0)
     q = _scaled_q(q, qk_scale, rot_norm, MP, BD, ROT)
-    m_i = tl.full([MP], -float("inf"), tl.float32)
-    l_i = tl.zeros([MP], tl.float32)
-    acc = tl.zeros([MP, BD], tl.float32)
-    for n0 in range(start, end, BN):
-        n = n0 + tl.arange(0, BN)
-        nmask = n < end
-        k = _load_any(kc_ptr, ks_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, NSCK, KKIND, KGROUP, BN, BD)
-        v = _load_any(vc_ptr, vs_ptr, s, n, nmask, kvh, Hkv, D, max_ctx, od, NSCV, VKIND, VGROUP, BN, BD)
-        sc = _dot(q, tl.trans(k), F32)  # [MP, BN]
-        sc = tl.where(nmask[None, :] & (n[None, :] < ctx[:, None]), sc, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(sc, axis=1))
-        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # a row with no cache row here yet
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(sc - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + _dot(p.to(tl.bfloat16), v, F32)
-        m_i = m_new
+    m_i, l_i, acc = _causal_rows(q, kc_ptr, vc_ptr, ks_ptr, vs_ptr, s, start, end, ctx - 1, kvh, Hkv, D, max_ctx,
+                                 od, NSCK, NSCV, MP, BD, BN, F32, KKIND, KGROUP, VKIND, VGROUP)
     if DIRECT:
         gt = tl.load(gate_ptr + t[:, None] * stride_gt + qh[:, None] * stride_gh + od[None, :],
                      mask=qm, other=0.0).to(tl.float32)

@@ -56,7 +56,7 @@ def decode_splits(max_ctx: int, split_tokens: int) -> int:
 
 
 def _split_setup(name, T, Hq, D, k_cache, workspace, split_tokens, block_n, balance):
-    """(max_ctx, splits, direct, workspace or None) of a split-KV launch; one-line RouteErrors."""
+    """(max_ctx, splits, direct) of a split-KV launch, the workspace checked; one-line RouteErrors."""
     if not 1 <= T <= DECODE_MAX_T:
         raise RouteError(f"{name}: T={T} outside the route domain [1, {DECODE_MAX_T}]")
     if split_tokens % block_n:

@@ -7,17 +7,23 @@ from ..kv_cache.formats import KV_MATCH
 _M = "ninfer_compile.kernels.attention"
 _KV = tuple(KV_MATCH.values())  # every KV format (kv_cache/formats.py); dequantized on load
 
-register(Route(
-    name="attention_decode_splitkv", family="attention",
-    domain=RouteDomain(max_t=128, extra={"kv_dtype": _KV, "phase": ("decode", "verify")}),
-    params={
+def _split_kv_params(num_warps: int) -> dict:
+    """The params of the split-KV routes (decode and packed verify), `num_warps` their default."""
+    return {
         "split_tokens": ParamSpec("split_tokens", (256, 512, 1024, 2048, 4096), 512, "cache rows per split"),
         "balance": ParamSpec("balance", ("ctx", "fixed"), "ctx",
                              "fixed = splits of split_tokens rows; ctx = each column's depth spread over all "
-                             "cdiv(max_ctx, split_tokens) splits (every program busy at any depth)"),
+                             "cdiv(max_ctx, split_tokens) splits (every program busy at any depth; the packed "
+                             "verify route: the row's deepest column)"),
         "block_n": ParamSpec("block_n", (32, 64, 128), 64),
-        "num_warps": ParamSpec("num_warps", (2, 4, 8), 4),
-    },
+        "num_warps": ParamSpec("num_warps", (2, 4, 8), num_warps),
+    }
+
+
+register(Route(
+    name="attention_decode_splitkv", family="attention",
+    domain=RouteDomain(max_t=128, extra={"kv_dtype": _KV, "phase": ("decode", "verify")}),
+    params=_split_kv_params(4),
     reference=f"{_M}.reference:attention", launcher=f"{_M}.launch:attention_decode",
     workspace=f"{_M}.routes:decode_workspace",
     kernels=(f"{_M}.kernels:attn_decode_kernel", f"{_M}.kernels:attn_decode_reduce_kernel"),
@@ -27,14 +33,9 @@ register(Route(
 register(Route(
     name="attention_verify_packed", family="attention",
     domain=RouteDomain(max_t=128, extra={"kv_dtype": _KV, "phase": ("verify",)}),
-    params={
-        "split_tokens": ParamSpec("split_tokens", (256, 512, 1024, 2048, 4096), 512, "cache rows per split"),
-        "balance": ParamSpec("balance", ("ctx", "fixed"), "ctx", "as attention_decode_splitkv (the row's deepest column)"),
-        "block_n": ParamSpec("block_n", (32, 64, 128), 64),
-        # 8: the 27B's W x G = 24 packed rows at head dim 256 take 254 registers without spills (ptxas
-        # sm_90a, triton 3.9); at 4 warps 255 + 208 B of stack
-        "num_warps": ParamSpec("num_warps", (2, 4, 8), 8),
-    },
+    # num_warps 8: the 27B's W x G = 24 packed rows at head dim 256 take 254 registers without spills
+    # (ptxas sm_90a, triton 3.9); at 4 warps 255 + 208 B of stack
+    params=_split_kv_params(8),
     reference=f"{_M}.reference:attention", launcher=f"{_M}.launch:attention_verify",
     workspace=f"{_M}.routes:decode_workspace",
     kernels=(f"{_M}.kernels:attn_verify_kernel", f"{_M}.kernels:attn_decode_reduce_kernel"),
