@@ -23,6 +23,7 @@ fi
 for part in ${PARTS:-tune_new spec acceptance serve e2e}; do
   stamp "part $part"
   case "$part" in
+    retune) RETUNE_BUDGET_S=${RETUNE_S:-190} timeout $(( ${RETUNE_S:-190} + 70 )) bash bench/gpu_session.sh retune 2>&1 | tail -n 6 ;;
     tune_new) timeout ${TUNE_S:-200} bash bench/gpu_session.sh tune_new 2>&1 | tail -n 12 ;;
     spec) SPEC_K=3 SPEC_C=${SPEC_C:-1,8} SPEC_FORCED_C=1 SPEC_PROFILE=1 SPEC_BUDGET_S=150 \
             timeout ${SPEC_S:-240} bash bench/gpu_session.sh spec 2>&1 | grep "^profile\|^K=\|MTP3\|single\|error" | head -n 20 ;;

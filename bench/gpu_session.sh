@@ -25,7 +25,7 @@
 #                                            #   newer KV formats), replayed with the committed measurements into
 #                                            #   $OUT/sm90.yaml
 #
-# Stages: tests | tune | gemv | cliff | bench | e2e | peers | spec | kv | kve2e | serve | tune_new. Results go to $OUT (the device tool's folder) or
+# Stages: tests | tune | retune | gemv | cliff | bench | e2e | peers | spec | kv | kve2e | serve | tune_new. Results go to $OUT (the device tool's folder) or
 # out/gpu; copy what should be committed into bench/results/ and routes/ afterwards.
 # e2e: our engine for each KV dtype in $E2E_KV (default "bf16 int8"), then the peers (HF
 # transformers eager bf16 and the fp32 reference under torch.compile, bench/bench_peers.py) in
@@ -42,6 +42,19 @@ export PYTHONPATH=/tmp/site:$PWD:$PWD/runtime PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 
 A=/tmp/q27.ninfer
+# every committed sm90 measurement, oldest first (a replay lets later files win): routes/sm90.yaml is
+# their replay plus the fuse_off header; a stage that re-measures some routes replays this list + its
+# own file over routes/sm90.yaml
+R=bench/results
+COMMITTED_MEAS="$R/tune_sm90_linear_2026-11-29.meas.json $R/tune_sm90_gemv_2026-11-29.meas.json
+  $R/tune_sm90_gemv2_2026-11-29.meas.json $R/tune_sm90_gemv_tc_2026-11-29.meas.json
+  $R/tune_sm90_quick_2026-11-29.meas.json $R/tune_sm90_cliff_2026-12-01.meas.json
+  $R/tune_sm90_gemv_fused_2026-12-01.meas.json $R/tune_sm90_attn_gating_2026-12-01.meas.json
+  $R/tune_sm90_new_2026-12-02.meas.json $R/tune_sm90_gemv_tc_fence_2026-12-02.meas.json"
+replay_committed() {  # the committed measurements + the given files -> $OUT/sm90.yaml (+ .md)
+  python3 -m ninfer_compile.cli tune --sm 90 --replay $COMMITTED_MEAS "$@" --base routes/sm90.yaml \
+    -o "$OUT/sm90.yaml" --report "$OUT/sm90.md" 2>&1 | tail -n 1
+}
 ensure_artifact() {
   [ -f "$A" ] || python3 -m ninfer_compile.cli pack --synthetic qwen3.6-27b -o "$A" --seed 0 2>&1 | tr '\r' '\n' | tail -n 1
 }
@@ -87,20 +100,14 @@ for stage in "$@"; do
       timeout ${GEMV_TIMEOUT_S:-360} python3 -m ninfer_compile.cli tune --sm 90 --families linear --t-points 1,2,3,4,5,8,12,16 \
         --routes "$SEL" --save-measurements "$OUT/gemv.meas.json" 2>&1 | tr '\r' '\n' \
         | grep -v "^ *$" | grep -v "it/s\|run/s\|job/s" | tail -n 8 | tee "$OUT/gemv_tune.log"
-      R=bench/results
-      python3 -m ninfer_compile.cli tune --sm 90 --replay $R/tune_sm90_linear_2026-11-29.meas.json \
-        $R/tune_sm90_gemv_2026-11-29.meas.json $R/tune_sm90_gemv2_2026-11-29.meas.json "$OUT/gemv.meas.json" --base routes/sm90.yaml -o "$OUT/sm90.yaml" --report "$OUT/sm90.md" 2>&1 | tail -n 2 ;;
+      replay_committed "$OUT/gemv.meas.json" ;;
     cliff)
       # the T = 17..32 decode cliff: the tensor-core GEMV (16-column slices, domain T <= 32) against the
       # tiled schedules at T 17 / 24 / 32, merged with every committed linear measurement (later wins)
       timeout ${CLIFF_TIMEOUT_S:-300} python3 -m ninfer_compile.cli tune --sm 90 --families linear --t-points 17,24,32 \
         --routes "_gemv_tc,small_t_mma,dequant_gemm" --save-measurements "$OUT/cliff.meas.json" 2>&1 | tr '\r' '\n' \
         | grep -v "^ *$" | grep -v "it/s\|run/s\|job/s" | tail -n 8 | tee "$OUT/cliff_tune.log"
-      R=bench/results
-      python3 -m ninfer_compile.cli tune --sm 90 --replay $R/tune_sm90_linear_2026-11-29.meas.json \
-        $R/tune_sm90_gemv_2026-11-29.meas.json $R/tune_sm90_gemv2_2026-11-29.meas.json \
-        $R/tune_sm90_gemv_tc_2026-11-29.meas.json "$OUT/cliff.meas.json" --base routes/sm90.yaml -o "$OUT/sm90.yaml" \
-        --report "$OUT/sm90.md" 2>&1 | tail -n 2 ;;
+      replay_committed "$OUT/cliff.meas.json" ;;
     tune_new)
       # the rows added by hand in stops 10-11 (marked untimed in routes/sm90.yaml), measured: the cases
       # sm90.yaml has no measured group for (--untimed-in), at --quick --candidates 3, in two parts that
@@ -120,7 +127,7 @@ for stage in "$@"; do
       # stay except the Q4 fallback {Q4G64_F16S, none}, which now also sums the draft head's shape
       # (tests/tune/test_tune_new.py). $OUT/tune_new.meas.json: both parts merged;
       # $OUT/tune_new_only.yaml / .md: the new groups alone with their timing grid. Log: tune_new.log.
-      T0=$SECONDS; TOTAL=${TUNE_NEW_S:-420}; R=bench/results; : > "$OUT/tune_new.log"
+      T0=$SECONDS; TOTAL=${TUNE_NEW_S:-420}; : > "$OUT/tune_new.log"
       EXTRA=""; for f in gemv cliff; do [ -f "$OUT/$f.meas.json" ] && EXTRA="$EXTRA $OUT/$f.meas.json"; done
       tn_tune() {  # $1 = seconds for this part, $2 = measurements file, the rest: tune options
         local left=$1 file=$2; shift 2
@@ -133,14 +140,7 @@ for stage in "$@"; do
         grep "^precompiled\|^warning: --budget-s" "$OUT/tune_new.part.log" | cut -c1-300
         [ -f "$file" ] || { echo "tune_new: no measurements in $(basename "$file") (see tune_new.log)"; return 1; }
       }
-      tn_replay() {  # the committed measurements + $EXTRA + the given files -> $OUT/sm90.yaml
-        python3 -m ninfer_compile.cli tune --sm 90 --replay $R/tune_sm90_linear_2026-11-29.meas.json \
-          $R/tune_sm90_gemv_2026-11-29.meas.json $R/tune_sm90_gemv2_2026-11-29.meas.json \
-          $R/tune_sm90_gemv_tc_2026-11-29.meas.json $R/tune_sm90_quick_2026-11-29.meas.json \
-          $R/tune_sm90_cliff_2026-12-01.meas.json $R/tune_sm90_gemv_fused_2026-12-01.meas.json \
-          $R/tune_sm90_attn_gating_2026-12-01.meas.json $EXTRA "$@" --base routes/sm90.yaml -o "$OUT/sm90.yaml" \
-          --report "$OUT/sm90.md" 2>&1 | tail -n 1 | tee -a "$OUT/tune_new.log"
-      }
+      tn_replay() { replay_committed $EXTRA "$@" | tee -a "$OUT/tune_new.log"; }
       rm -f "$OUT/tune_new_verify.meas.json" "$OUT/tune_new_kv.meas.json"
       NEW=""
       P1=${TUNE_NEW_VERIFY_S:-170}; [ "$P1" -le $(( TOTAL - 15 )) ] || P1=$(( TOTAL - 15 ))
@@ -156,6 +156,18 @@ for stage in "$@"; do
       python3 -m ninfer_compile.cli tune --sm 90 --replay $NEW --save-measurements "$OUT/tune_new.meas.json" --no-base \
         -o "$OUT/tune_new_only.yaml" --report "$OUT/tune_new_only.md" 2>&1 | tail -n 1 | tee -a "$OUT/tune_new.log"
       echo "tune_new: $(( SECONDS - T0 )) s" | tee -a "$OUT/tune_new.log" ;;
+    retune)
+      # re-measure some routes (RETUNE_ROUTES, --routes substrings; default the tensor-core GEMVs, e.g.
+      # after a kernel change) at RETUNE_T, every candidate, RETUNE_REPS replays, bounded by
+      # RETUNE_BUDGET_S; then the committed measurements + these over routes/sm90.yaml -> $OUT/sm90.yaml
+      # (the later stages compile with it); $OUT/retune.meas.json is the file to commit
+      timeout $(( ${RETUNE_BUDGET_S:-240} + 40 )) python3 -m ninfer_compile.cli tune --sm 90 \
+        --families ${RETUNE_FAMILIES:-linear} --routes "${RETUNE_ROUTES:-_gemv_tc}" --t-points ${RETUNE_T:-2,4,8,16,32} \
+        --reps ${RETUNE_REPS:-5} --budget-s ${RETUNE_BUDGET_S:-240} --draft-tokens 0 \
+        --save-measurements "$OUT/retune.meas.json" 2>&1 | tr '\r' '\n' | grep -v "^ *$" \
+        | grep -v "it/s\|run/s\|job/s" > "$OUT/retune.log"
+      head -n 3 "$OUT/retune.log" | cut -c1-300; grep "^warning: --budget-s" "$OUT/retune.log" | cut -c1-300
+      [ -f "$OUT/retune.meas.json" ] && replay_committed "$OUT/retune.meas.json" ;;
     tune)
       # every family, format and draft window (~8,000 timings since the verify / KV-format cases): bounded by
       # --budget-s (the cases left out are named in tune.log); tune_new measures only the untimed groups
@@ -243,6 +255,6 @@ for stage in "$@"; do
         tests/kernels/kv_cache/test_kv_cache.py tests/kernels/kv_cache/test_formats.py tests/kernels/attention \
         > "$OUT/kv_tests.log" 2>&1; grep -m 5 -n "Error\|FAILED" "$OUT/kv_tests.log"; tail -n 3 "$OUT/kv_tests.log"
       timeout ${KV_BENCH_TIMEOUT_S:-300} python3 bench/bench_kv.py --out "$OUT" 2>&1 | tail -n 80 | tee "$OUT/kv.log" ;;
-    *) echo "error: unknown stage $stage (tests | tune | gemv | cliff | bench | e2e | peers | spec | kv | kve2e | serve | tune_new)"; exit 2 ;;
+    *) echo "error: unknown stage $stage (tests | tune | retune | gemv | cliff | bench | e2e | peers | spec | kv | kve2e | serve | tune_new)"; exit 2 ;;
   esac
 done

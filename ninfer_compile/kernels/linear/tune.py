@@ -60,10 +60,12 @@ def candidates(route, t: int, quick: bool) -> list[dict]:
         cands = [{}, {"SPLIT_K": 4}, {"SPLIT_K": 8}, {"SPLIT_K": 16}, {**pf, "SPLIT_K": 4}, {**pf, "SPLIT_K": 8},
                  {**pf}, {"num_warps": 2, "SPLIT_K": 8}, {**pf, "num_warps": 2, "SPLIT_K": 4},
                  {**pf, "num_warps": 8, "SPLIT_K": 4}, {"num_warps": 1, "SPLIT_K": 8}, {"MAXNREG": 128, "SPLIT_K": 8},
-                 {**pf, "SPLIT_K": 16}, {**pf, "num_warps": 2, "SPLIT_K": 8},
-                 # the split-K sum inside the launch (2026-12-01 H200: 20-50% slower than the
-                 # reduce launch with the prefetch; won a few T >= 16 cells without it)
-                 {**pf, "SPLIT_K": 8, "REDUCE": "fused"}, {"SPLIT_K": 8, "REDUCE": "fused"}]
+                 {**pf, "SPLIT_K": 16}, {**pf, "num_warps": 2, "SPLIT_K": 8}]
+        # the split-K sum inside the launch: the twin of each kernel-reduce set the 2026-12-02 table
+        # selects (2026-12-01 H200, fences per element: 20-50% slower than the reduce launch)
+        cands += [{**c, "REDUCE": "fused"} for c in (
+            {"MAXNREG": 128, "SPLIT_K": 8}, {**pf, "SPLIT_K": 8}, {"SPLIT_K": 8}, {"num_warps": 2, "SPLIT_K": 8},
+            {"SPLIT_K": 4}, {**pf, "SPLIT_K": 4}, {**pf, "num_warps": 2, "SPLIT_K": 8}, {"SPLIT_K": 16})]
         if name.startswith("w8_"):
             # W8 holds 8 words + 2 scales per row and step: the swiglu prefetch spills at 128
             # registers (ptxas, sm_90), not at 168
