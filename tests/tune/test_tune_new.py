@@ -27,6 +27,9 @@ from ninfer_compile.tune.shapes import MatchCase, describe
 from .conftest import DRAFT_SUBSET, KV_SUBSET
 
 SM90 = ROUTES_DIR / "sm90.yaml"
+# the shipped table before the 2026-12-02 tune_new run, with its hand-added untimed rows: the
+# tune_new workflow's tests run on it (the shipped table has none left, test_shipped_sm90_*)
+SM90_HAND = Path(__file__).resolve().parent / "data" / "sm90_2026-12-02_before_tune_new.yaml"
 REPO = Path(__file__).resolve().parents[2]
 # the measurement files routes/sm90.yaml was picked from, in its provenance's merge order (later wins);
 # bench/gpu_session.sh's tune_new stage replays them with the new measurements
@@ -107,7 +110,7 @@ def test_kv_format_cases_and_the_draft_head(cases27b):
 
 
 def test_untimed_in_sm90_selects_the_new_routes_cases(cases27b):
-    untimed = P.untimed_cases([c for c in cases27b if c.family in S.tunable()], SM90, 90)
+    untimed = P.untimed_cases([c for c in cases27b if c.family in S.tunable()], SM90_HAND, 90)
     got = {c.ident for c in untimed}
     want = {c.ident for c in cases27b if c.window}  # every verify case
     want |= {c.ident for c in cases27b if c.match.get("kv_dtype") == "nvfp4"}  # the issue-15 format
@@ -121,9 +124,9 @@ def test_untimed_in_sm90_selects_the_new_routes_cases(cases27b):
         or (c.family in ("gated_delta_rule", "conv1d") and c.match.get("phase") in ("decode", "prefill")))]
     assert len(timed) == 10 and not {c.ident for c in timed} & got
     with pytest.raises(NinferError, match="--untimed-in .*nope.yaml: cannot read"):
-        P.untimed_cases(untimed, SM90.with_name("nope.yaml"), 90)
+        P.untimed_cases(untimed, SM90_HAND.with_name("nope.yaml"), 90)
     with pytest.raises(NinferError, match="table is for sm 90, not 89"):
-        P.untimed_cases(untimed, SM90, 89)
+        P.untimed_cases(untimed, SM90_HAND, 89)
 
 
 def test_timed_in_table_needs_a_group_of_the_exact_match_with_evidence():
@@ -209,14 +212,14 @@ def _group(table, fam: str, match: dict):
 
 
 def test_replay_replaces_the_hand_added_untimed_rows(cases27b, tmp_path, capsys):
-    marked = _hand_marked(SM90)
+    marked = _hand_marked(SM90_HAND)
     assert len(marked) >= 20 and ("state_select", {}) in marked and ("spec_accept", {}) in marked
-    new = P.untimed_cases([c for c in cases27b if c.family in S.tunable()], SM90, 90)
+    new = P.untimed_cases([c for c in cases27b if c.family in S.tunable()], SM90_HAND, 90)
     meas = tmp_path / "tune_new.meas.json"
     recs = _fake_file(meas, new, _args())
     out = tmp_path / "sm90.yaml"
     merged = tmp_path / "merged.meas.json"  # --replay with --save-measurements: the merged file
-    assert main(["tune", "--sm", "90", "--replay", str(meas), "--base", str(SM90), "-o", str(out),
+    assert main(["tune", "--sm", "90", "--replay", str(meas), "--base", str(SM90_HAND), "-o", str(out),
                  "--save-measurements", str(merged)]) == 0, capsys.readouterr().err
     assert len(json.loads(merged.read_text())["records"]) == len(recs)
     table = load_table(out)
@@ -277,16 +280,16 @@ def test_replay_with_the_committed_measurements_keeps_their_rows(cases27b, tmp_p
     """The tune_new stage replays the committed measurement files and the new one over sm90.yaml:
     every measured group of sm90.yaml stays as it is, except the Q4 fallback (it now also sums the
     draft head's shape)."""
-    new = P.untimed_cases([c for c in cases27b if c.family in S.tunable()], SM90, 90)
+    new = P.untimed_cases([c for c in cases27b if c.family in S.tunable()], SM90_HAND, 90)
     meas = tmp_path / "tune_new.meas.json"
     _fake_file(meas, new, _args())
     files = [str(REPO / "bench" / "results" / f"{n}.meas.json") for n in COMMITTED]
     out = tmp_path / "sm90.yaml"
-    assert main(["tune", "--sm", "90", "--replay", *files, str(meas), "--base", str(SM90), "-o", str(out)]) == 0, \
+    assert main(["tune", "--sm", "90", "--replay", *files, str(meas), "--base", str(SM90_HAND), "-o", str(out)]) == 0, \
         capsys.readouterr().err
     from ninfer_compile.kernels.registry import routes_for
 
-    before, after = load_table(SM90), load_table(out)
+    before, after = load_table(SM90_HAND), load_table(out)
     changed = []
     for fam in before.families:
         for g in before.rows(fam):
@@ -375,3 +378,20 @@ def test_attention_verify_bench_rows_of_w_columns(monkeypatch, kvd, window):
     assert positions.tolist() == list(range(40 - window, 40)) * 2
     bench = M.build(case, 2 * window, ctx=40, copies=1)
     assert bench.t == 2 * window and bench.check(get_route("attention_decode_splitkv"), {}) < 3e-2
+
+
+def test_shipped_sm90_has_no_hand_added_rows_and_replays_from_its_measurements(tmp_path, capsys):
+    """routes/sm90.yaml = the committed measurement files replayed in order over it: every measured
+    group comes back row for row, and no hand-added (untimed) row is left."""
+    assert _hand_marked(SM90) == [] and "untimed, added by hand" not in SM90.read_text()
+    files = [str(REPO / "bench" / "results" / f"{n}.meas.json")
+             for n in COMMITTED + ["tune_sm90_new_2026-12-02", "tune_sm90_gemv_tc_fence_2026-12-02"]]
+    out = tmp_path / "sm90.yaml"
+    assert main(["tune", "--sm", "90", "--replay", *files, "--base", str(SM90), "-o", str(out)]) == 0, \
+        capsys.readouterr().err
+    before, after = load_table(SM90), load_table(out)
+    rows = lambda x: [(r.lo, r.hi, r.route and r.route.name, r.resolved, r.evidence) for r in x.rows]  # noqa: E731
+    differ = [(fam, dict(g.match)) for fam in before.families for g in before.rows(fam)
+              if any(r.evidence for r in g.rows)
+              and ((h := _group(after, fam, dict(g.match))) is None or rows(h) != rows(g))]
+    assert differ == []
