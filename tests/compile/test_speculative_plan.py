@@ -215,7 +215,7 @@ def test_shipped_table_picks_the_verify_routes(arts, tmp_path, capsys):
     assert _routes(v, "conv1d") == {"conv1d_verify"}
     assert _routes(v, "state_select") == {"state_select_copy"}
     assert _routes(v, "spec_accept") == {"spec_accept_rows"}
-    assert _routes(v, "attention") == {"attention_decode_splitkv"}
+    assert _routes(v, "attention") == {"attention_verify_packed"}  # measured 2026-12-02: wins every verify row
     assert _routes(v, "gdn_gating_proj") == {"gdn_gating_proj_rows"}
     # conv_input_parts and gdn_gating_proj fire at verify as at decode; the conv keeps window + columns
     assert v["fusions"]["conv_input_parts"] == GDN_LAYERS and v["fusions"]["gdn_gating_proj"] == GDN_LAYERS
