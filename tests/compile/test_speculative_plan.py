@@ -205,7 +205,7 @@ def _routes(ext, kind):
 
 def test_shipped_table_picks_the_verify_routes(arts, tmp_path, capsys):
     """With the route library and routes/sm90.yaml: the verify extents take the verify routes (rows
-    marked untimed), the fusions keep their extra outputs / attributes."""
+    measured by tune_new on the H200, 2026-12-02), the fusions keep their extra outputs / attributes."""
     out = tmp_path / "sm90.plan"
     assert main([str(arts["mtp"]), "--sm", "90", "-o", str(out), "--max-context", "64", "--prefill-chunk", "16",
                  "--concurrency", "2", "--draft-tokens", "3", "--quiet"]) == 0, capsys.readouterr().err
@@ -226,7 +226,7 @@ def test_shipped_table_picks_the_verify_routes(arts, tmp_path, capsys):
     assert "state_columns" in {b["arg"] for b in rule["bind"]}
     # the untimed rows are cited (sm90.yaml lines) like every other row
     assert all(L["source"].startswith("sm90.yaml:") for L in v["launches"] if L["route"])
-    assert _routes(ext["mtp_verify_c2_k3"], "attention") == {"attention_decode_splitkv"}
+    assert _routes(ext["mtp_verify_c2_k3"], "attention") == {"attention_verify_packed"}
     # decode: sm90.yaml switches the fuse rule gdn_decode_fused off (measured slower), so decode keeps the
     # three ops too, with the decode routes
     assert not _routes(ext["decode_c2_k0"], "gdn_decode_fused")
