@@ -381,11 +381,14 @@ def test_attention_verify_bench_rows_of_w_columns(monkeypatch, kvd, window):
 
 
 def test_shipped_sm90_has_no_hand_added_rows_and_replays_from_its_measurements(tmp_path, capsys):
-    """routes/sm90.yaml = the committed measurement files replayed in order over it: every measured
-    group comes back row for row, and no hand-added (untimed) row is left."""
+    """routes/sm90.yaml = the committed measurement files (gpu_session.sh's COMMITTED_MEAS) replayed in
+    order over it: every measured group comes back row for row, and no hand-added (untimed) row is left."""
     assert _hand_marked(SM90) == [] and "untimed, added by hand" not in SM90.read_text()
-    files = [str(REPO / "bench" / "results" / f"{n}.meas.json")
-             for n in COMMITTED + ["tune_sm90_new_2026-12-02", "tune_sm90_gemv_tc_fence_2026-12-02"]]
+    # the list bench/gpu_session.sh replays (COMMITTED_MEAS), so the script and the table cannot drift apart
+    script = (REPO / "bench" / "gpu_session.sh").read_text()
+    listed = re.search(r'^COMMITTED_MEAS="([^"]*)"', script, re.M).group(1).split()
+    files = [str(REPO / f.replace("$R/", "bench/results/")) for f in listed]
+    assert [Path(f).name.removesuffix(".meas.json") for f in files][:len(COMMITTED)] == COMMITTED
     out = tmp_path / "sm90.yaml"
     assert main(["tune", "--sm", "90", "--replay", *files, "--base", str(SM90), "-o", str(out)]) == 0, \
         capsys.readouterr().err

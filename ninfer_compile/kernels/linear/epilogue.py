@@ -104,8 +104,8 @@ def splitk_reduce_kernel(ws_ptr, out_ptr, res_ptr, T, N_OUT, so, sr,
 def _fence_gpu(anchor, INTERP: tl.constexpr):
     """fence.acq_rel.gpu once per element of `anchor` that a thread holds; nothing under the
     interpreter (programs run one after another there). The asm is emitted per element: pass a 1-D
-    anchor no longer than the program's thread count (replicated, so every thread holds exactly one
-    element and fences once). A [BLOCK_N, BLOCK_T] anchor made each thread fence 8-16 times in a
+    anchor (up to the program's thread count it is replicated, so every thread holds one element and
+    fences once; a longer one gives each thread length / threads). A [BLOCK_N, BLOCK_T] anchor made each thread fence 8-16 times in a
     row, and each fence waits for the thread's outstanding stores: the 2026-12-01 H200 run measured
     the fused reduce 20-50% slower than a second launch with that anchor."""
     if not INTERP:
@@ -123,7 +123,7 @@ def splitk_fixup(ws_ptr, cnt_ptr, out_ptr, res_ptr, tile, n0, T, N_OUT, so, sr,
     n = n0 + tl.arange(0, BLOCK_N)[:, None]
     t = tl.arange(0, BLOCK_T)[None, :]
     m = (n < N_OUT) & (t < T)
-    one_per_thread = n0 + tl.arange(0, BLOCK_N)  # gemv_tc: 16 x NW rows over 32 x NW threads -> one fence each
+    one_per_thread = n0 + tl.arange(0, BLOCK_N)  # gemv_tc: 16 x NW rows over 32 x NW threads
     _fence_gpu(one_per_thread, INTERP)  # this thread's partial stores are visible device-wide ...
     tl.debug_barrier()  # ... for every thread of the program, before the ticket is taken
     ticket = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")

@@ -61,8 +61,9 @@ def candidates(route, t: int, quick: bool) -> list[dict]:
                  {**pf}, {"num_warps": 2, "SPLIT_K": 8}, {**pf, "num_warps": 2, "SPLIT_K": 4},
                  {**pf, "num_warps": 8, "SPLIT_K": 4}, {"num_warps": 1, "SPLIT_K": 8}, {"MAXNREG": 128, "SPLIT_K": 8},
                  {**pf, "SPLIT_K": 16}, {**pf, "num_warps": 2, "SPLIT_K": 8}]
-        # the split-K sum inside the launch: the twin of each kernel-reduce set the 2026-12-02 table
-        # selects (2026-12-01 H200, fences per element: 20-50% slower than the reduce launch)
+        # the split-K sum inside the launch: the twin of each kernel-reduce set the table selects
+        # (H200: 20-50% slower than the reduce launch with a fence per element, 2026-12-01; with one
+        # fence per thread a median 3% slower, best in 11 of 84 cells, 2026-12-02)
         cands += [{**c, "REDUCE": "fused"} for c in (
             {"MAXNREG": 128, "SPLIT_K": 8}, {**pf, "SPLIT_K": 8}, {"SPLIT_K": 8}, {"num_warps": 2, "SPLIT_K": 8},
             {"SPLIT_K": 4}, {**pf, "SPLIT_K": 4}, {**pf, "num_warps": 2, "SPLIT_K": 8}, {"SPLIT_K": 16})]
