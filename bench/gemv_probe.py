@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from limits import _stream_read_kernel  # noqa: E402
+from ninfer_compile.kernels.linear.gemv_lowreg import _load_chunks, _x_chunks  # noqa: E402
 
 # (op, format, n, k, epilogue): the 27B decode projections (contract qwen3.6-27b)
 SHAPES = (
@@ -45,6 +46,10 @@ SHAPES = (
     ("gdn.query_key", "Q4G64_F16S", 4096, 5120, "none"),
     ("lm_head", "Q6G64_F16S", 248320, 5120, "none"),
 )
+# (warps, split-K, steps in flight) of the tc pattern; (rows, words per step, split-K, warps) of the
+# row pattern
+TC_CONFIGS = ((4, 1, 1), (4, 8, 1), (4, 8, 2), (4, 8, 4), (2, 8, 2), (2, 8, 4), (4, 4, 4), (4, 16, 2))
+ROW_CONFIGS = ((2, 128, 1, 2), (4, 128, 1, 4), (8, 128, 2, 4), (4, 256, 1, 8), (16, 128, 4, 8))
 HIGH_BYTES_PER_64 = {"Q4G64_F16S": 0, "Q5G64_F16S": 8, "Q6G64_F16S": 16}
 
 
@@ -94,6 +99,55 @@ def _row_pattern_kernel(base_ptr, out_ptr, N, row_words, words_per_split, ROWS: 
     tl.store(out_ptr + pid_n * tl.num_programs(1) + pid_k, tl.xor_sum(tl.reshape(acc, [ROWS * BW]), 0))
 
 
+@triton.jit
+def _xor16(v):
+    a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, d0, d1, d2, d3 = v
+    return a0 ^ a1 ^ a2 ^ a3 ^ b0 ^ b1 ^ b2 ^ b3 ^ c0 ^ c1 ^ c2 ^ c3 ^ d0 ^ d1 ^ d2 ^ d3
+
+
+@triton.jit
+def _lowreg_pattern_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, N_OUT, KC_TOTAL, K, sx, base_row,
+                           high_row, scale_row, up_off, FMT: tl.constexpr, SWIGLU: tl.constexpr,
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr):
+    """gemv_lowreg's own loads (its `_load_chunks` / `_x_chunks`, the PREFETCH double buffer, the
+    same grid and tiling at T = 1), the dequant + dot replaced by one xor per loaded word."""
+    KC: tl.constexpr = BLOCK_K // 32
+    pid_n = tl.program_id(0)
+    rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rmask = rows < N_OUT
+    rows_c = tl.minimum(rows, N_OUT - 1)
+    urows = rows_c + up_off
+    kc = tl.arange(0, KC)
+    acc = tl.zeros([BLOCK_N, KC], tl.int32)
+    n_iters = tl.cdiv(KC_TOTAL, KC)
+    shape: tl.constexpr = (BLOCK_N, KC)
+    g0, g1, g2, g3, gh0, gh1, gs = _load_chunks(base_ptr, high_ptr, scale_ptr, rows_c, rmask, kc, KC_TOTAL,
+                                                base_row, high_row, scale_row, FMT)
+    u0, u1, u2, u3, uh0, uh1, us = g0, g1, g2, g3, gh0, gh1, gs
+    if SWIGLU:
+        u0, u1, u2, u3, uh0, uh1, us = _load_chunks(base_ptr, high_ptr, scale_ptr, urows, rmask, kc, KC_TOTAL,
+                                                    base_row, high_row, scale_row, FMT)
+    for it in range(0, n_iters):
+        cg = it * KC + kc
+        nxt = cg + KC if PREFETCH else cg
+        n0, n1, n2, n3, nh0, nh1, ns = _load_chunks(base_ptr, high_ptr, scale_ptr, rows_c, rmask, nxt, KC_TOTAL,
+                                                    base_row, high_row, scale_row, FMT)
+        v0, v1, v2, v3, vh0, vh1, vs = n0, n1, n2, n3, nh0, nh1, ns
+        if SWIGLU:
+            v0, v1, v2, v3, vh0, vh1, vs = _load_chunks(base_ptr, high_ptr, scale_ptr, urows, rmask, nxt,
+                                                        KC_TOTAL, base_row, high_row, scale_row, FMT)
+        if not PREFETCH:  # this step's own chunks
+            g0, g1, g2, g3, gh0, gh1, gs = n0, n1, n2, n3, nh0, nh1, ns
+            u0, u1, u2, u3, uh0, uh1, us = v0, v1, v2, v3, vh0, vh1, vs
+        xa, xb, xc, xd = _x_chunks(x_ptr, cg, KC_TOTAL, K, 1, sx, shape, 1)
+        acc ^= g0 ^ g1 ^ g2 ^ g3 ^ gh0 ^ gh1 ^ gs.to(tl.int32, bitcast=True) ^ _xor16(xa)
+        if SWIGLU:
+            acc ^= u0 ^ u1 ^ u2 ^ u3 ^ uh0 ^ uh1 ^ us.to(tl.int32, bitcast=True)
+        g0, g1, g2, g3, gh0, gh1, gs = n0, n1, n2, n3, nh0, nh1, ns
+        u0, u1, u2, u3, uh0, uh1, us = v0, v1, v2, v3, vh0, vh1, vs
+    tl.store(out_ptr + pid_n, tl.xor_sum(tl.reshape(acc, [BLOCK_N * KC]), 0))
+
+
 def _graph_us(fns, reps: int = 20) -> float:
     from ninfer_compile.tune import measure as M
     return M.time_launches(fns, reps=reps, warmup=2)[0]
@@ -124,6 +178,16 @@ def _table_params(fmt, n, k, epi, t):
     return None, None
 
 
+def _time_lowreg_pattern(res, name1, p1, planes, x, o, grid, n_out, k, g, fmt_code, swiglu, bn, bk, extra):
+    for pf in (bool(p1.get("PREFETCH", False)), not bool(p1.get("PREFETCH", False))):
+        fns = [lambda p=p, pf=pf: _lowreg_pattern_kernel[grid](
+                   x, p[0], p[1], p[2], o, n_out, k // 32, k, k, g * 8, p[1].shape[1], g, n_out,
+                   FMT=fmt_code, SWIGLU=swiglu, BLOCK_N=bn, BLOCK_K=bk, PREFETCH=pf,
+                   num_warps=int(p1.get("num_warps", 4)), **extra)
+               for p in planes]
+        res["lowreg_pattern"][f"{name1} params, PREFETCH={pf}"] = _graph_us(fns)
+
+
 def probe_shape(op, fmt, n, k, epi, l2_bytes, gen) -> dict:
     g = k // 64
     nh = HIGH_BYTES_PER_64[fmt] // 8  # high words per 32-lane chunk (Q5 1, Q6 2)
@@ -151,7 +215,7 @@ def probe_shape(op, fmt, n, k, epi, l2_bytes, gen) -> dict:
     planes = _planes(fmt, n, k, copies, gen)
     kb_total = k // 128
     res["tc_pattern"] = {}
-    for nw, split, u in ((4, 1, 1), (4, 8, 1), (4, 8, 2), (4, 8, 4), (2, 8, 2), (2, 8, 4), (4, 4, 4), (4, 16, 2)):
+    for nw, split, u in TC_CONFIGS:
         ips = -(-kb_total // split)
         grid = (triton.cdiv(n, 16 * nw), split)
         o = torch.empty(grid[0] * split, dtype=torch.int32, device="cuda")
@@ -161,7 +225,7 @@ def probe_shape(op, fmt, n, k, epi, l2_bytes, gen) -> dict:
         res["tc_pattern"][f"nw{nw}_sk{split}_u{u}"] = _graph_us(fns)
     res["row_pattern"] = {}
     row_words = g * 8
-    for rows, bw, split, warps in ((2, 128, 1, 2), (4, 128, 1, 4), (8, 128, 2, 4), (4, 256, 1, 8), (16, 128, 4, 8)):
+    for rows, bw, split, warps in ROW_CONFIGS:
         wps = -(-row_words // split)
         wps = -(-wps // bw) * bw
         grid = (triton.cdiv(n, rows), split)
@@ -169,6 +233,22 @@ def probe_shape(op, fmt, n, k, epi, l2_bytes, gen) -> dict:
         fns = [lambda p=p: _row_pattern_kernel[grid](p[0], o, n, row_words, wps, ROWS=rows, BW=bw, num_warps=warps)
                for p in planes]
         res["row_pattern"][f"r{rows}_bw{bw}_sk{split}_w{warps}"] = _graph_us(fns)
+    # the T = 1 route's own loads without its math (low-register / packed routes only)
+    name1, p1 = _table_params(fmt, n, k, epi, 1)
+    if name1 and name1.endswith(("_gemv_lowreg", "_gemv_packed")):
+        fmt_code = {"Q4G64_F16S": 4, "Q5G64_F16S": 5, "Q6G64_F16S": 6}[fmt]
+        swiglu = epi == "swiglu"
+        n_out = n // 2 if swiglu else n
+        bn, bk = int(p1.get("BLOCK_N", 8)), int(p1.get("BLOCK_K", 1024))
+        x = torch.randn(1, k, device="cuda", generator=gen).to(torch.bfloat16)
+        grid = (triton.cdiv(n_out, bn),)
+        o = torch.empty(grid[0], dtype=torch.int32, device="cuda")
+        extra = {"maxnreg": int(p1["MAXNREG"])} if p1.get("MAXNREG") else {}
+        res["lowreg_pattern"] = {}
+        try:
+            _time_lowreg_pattern(res, name1, p1, planes, x, o, grid, n_out, k, g, fmt_code, swiglu, bn, bk, extra)
+        except Exception as exc:  # noqa: BLE001 -- a probe part that fails says so and the rest still runs
+            print(f"probe {op}: lowreg pattern failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
     del planes
     torch.cuda.empty_cache()
 
@@ -214,6 +294,11 @@ def render(results: list[dict], env: dict) -> str:
             + (f"{u1:.1f} ({gb(b, u1):.0f}) {r1['route']}" if u1 else "-") + " | "
             + (f"{r4['us']:.1f} {r4['route']}" if r4.get("us") else "-") + " | "
             + (f"{u1 / s:.2f}x" if u1 else "-") + " |")
+    lines += ["", "The T = 1 route's own loads (same grid, tiling, prefetch, register cap) without its dequant + dot (µs):", ""]
+    for r in results:
+        if r.get("lowreg_pattern"):
+            lines.append(f"- {r['op']}: " + ", ".join(f"{k} {v:.1f}" for k, v in r["lowreg_pattern"].items())
+                         + (f"; the route itself {r['route']['1']['us']:.1f}" if "1" in r.get("route", {}) else ""))
     lines += ["", "All tc-pattern and row-pattern configurations (µs):", ""]
     for r in results:
         lines.append(f"- {r['op']}: tc " + ", ".join(f"{k} {v:.1f}" for k, v in r["tc_pattern"].items())
