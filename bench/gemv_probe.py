@@ -49,7 +49,10 @@ SHAPES = (
 # (warps, split-K, steps in flight) of the tc pattern; (rows, words per step, split-K, warps) of the
 # row pattern
 TC_CONFIGS = ((4, 1, 1), (4, 8, 1), (4, 8, 2), (4, 8, 4), (2, 8, 2), (2, 8, 4), (4, 4, 4), (4, 16, 2))
-ROW_CONFIGS = ((2, 128, 1, 2), (4, 128, 1, 4), (8, 128, 2, 4), (4, 256, 1, 8), (16, 128, 4, 8))
+ROW_CONFIGS = ((2, 128, 1, 2), (4, 128, 1, 4), (8, 128, 2, 4), (4, 256, 1, 8), (16, 128, 4, 8),
+               # a warp instruction over 8 rows x 64 bytes (the tc pattern's span) / 4 rows x 128 bytes:
+               # is it the bytes per row and instruction that cost, or the tc pattern's other loads?
+               (16, 16, 8, 2), (16, 32, 8, 4))
 HIGH_BYTES_PER_64 = {"Q4G64_F16S": 0, "Q5G64_F16S": 8, "Q6G64_F16S": 16}
 
 
@@ -70,15 +73,18 @@ def _tc_pattern_kernel(base_ptr, high_ptr, scale_ptr, out_ptr, N, KB_TOTAL, base
     kb1 = tl.minimum(kb0 + iters_per_split, KB_TOTAL)
     for kb in range(kb0, kb1, U):
         for u in tl.static_range(U):
-            k = tl.minimum(kb + u, kb1 - 1)
-            wg = tl.load(base_ptr + row_g * base_row + k * 16 + ci * 4 + vi, cache_modifier=".cg")
-            wh = tl.load(base_ptr + row_h * base_row + k * 16 + ci * 4 + vi, cache_modifier=".cg")
-            sg = tl.load(scale_ptr + row_g * scale_row + k * 2 + ci // 2 + vi * 0).to(tl.int32)
-            sh = tl.load(scale_ptr + row_h * scale_row + k * 2 + ci // 2 + vi * 0).to(tl.int32)
+            k = kb + u
+            m = (k + vi * 0) < kb1          # steps past the split are masked (never re-read)
+            wg = tl.load(base_ptr + row_g * base_row + k * 16 + ci * 4 + vi, mask=m, other=0, cache_modifier=".cg")
+            wh = tl.load(base_ptr + row_h * base_row + k * 16 + ci * 4 + vi, mask=m, other=0, cache_modifier=".cg")
+            sg = tl.load(scale_ptr + row_g * scale_row + k * 2 + ci // 2 + vi * 0, mask=m, other=0).to(tl.int32)
+            sh = tl.load(scale_ptr + row_h * scale_row + k * 2 + ci // 2 + vi * 0, mask=m, other=0).to(tl.int32)
             acc ^= wg ^ wh ^ sg ^ sh
             if NH > 0:
-                hg = tl.load(high_ptr + row_g * high_row + k * 4 * NH + ci * NH + vi * 0, cache_modifier=".cg")
-                hh = tl.load(high_ptr + row_h * high_row + k * 4 * NH + ci * NH + vi * 0, cache_modifier=".cg")
+                hg = tl.load(high_ptr + row_g * high_row + k * 4 * NH + ci * NH + vi * 0, mask=m, other=0,
+                             cache_modifier=".cg")
+                hh = tl.load(high_ptr + row_h * high_row + k * 4 * NH + ci * NH + vi * 0, mask=m, other=0,
+                             cache_modifier=".cg")
                 acc ^= hg ^ hh
     tl.store(out_ptr + pid_n * tl.num_programs(1) + pid_k, tl.xor_sum(tl.reshape(acc, [NW * 128]), 0))
 
@@ -278,7 +284,9 @@ def render(results: list[dict], env: dict) -> str:
     lines = [f"# Decode GEMV probe: {env['device']}, {env['date']}", "",
              f"torch {env['torch']}, triton {env['triton']}; µs per launch (CUDA graph over rotated cold copies), "
              "GB/s of the weight's bytes (base + high + scale planes)", "",
-             "| op | MB | stream µs (GB/s) | best tc pattern µs | tc U=1 sk8 µs | best row pattern µs | route T=1 µs (GB/s) | route T=4 µs | route T=1 / stream |",
+             "The row pattern reads the base (nibble) plane only -- 32 of the 34 / 42 / 50 bytes per 64 weights "
+             "of Q4 / Q5 / Q6 -- so its GB/s are of that plane's bytes.", "",
+             "| op | MB | stream µs (GB/s) | best tc pattern µs | tc U=1 sk8 µs | best row pattern µs (GB/s of the base plane) | route T=1 µs (GB/s) | route T=4 µs | route T=1 / stream |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         b = r["weight_bytes"]
@@ -290,7 +298,8 @@ def render(results: list[dict], env: dict) -> str:
         u1 = r1.get("us")
         lines.append(
             f"| {r['op']} | {b / 1e6:.1f} | {s:.1f} ({gb(b, s):.0f}) | {r['tc_pattern'][tcb]:.1f} ({tcb}) | "
-            f"{r['tc_pattern'].get('nw4_sk8_u1', float('nan')):.1f} | {r['row_pattern'][rwb]:.1f} ({rwb}) | "
+            f"{r['tc_pattern'].get('nw4_sk8_u1', float('nan')):.1f} | {r['row_pattern'][rwb]:.1f} "
+            f"({gb(r['n'] * (r['k'] // 64) * 32, r['row_pattern'][rwb]):.0f}; {rwb}) | "
             + (f"{u1:.1f} ({gb(b, u1):.0f}) {r1['route']}" if u1 else "-") + " | "
             + (f"{r4['us']:.1f} {r4['route']}" if r4.get("us") else "-") + " | "
             + (f"{u1 / s:.2f}x" if u1 else "-") + " |")
