@@ -133,6 +133,10 @@ def test_fast_vs_existing_route_27b_gpu(T):
     env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1")
     bad = []
     for bv in (32, 64):
+        if (bv, 4, 2) in launch_fast.KNOWN_FAULTS:  # refused by the launcher (checked there), nothing to run
+            with pytest.raises(RouteError, match="refused on a GPU"):
+                launch_fast.gated_delta_rule_chunked_fast(*([torch.empty(0)] * 10), block_v=bv)
+            continue
         r = subprocess.run([sys.executable, __file__, "--compare-27b", str(T), str(bv)], env=env,
                            capture_output=True, text=True, timeout=300,
                            cwd=os.path.dirname(os.path.abspath(__file__)))
