@@ -49,6 +49,7 @@ SHAPES = (
 # (warps, split-K, steps in flight) of the tc pattern; (rows, words per step, split-K, warps) of the
 # row pattern
 TC_CONFIGS = ((4, 1, 1), (4, 8, 1), (4, 8, 2), (4, 8, 4), (2, 8, 2), (2, 8, 4), (4, 4, 4), (4, 16, 2))
+TC_NO_SCALE = ((2, 8, 2), (4, 8, 1))  # also timed without the scale loads
 ROW_CONFIGS = ((2, 128, 1, 2), (4, 128, 1, 4), (8, 128, 2, 4), (4, 256, 1, 8), (16, 128, 4, 8),
                # a warp instruction over 8 rows x 64 bytes (the tc pattern's span) / 4 rows x 128 bytes:
                # is it the bytes per row and instruction that cost, or the tc pattern's other loads?
@@ -58,7 +59,8 @@ HIGH_BYTES_PER_64 = {"Q4G64_F16S": 0, "Q5G64_F16S": 8, "Q6G64_F16S": 16}
 
 @triton.jit
 def _tc_pattern_kernel(base_ptr, high_ptr, scale_ptr, out_ptr, N, KB_TOTAL, base_row, high_row, scale_row,
-                       iters_per_split, NH: tl.constexpr, NW: tl.constexpr, U: tl.constexpr):
+                       iters_per_split, NH: tl.constexpr, NW: tl.constexpr, U: tl.constexpr,
+                       SCALES: tl.constexpr = True):
     """gemv_tc's loads without the math: [NW, 8, 4] lanes, rows g / g+8 of each warp's 16."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -77,9 +79,11 @@ def _tc_pattern_kernel(base_ptr, high_ptr, scale_ptr, out_ptr, N, KB_TOTAL, base
             m = (k + vi * 0) < kb1          # steps past the split are masked (never re-read)
             wg = tl.load(base_ptr + row_g * base_row + k * 16 + ci * 4 + vi, mask=m, other=0, cache_modifier=".cg")
             wh = tl.load(base_ptr + row_h * base_row + k * 16 + ci * 4 + vi, mask=m, other=0, cache_modifier=".cg")
-            sg = tl.load(scale_ptr + row_g * scale_row + k * 2 + ci // 2 + vi * 0, mask=m, other=0).to(tl.int32)
-            sh = tl.load(scale_ptr + row_h * scale_row + k * 2 + ci // 2 + vi * 0, mask=m, other=0).to(tl.int32)
-            acc ^= wg ^ wh ^ sg ^ sh
+            acc ^= wg ^ wh
+            if SCALES:  # (False: the same pattern without its 2-byte scale loads)
+                sg = tl.load(scale_ptr + row_g * scale_row + k * 2 + ci // 2 + vi * 0, mask=m, other=0).to(tl.int32)
+                sh = tl.load(scale_ptr + row_h * scale_row + k * 2 + ci // 2 + vi * 0, mask=m, other=0).to(tl.int32)
+                acc ^= sg ^ sh
             if NH > 0:
                 hg = tl.load(high_ptr + row_g * high_row + k * 4 * NH + ci * NH + vi * 0, mask=m, other=0,
                              cache_modifier=".cg")
@@ -229,6 +233,11 @@ def probe_shape(op, fmt, n, k, epi, l2_bytes, gen) -> dict:
                                                      g, ips, NH=nh, NW=nw, U=u, num_warps=nw)
                for p in planes]
         res["tc_pattern"][f"nw{nw}_sk{split}_u{u}"] = _graph_us(fns)
+        if (nw, split, u) in TC_NO_SCALE:
+            fns = [lambda p=p: _tc_pattern_kernel[grid](p[0], p[1], p[2], o, n, kb_total, g * 8, p[1].shape[1],
+                                                         g, ips, NH=nh, NW=nw, U=u, SCALES=False, num_warps=nw)
+                   for p in planes]
+            res["tc_pattern"][f"nw{nw}_sk{split}_u{u}_noscale"] = _graph_us(fns)
     res["row_pattern"] = {}
     row_words = g * 8
     for rows, bw, split, warps in ROW_CONFIGS:
@@ -286,19 +295,22 @@ def render(results: list[dict], env: dict) -> str:
              "GB/s of the weight's bytes (base + high + scale planes)", "",
              "The row pattern reads the base (nibble) plane only -- 32 of the 34 / 42 / 50 bytes per 64 weights "
              "of Q4 / Q5 / Q6 -- so its GB/s are of that plane's bytes.", "",
-             "| op | MB | stream µs (GB/s) | best tc pattern µs | tc U=1 sk8 µs | best row pattern µs (GB/s of the base plane) | route T=1 µs (GB/s) | route T=4 µs | route T=1 / stream |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| op | MB | stream µs (GB/s) | best tc pattern µs | tc U=1 sk8 µs | tc without its scale loads µs (best) | best row pattern µs (GB/s of the base plane) | route T=1 µs (GB/s) | route T=4 µs | route T=1 / stream |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         b = r["weight_bytes"]
         s = r["stream"]["us"]
-        tcb = min(r["tc_pattern"], key=r["tc_pattern"].get)
+        tc = {k: v for k, v in r["tc_pattern"].items() if not k.endswith("_noscale")}
+        tcn = {k: v for k, v in r["tc_pattern"].items() if k.endswith("_noscale")}
+        tcb = min(tc, key=tc.get)
+        tcn_s = f"{min(tcn.values()):.1f} ({min(tcn, key=tcn.get)})" if tcn else "-"
         rwb = min(r["row_pattern"], key=r["row_pattern"].get)
         r1 = r["route"].get("1", {})
         r4 = r["route"].get("4", {})
         u1 = r1.get("us")
         lines.append(
             f"| {r['op']} | {b / 1e6:.1f} | {s:.1f} ({gb(b, s):.0f}) | {r['tc_pattern'][tcb]:.1f} ({tcb}) | "
-            f"{r['tc_pattern'].get('nw4_sk8_u1', float('nan')):.1f} | {r['row_pattern'][rwb]:.1f} "
+            f"{r['tc_pattern'].get('nw4_sk8_u1', float('nan')):.1f} | {tcn_s} | {r['row_pattern'][rwb]:.1f} "
             f"({gb(r['n'] * (r['k'] // 64) * 32, r['row_pattern'][rwb]):.0f}; {rwb}) | "
             + (f"{u1:.1f} ({gb(b, u1):.0f}) {r1['route']}" if u1 else "-") + " | "
             + (f"{r4['us']:.1f} {r4['route']}" if r4.get("us") else "-") + " | "

@@ -57,3 +57,7 @@ def test_tc_pattern_reads_base_scale_and_high_words(fmt, nw, split, u, monkeypat
     # every lane reads its 4 base words once per K step; each scale is read by 2 chunk lanes x 4
     # vector lanes (an even count: it cancels) and so is each high word (4 vector lanes)
     assert _xor(out) == _xor(base)
+    out.zero_()
+    P._tc_pattern_kernel[grid](base, high, scale, out, n, kb_total, g * 8, high.shape[1], g, ips,
+                               NH=nh, NW=nw, U=u, SCALES=False, num_warps=nw)
+    assert _xor(out) == _xor(base)
