@@ -236,7 +236,7 @@ for stage in "$@"; do
       # issue #17 item 3 at a 32K shared prefix: ninfer-serve on a plan with room for it (C = 1..8),
       # bench/bench_serve.py (TTFT / per-token at SERVE_C, the prefix cold vs warm, a bounded load run)
       python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site wheels/serve/*.whl \
-        || { echo "error: the server's wheels (fastapi, uvicorn, prometheus-client, ...) belong in wheels/serve"; continue; }
+        || { echo "error: the server's wheels (fastapi, uvicorn, prometheus-client, ...) belong in wheels/serve (bench/gpu_wheels.sh)"; continue; }
       ensure_artifact
       python3 -m ninfer_compile.cli "$A" --sm 90 --concurrency 1,2,4,8 --max-context ${SERVE_MAX_CONTEXT:-34816} \
         -o /tmp/p90_serve 2>&1 | tail -n 1
