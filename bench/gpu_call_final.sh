@@ -33,7 +33,7 @@ for part in ${PARTS:-tune_new spec acceptance serve e2e}; do
     acceptance) timeout ${ACC_S:-120} python3 bench/quality.py --runtime-acceptance --runtime-k 5 --runtime-prompts 8 \
             --runtime-tokens 128 --out "$OUT/acceptance_h200_k5_8x128.json" 2>&1 | grep -v "^\s*$" | tail -n 14 ;;
     serve) SERVE_C=${SERVE_C:-1,8} SERVE_LOAD=12 SERVE_TIMEOUT_S=${SERVE_S:-170} bash bench/gpu_session.sh serve 2>&1 | tail -n 24 ;;
-    e2e) E2E_KV=bf16 PEERS=0 E2E_PROFILE=1,8 timeout ${E2E_S:-200} bash bench/gpu_session.sh e2e 2>&1 \
+    e2e) E2E_KV=bf16 PEERS=0 E2E_PROFILE=${E2E_PROFILE-1,8} timeout ${E2E_S:-200} bash bench/gpu_session.sh e2e 2>&1 \
             | grep "^decode\|^prefill\|^profile\|^load\|error" | head -n 20 ;;
   esac
 done

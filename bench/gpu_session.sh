@@ -183,12 +183,13 @@ for stage in "$@"; do
       ROUTES=""; [ -f "$OUT/sm90.yaml" ] && ROUTES="--routes $OUT/sm90.yaml"
       # E2E_TAG: a suffix for the plan directory and the result label (an A/B in one call, e.g.
       # NINFER_PDL=0 E2E_TAG=-nopdl: the same env reaches the compiler and the runtime);
-      # E2E_PROFILE: concurrencies broken down per kernel after the timed runs (default 1; "" = none)
+      # E2E_PROFILE: concurrencies broken down per kernel after the timed runs (default 1; "" = none);
+      # E2E_PREFILL / E2E_C: the prefill lengths and decode concurrencies timed
       for kv in ${E2E_KV:-bf16 int8}; do
         python3 -m ninfer_compile.cli "$A" --sm 90 $ROUTES --concurrency 1,2,4,8 --max-context 20480 \
           --kv-dtype "$kv" -o "/tmp/p90_$kv${E2E_TAG:-}" 2>&1 | tail -n 1
         timeout 200 python3 bench/bench_e2e.py --plan "/tmp/p90_$kv${E2E_TAG:-}" --artifact "$A" --out "$OUT" \
-          --label "27b-$kv-kv${E2E_TAG:-}" --prefill 1024,4096,16384 --context 4096 --concurrency 1,2,4,8 \
+          --label "27b-$kv-kv${E2E_TAG:-}" --prefill ${E2E_PREFILL:-1024,4096,16384} --context 4096 --concurrency ${E2E_C:-1,2,4,8} \
           --profile "${E2E_PROFILE-1}" \
           2>&1 | tail -n 70 | tee "$OUT/e2e_$kv${E2E_TAG:-}.log"
       done
