@@ -10,11 +10,14 @@ For each 27B decode projection (Q4 / Q5 / Q6 row-split planes at their real shap
   is used (U = 1: one step in flight per lane, as the kernel without PREFETCH; 2: as PREFETCH);
 - `row_pattern`: each warp reads 512 contiguous bytes of one row per instruction (the layout a
   streaming read has), rows split over programs, split-K as the GEMVs do;
-- `route T`: the table's own route at T = 1 and T = 4 (routes/sm90.yaml params), timed the tuner's
-  way (`tune/measure.py`: CUDA graph over the rotated copies).
-Every figure is µs per launch and GB/s of the weight's bytes; the verdict per shape says which of
-(a) the access pattern, (b) in-flight depth, (c) the kernel's own work is what separates the route
-from a same-size read.
+  (the base plane only), and at 8 rows x 64 / 4 rows x 128 bytes per warp instruction;
+- `tc_pattern ..._noscale`: the tc pattern without its 2-byte scale loads (TC_NO_SCALE configs);
+- `lowreg_pattern`: a low-register / packed T = 1 route's own loads (its `_load_chunks` /
+  `_x_chunks`, grid, tiling, prefetch and register cap) with the dequant + dot replaced by xors;
+- `route T`: the table's own route at T = 1 and T = 4 (routes/sm90.yaml's selection), timed the
+  tuner's way (`tune/measure.py`: CUDA graph over the rotated copies).
+Every figure is µs per launch, GB/s of the bytes read: set side by side, they say how much of a
+route's distance from a same-size read is its access pattern, its load schedule, or its math.
 
 Usage (GPU):  python3 bench/gemv_probe.py --out OUT [--label L]
 """
@@ -175,27 +178,12 @@ def _planes(fmt, n, k, copies, gen):
     return out
 
 
-def _table_params(fmt, n, k, epi, t):
-    import yaml
-    doc = yaml.safe_load((Path(__file__).resolve().parents[1] / "routes" / "sm90.yaml").read_text())
-    for grp in doc["linear"]:
-        m = grp["match"]
-        if m.get("format") == fmt and m.get("n") == n and m.get("k") == k and m.get("epilogue", "none") == epi:
-            for row in grp["routes"]:
-                lo, hi = row["t"]
-                if lo <= t and (hi == "max" or t <= hi):
-                    return row["route"], dict(row.get("params", {}))
-    return None, None
-
-
-def _time_lowreg_pattern(res, name1, p1, planes, x, o, grid, n_out, k, g, fmt_code, swiglu, bn, bk, extra):
-    for pf in (bool(p1.get("PREFETCH", False)), not bool(p1.get("PREFETCH", False))):
-        fns = [lambda p=p, pf=pf: _lowreg_pattern_kernel[grid](
-                   x, p[0], p[1], p[2], o, n_out, k // 32, k, k, g * 8, p[1].shape[1], g, n_out,
-                   FMT=fmt_code, SWIGLU=swiglu, BLOCK_N=bn, BLOCK_K=bk, PREFETCH=pf,
-                   num_warps=int(p1.get("num_warps", 4)), **extra)
-               for p in planes]
-        res["lowreg_pattern"][f"{name1} params, PREFETCH={pf}"] = _graph_us(fns)
+def _table_route(fmt, n, k, epi, t):
+    """The shipped sm90 table's selection for this projection at T: (route, params)."""
+    from ninfer_compile.routes.table import load_table
+    sel = load_table(Path(__file__).resolve().parents[1] / "routes" / "sm90.yaml").select(
+        "linear", t, {"format": fmt, "n": n, "k": k, "epilogue": epi})
+    return sel.route, sel.params
 
 
 def probe_shape(op, fmt, n, k, epi, l2_bytes, gen) -> dict:
@@ -249,8 +237,8 @@ def probe_shape(op, fmt, n, k, epi, l2_bytes, gen) -> dict:
                for p in planes]
         res["row_pattern"][f"r{rows}_bw{bw}_sk{split}_w{warps}"] = _graph_us(fns)
     # the T = 1 route's own loads without its math (low-register / packed routes only)
-    name1, p1 = _table_params(fmt, n, k, epi, 1)
-    if name1 and name1.endswith(("_gemv_lowreg", "_gemv_packed")):
+    route1, p1 = _table_route(fmt, n, k, epi, 1)
+    if route1.name.endswith(("_gemv_lowreg", "_gemv_packed")):
         fmt_code = {"Q4G64_F16S": 4, "Q5G64_F16S": 5, "Q6G64_F16S": 6}[fmt]
         swiglu = epi == "swiglu"
         n_out = n // 2 if swiglu else n
@@ -261,28 +249,29 @@ def probe_shape(op, fmt, n, k, epi, l2_bytes, gen) -> dict:
         extra = {"maxnreg": int(p1["MAXNREG"])} if p1.get("MAXNREG") else {}
         res["lowreg_pattern"] = {}
         try:
-            _time_lowreg_pattern(res, name1, p1, planes, x, o, grid, n_out, k, g, fmt_code, swiglu, bn, bk, extra)
+            for pf in (bool(p1.get("PREFETCH", False)), not bool(p1.get("PREFETCH", False))):
+                fns = [lambda p=p, pf=pf: _lowreg_pattern_kernel[grid](
+                           x, p[0], p[1], p[2], o, n_out, k // 32, k, k, g * 8, p[1].shape[1], g, n_out,
+                           FMT=fmt_code, SWIGLU=swiglu, BLOCK_N=bn, BLOCK_K=bk, PREFETCH=pf,
+                           num_warps=int(p1.get("num_warps", 4)), **extra)
+                       for p in planes]
+                res["lowreg_pattern"][f"{route1.name} params, PREFETCH={pf}"] = _graph_us(fns)
         except Exception as exc:  # noqa: BLE001 -- a probe part that fails says so and the rest still runs
             print(f"probe {op}: lowreg pattern failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
     del planes
     torch.cuda.empty_cache()
 
     # the table's route at T = 1 and 4, timed the tuner's way
-    from ninfer_compile.kernels.registry import default_registry
     from ninfer_compile.tune import measure as M
     from ninfer_compile.tune.shapes import MatchCase
-    import ninfer_compile.kernels  # noqa: F401  (registers the routes)
     res["route"] = {}
     case = MatchCase(family="linear", match={"format": fmt, "n": n, "k": k, "epilogue": epi}, shapes={})
     for t in (1, 4):
-        name, params = _table_params(fmt, n, k, epi, t)
-        if name is None:
-            continue
-        route = default_registry.get_route(name)
+        route, params = _table_route(fmt, n, k, epi, t)
         bench = M.build(case, t)
         err = bench.check(route, params)
         us = M.time_launches(bench.launches(route, params), reps=20, warmup=2)[0]
-        res["route"][str(t)] = {"route": name, "params": params, "us": us, "rel_rms": err}
+        res["route"][str(t)] = {"route": route.name, "params": params, "us": us, "rel_rms": err}
         del bench
         torch.cuda.empty_cache()
     return res
@@ -359,7 +348,7 @@ def main(argv=None) -> int:
         (out / f"gemv_probe_{a.label}.json").write_text(json.dumps({"environment": env, "results": results}, indent=1))
         (out / f"gemv_probe_{a.label}.md").write_text(render(results, env))
         print(f"probe {shape[0]}: stream {r['stream']['us']:.1f} us, tc best "
-              f"{min(r['tc_pattern'].values()):.1f}, row best {min(r['row_pattern'].values()):.1f}, route "
+              f"{min(v for c, v in r['tc_pattern'].items() if not c.endswith('_noscale')):.1f}, row best {min(r['row_pattern'].values()):.1f}, route "
               + ", ".join(f"T{t} {v['route']} {v['us']:.1f} (rel {v['rel_rms']:.1e})" for t, v in r["route"].items()),
               flush=True)
     if results:
