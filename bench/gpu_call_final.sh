@@ -16,7 +16,7 @@ ok=1
 if [ -n "${GPU_TESTS:-}" ]; then
   stamp "gpu tests: $GPU_TESTS"
   timeout ${TESTS_S:-150} python3 -m pytest -q -m gpu $GPU_TESTS -p no:cacheprovider -rf -n ${GPU_TEST_WORKERS:-8} \
-    --dist loadfile > "$OUT/gpu_tests.log" 2>&1 || ok=0
+    --dist ${GPU_TEST_DIST:-loadfile} > "$OUT/gpu_tests.log" 2>&1 || ok=0
   tail -n 3 "$OUT/gpu_tests.log" | tee -a "$OUT/call.log"; grep -m 8 "FAILED\|Error" "$OUT/gpu_tests.log" | tee -a "$OUT/call.log"
 fi
 [ "$ok" = 1 ] || echo "GPU tests failed: the timing parts run with ROUTES_OFF=1 semantics are the caller's call" | tee -a "$OUT/call.log"

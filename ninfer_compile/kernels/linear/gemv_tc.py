@@ -102,6 +102,10 @@ LDX = tl.constexpr("ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];")
 LD1 = tl.constexpr("ld.global.nc.b32 $0, [$1];")
 LD2 = tl.constexpr("ld.global.nc.v2.b32 {$0, $1}, [$2];")
 LDS = tl.constexpr("{ .reg .b16 h; ld.global.nc.b16 h, [$1]; cvt.f32.f16 $0, h; }")
+# SHFL_SCALES: lane (g, c) loads the two f16 group scales of K step kq + c of its row (4 bytes; the
+# 4 lanes of a row read 16 contiguous bytes), and at step kq + j takes lane 4 g + j's word, half c // 2
+SHF = tl.constexpr("{ .reg .b32 t; .reg .b16 lo, hi; shfl.sync.idx.b32 t, $1, $2, 0x1f, 0xffffffff; "
+                   "shr.b32 t, t, $3; mov.b32 {lo, hi}, t; cvt.f32.f16 $0, lo; }")
 LDR = tl.constexpr("{ .reg .b16 h, z; mov.b16 z, 0; ld.global.b16 h, [$1]; mov.b32 $0, {z, h}; }")
 ST16 = tl.constexpr("{ .reg .pred p; .reg .b16 lo, hi; setp.ne.b32 p, $2, 0; mov.b32 {lo, hi}, $3; "
                     "@p st.global.b16 [$1], lo; mov.b32 $0, 0; }")
@@ -149,6 +153,39 @@ def _rows(base_ptr, high_ptr, scale_ptr, row, kb, ci, base_row, high_row, scale_
         h0 = w0
         h1 = w0
     return w0, w1, w2, w3, h0, h1, s
+
+
+@triton.jit
+def _words(base_ptr, high_ptr, row, kb, ci, base_row, high_row, FMT: tl.constexpr):
+    """Row `row`'s chunk c of K step kb without its scale (SHFL_SCALES): 4 words, high words."""
+    w0, w1, w2, w3 = _ld4(base_ptr + row * base_row + kb * 16 + ci * 4, LD4)
+    if FMT == 5:
+        h0 = tl.inline_asm_elementwise(LD1, "=r,l", [_addr(high_ptr + row * high_row + kb * 4 + ci)],
+                                       dtype=tl.int32, is_pure=True, pack=1)
+        h1 = h0
+    elif FMT == 6:
+        h0, h1 = tl.inline_asm_elementwise(LD2, "=r,=r,l", [_addr(high_ptr + row * high_row + kb * 8 + ci * 2)],
+                                           dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+    else:
+        h0 = w0
+        h1 = w0
+    return w0, w1, w2, w3, h0, h1
+
+
+@triton.jit
+def _scale_word(scale_ptr, row, kq, ci, scale_row, KB_TOTAL):
+    """The 4 bytes (two f16 group scales) of K step kq + c of row `row` (clamped to the row's last
+    step: a word past the split is loaded, never used)."""
+    k = tl.minimum(kq + ci, KB_TOTAL - 1)
+    return tl.inline_asm_elementwise(LD1, "=r,l", [_addr(scale_ptr + row * scale_row + k * 2)],
+                                     dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _shfl_scale(word, src, shift):
+    """Step j's fp32 scale of this lane's row: lane src = 4 g + j's scale word, half c // 2."""
+    return tl.inline_asm_elementwise(SHF, "=f,r,r,r", [word, src, shift], dtype=tl.float32, is_pure=True,
+                                     pack=1)
 
 
 @triton.jit
@@ -220,7 +257,7 @@ def gemv_tc_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, ws_pt
                    T, K, N_OUT, KB_TOTAL, base_row, high_row, scale_row, up_off, sx, so, sr, iters_per_split,
                    FMT: tl.constexpr, EPI: tl.constexpr, N_TILES: tl.constexpr, SPLIT_K: tl.constexpr,
                    NW: tl.constexpr, PREFETCH: tl.constexpr = False, FUSED_REDUCE: tl.constexpr = False,
-                   PDL: tl.constexpr = False):
+                   SHFL_SCALES: tl.constexpr = False, PDL: tl.constexpr = False):
     pdl_enter(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -242,7 +279,89 @@ def gemv_tc_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, ws_pt
     u0, u1, u2, u3, u4, u5, u6, u7 = z, z, z, z, z, z, z, z
     kb0 = pid_k * iters_per_split
     kb1 = tl.minimum(kb0 + iters_per_split, KB_TOTAL)
-    if PREFETCH:
+    if SHFL_SCALES:
+        # the scales by 4 K steps: one coalesced 4-byte load per row and lane per group of 4 steps
+        # (`_scale_word`), then a shuffle per step (`_shfl_scale`) instead of a 2-byte load per step
+        src = gi * 4 + zero_i
+        shift = (ci3 // 2) * 16
+        if PREFETCH:
+            kp = tl.minimum(kb0, KB_TOTAL - 1)
+            g0, g1, g2, g3, g4, g5 = _words(base_ptr, high_ptr, rg, kp, ci3, base_row, high_row, FMT)
+            h0, h1, h2, h3, h4, h5 = _words(base_ptr, high_ptr, rh, kp, ci3, base_row, high_row, FMT)
+            p0, p1, p2, p3, p4, p5 = g0, g1, g2, g3, g4, g5
+            q0, q1, q2, q3, q4, q5 = h0, h1, h2, h3, h4, h5
+            if EPI == 1:
+                p0, p1, p2, p3, p4, p5 = _words(base_ptr, high_ptr, rg + up_off, kp, ci3, base_row, high_row, FMT)
+                q0, q1, q2, q3, q4, q5 = _words(base_ptr, high_ptr, rh + up_off, kp, ci3, base_row, high_row, FMT)
+            sg_w = _scale_word(scale_ptr, rg, kb0, ci3, scale_row, KB_TOTAL)
+            sh_w = _scale_word(scale_ptr, rh, kb0, ci3, scale_row, KB_TOTAL)
+            su_w = sg_w
+            sv_w = sh_w
+            if EPI == 1:
+                su_w = _scale_word(scale_ptr, rg + up_off, kb0, ci3, scale_row, KB_TOTAL)
+                sv_w = _scale_word(scale_ptr, rh + up_off, kb0, ci3, scale_row, KB_TOTAL)
+        for kq in range(kb0, kb1, 4):
+            if PREFETCH:  # this group's scale words were loaded a group ago; the next group's now
+                cg_w, ch_w, cu_w, cv_w = sg_w, sh_w, su_w, sv_w
+                sg_w = _scale_word(scale_ptr, rg, kq + 4, ci3, scale_row, KB_TOTAL)
+                sh_w = _scale_word(scale_ptr, rh, kq + 4, ci3, scale_row, KB_TOTAL)
+                su_w = sg_w
+                sv_w = sh_w
+                if EPI == 1:
+                    su_w = _scale_word(scale_ptr, rg + up_off, kq + 4, ci3, scale_row, KB_TOTAL)
+                    sv_w = _scale_word(scale_ptr, rh + up_off, kq + 4, ci3, scale_row, KB_TOTAL)
+            else:
+                cg_w = _scale_word(scale_ptr, rg, kq, ci3, scale_row, KB_TOTAL)
+                ch_w = _scale_word(scale_ptr, rh, kq, ci3, scale_row, KB_TOTAL)
+                cu_w = cg_w
+                cv_w = ch_w
+                if EPI == 1:
+                    cu_w = _scale_word(scale_ptr, rg + up_off, kq, ci3, scale_row, KB_TOTAL)
+                    cv_w = _scale_word(scale_ptr, rh + up_off, kq, ci3, scale_row, KB_TOTAL)
+            for j in tl.static_range(4):
+                kb = kq + j
+                if kb < kb1:
+                    if PREFETCH:
+                        kn = tl.minimum(kb + 1, kb1 - 1)
+                        ng = _words(base_ptr, high_ptr, rg, kn, ci3, base_row, high_row, FMT)
+                        nh = _words(base_ptr, high_ptr, rh, kn, ci3, base_row, high_row, FMT)
+                        nug = ng
+                        nuh = nh
+                        if EPI == 1:
+                            nug = _words(base_ptr, high_ptr, rg + up_off, kn, ci3, base_row, high_row, FMT)
+                            nuh = _words(base_ptr, high_ptr, rh + up_off, kn, ci3, base_row, high_row, FMT)
+                        wg = (g0, g1, g2, g3, g4, g5)
+                        wh = (h0, h1, h2, h3, h4, h5)
+                        wu = (p0, p1, p2, p3, p4, p5)
+                        wv = (q0, q1, q2, q3, q4, q5)
+                    else:
+                        wg = _words(base_ptr, high_ptr, rg, kb, ci3, base_row, high_row, FMT)
+                        wh = _words(base_ptr, high_ptr, rh, kb, ci3, base_row, high_row, FMT)
+                        wu = wg
+                        wv = wh
+                        if EPI == 1:
+                            wu = _words(base_ptr, high_ptr, rg + up_off, kb, ci3, base_row, high_row, FMT)
+                            wv = _words(base_ptr, high_ptr, rh + up_off, kb, ci3, base_row, high_row, FMT)
+                    word0 = kb * 16 + ci3 * 4
+                    xa = _x_tile(x_ptr, col0, T, sx, word0, kw_last)
+                    xb = xa
+                    if N_TILES == 2:
+                        xb = _x_tile(x_ptr, col0 + 8, T, sx, word0, kw_last)
+                    sg = _shfl_scale(cg_w, src + j, shift)
+                    sh = _shfl_scale(ch_w, src + j, shift)
+                    c0, c1, c2, c3, c4, c5, c6, c7 = _step((c0, c1, c2, c3, c4, c5, c6, c7), wg + (sg,), wh + (sh,),
+                                                           xa, xb, FMT, N_TILES)
+                    if EPI == 1:
+                        su = _shfl_scale(cu_w, src + j, shift)
+                        sv = _shfl_scale(cv_w, src + j, shift)
+                        u0, u1, u2, u3, u4, u5, u6, u7 = _step((u0, u1, u2, u3, u4, u5, u6, u7), wu + (su,),
+                                                               wv + (sv,), xa, xb, FMT, N_TILES)
+                    if PREFETCH:
+                        g0, g1, g2, g3, g4, g5 = ng
+                        h0, h1, h2, h3, h4, h5 = nh
+                        p0, p1, p2, p3, p4, p5 = nug
+                        q0, q1, q2, q3, q4, q5 = nuh
+    elif PREFETCH:
         # register double buffer: the next K step's weight chunks and scales are requested before
         # this step's dequant + mma (inline-asm loads are invisible to Triton's pipeliner); the load
         # after the last step re-reads this program's last step (an L2 hit)
@@ -357,6 +476,8 @@ def launch_tc(route_name: str, x, weight, out, *, epilogue: str = "none", residu
                and weight.words().data_ptr() % 16 == 0 and weight.scales().data_ptr() % 2 == 0
                and (code != 6 or weight.high_words().data_ptr() % 8 == 0))
     use_asm = aligned and (use_asm is True or (use_asm == "auto" and asm_supported(x.device)))
+    # the 4-byte scale-word loads need 4-byte aligned scale rows (groups per row even: k_pad % 128 == 0)
+    shfl = p["SCALES"] == "shfl" and weight.scales().data_ptr() % 4 == 0 and weight.groups_per_row % 2 == 0
     if not use_asm:
         # same math (dequantized bf16 weights, fp32 accumulation) through the tiled tensor-core kernel
         from .launch import launch
@@ -378,7 +499,7 @@ def launch_tc(route_name: str, x, weight, out, *, epilogue: str = "none", residu
         T, k, n_out, kb_total, weight.base_row_bytes // 4, weight.high_row_bytes // 4, weight.groups_per_row,
         n_out, x.stride(0), out.stride(0), res.stride(0), ips,
         FMT=code, EPI=epi, N_TILES=1 if T <= 8 else 2, SPLIT_K=split_k, NW=nw, PREFETCH=bool(p["PREFETCH"]),
-        FUSED_REDUCE=fused, num_warps=nw, num_stages=1, **({"maxnreg": p["MAXNREG"]} if p["MAXNREG"] else {}), **pdl_launch(gemv_tc_kernel))
+        FUSED_REDUCE=fused, SHFL_SCALES=shfl, num_warps=nw, num_stages=1, **({"maxnreg": p["MAXNREG"]} if p["MAXNREG"] else {}), **pdl_launch(gemv_tc_kernel))
     if not fused:
         reduce_split_k(ws, out, res, T, n_out, split_k, epi)
     return None

@@ -24,8 +24,8 @@ _MOD = "ninfer_compile.kernels.linear.gemv_tc"
 _MOD_W8 = "ninfer_compile.kernels.linear.gemv_tc_w8"
 
 
-def _params():
-    return {
+def _params(w8: bool):
+    params = {
         "num_warps": ParamSpec("num_warps", (1, 2, 4, 8), 4, "warps per program; 16 weight rows per warp"),
         "SPLIT_K": ParamSpec("SPLIT_K", (1, 2, 4, 8, 16), 1,
                              "K ranges (deterministic two-phase reduce; needs a workspace)"),
@@ -40,6 +40,11 @@ def _params():
                              "inline-PTX mma path (auto = on for sm_90+ outside the interpreter when K % 8 == 0 "
                              "and x rows / planes are 16-byte aligned); False = the small_t_mma kernel"),
     }
+    if not w8:  # (W8 has one G32 scale per 16-byte chunk, loaded with it)
+        params["SCALES"] = ParamSpec("SCALES", ("lane", "shfl"), "lane",
+                                     "group scales: lane = a 2-byte load per row and K step; shfl = one coalesced "
+                                     "4-byte load per row and lane per 4 K steps, then a warp shuffle per step")
+    return params
 
 
 def _build() -> dict[str, Route]:
@@ -51,7 +56,7 @@ def _build() -> dict[str, Route]:
         out[name] = Route(
             name=name, family="linear",
             domain=RouteDomain(formats=(fmt,), min_t=1, max_t=32, epilogues=EPILOGUES),
-            params=_params(), reference=REFERENCE, launcher=f"{mod}:{name}",
+            params=_params(name.startswith("w8_")), reference=REFERENCE, launcher=f"{mod}:{name}",
             workspace=SPLITK_WORKSPACE,
             kernels=(f"{mod}:{kernel}",),
             doc=f"{fmt[:2]} decode GEMV on tensor cores (T<=32, 16 columns per pass): register dequant into "

@@ -137,6 +137,8 @@ def test_t33_and_bad_params_are_refused(name):
         _run(name, 33, 40, 192, "none", {}, 1)
     with pytest.raises(RouteError):
         _run(name, 2, 40, 192, "none", {"num_warps": 3}, 1)
+    with pytest.raises(RouteError, match="SCALES"):
+        _run(name, 2, 40, 192, "none", {"SCALES": "warp"}, 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,7 +150,9 @@ def test_t33_and_bad_params_are_refused(name):
 @pytest.mark.parametrize("epi", ["none", "swiglu", "residual"])
 def test_asm_path_on_gpu(name, t, epi):
     for params, (n, k) in (({"USE_ASM": True}, (264, 1088)), ({"USE_ASM": True, "num_warps": 2}, (72, 200)),
-                           ({"USE_ASM": True, "PREFETCH": True, "MAXNREG": 128, "SPLIT_K": 2}, (264, 1088))):
+                           ({"USE_ASM": True, "PREFETCH": True, "MAXNREG": 128, "SPLIT_K": 2}, (264, 1088)),
+                           ({"USE_ASM": True, "SCALES": "shfl"}, (264, 1088)),
+                           ({"USE_ASM": True, "SCALES": "shfl", "PREFETCH": True, "SPLIT_K": 2}, (72, 200))):
         out, expected = _run(name, t, n, k, epi, params, 11 + t, device="cuda")
         assert_close_rel(out, expected, 1e-2, f"{name} asm T={t} {epi} {params}")
 
@@ -180,6 +184,23 @@ def test_fused_splitk_reduce_on_gpu_at_27b_shapes(name, n, k, epi):
             assert torch.equal(out, ref), f"{name} T={t}: fused split-K reduce differs from the reduce kernel"
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,n,k,epi", [("q4_gemv_tc", 34816, 5120, "swiglu"), ("q5_gemv_tc", 5120, 17408, "residual"),
+                                          ("q6_gemv_tc", 1000, 1088, "none"), ("q5_gemv_tc", 264, 200, "swiglu")])
+def test_shuffled_scales_equal_lane_scales_on_gpu(name, n, k, epi):
+    """SCALES=shfl (a coalesced scale word per 4 K steps, a shuffle per step) hands the mma the same
+    scales as the per-step loads: bit-identical outputs, with and without the prefetch, at splits
+    that leave 1..4 steps in a split's last group of 4 (27B shapes, odd K)."""
+    for t in (1, 3, 8, 16):
+        for p in ({"SPLIT_K": 8}, {"SPLIT_K": 4, "PREFETCH": True, "MAXNREG": 128}, {"SPLIT_K": 1},
+                  {"SPLIT_K": 16, "PREFETCH": True}, {"SPLIT_K": 8, "REDUCE": "fused", "num_warps": 2}):
+            p = {"USE_ASM": True, **p}
+            ref, expected = _run(name, t, n, k, epi, p, 3 + t, device="cuda")
+            assert_close_rel(ref, expected, 1e-2, f"{name} T={t} {p}")
+            out, _ = _run(name, t, n, k, epi, {**p, "SCALES": "shfl"}, 3 + t, device="cuda")
+            assert torch.equal(out, ref), f"{name} T={t} {p}: shuffled scales differ from the per-step loads"
+
+
 _LAYOUT_CHILD = r"""
 import json, re, sys
 import triton
@@ -188,7 +209,7 @@ from triton.compiler import ASTSource
 from ninfer_compile.kernels.linear.gemv_tc import gemv_tc_kernel as fn
 ptrs = {'x_ptr': '*bf16', 'base_ptr': '*i32', 'high_ptr': '*i32', 'scale_ptr': '*fp16', 'out_ptr': '*bf16',
         'res_ptr': '*bf16', 'ws_ptr': '*fp32'}
-consts = dict(FMT=5, EPI=1, N_TILES=2, SPLIT_K=1, NW=4, PREFETCH=True, PDL=False)
+consts = dict(FMT=5, EPI=1, N_TILES=2, SPLIT_K=1, NW=4, PREFETCH=True, SHFL_SCALES=sys.argv[1] == "1", PDL=False)
 names = fn.arg_names
 sig = {n: ptrs.get(n, 'constexpr' if n in consts else 'i32') for n in names}
 src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
@@ -198,15 +219,17 @@ tt = k.asm['ttgir']
 print(json.dumps({"convert": tt.count('convert_layout'),
                   "layouts": dict(re.findall(r'^(#blocked\d*) = ([^\n]*)', tt, re.M)),
                   "asm": sorted(set(re.findall(r'elementwise_inline_asm.*?(tensor<[0-9x]+\w+, #\w+>)', tt))),
-                  "hmma": k.asm['ptx'].count('mma.sync.aligned.m16n8k16')}))
+                  "hmma": k.asm['ptx'].count('mma.sync.aligned.m16n8k16'),
+                  "shfl": k.asm['ptx'].count('shfl.sync.idx'), "ld16": k.asm['ptx'].count('ld.global.nc.b16')}))
 """
 
 
-def test_asm_lanes_keep_the_mma_fragment_layout():
+@pytest.mark.parametrize("shfl", [False, True])
+def test_asm_lanes_keep_the_mma_fragment_layout(shfl):
     """The asm path assumes lane = 4 g + c and warp = axis 0 of every [NW, 8, 4] tensor, with no
-    layout conversion anywhere (a conversion could move an element to another lane). Compile the
-    kernel for sm_90 with the installed Triton (a child process: the suite runs the interpreter)
-    and check its TTGIR."""
+    layout conversion anywhere (a conversion could move an element to another lane; SHFL_SCALES
+    also takes step j's scale from lane 4 g + j). Compile the kernel for sm_90 with the installed
+    Triton (a child process: the suite runs the interpreter) and check its TTGIR and PTX."""
     import json
     import os
     import subprocess
@@ -215,7 +238,7 @@ def test_asm_lanes_keep_the_mma_fragment_layout():
 
     repo = Path(__file__).resolve().parents[3]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", _LAYOUT_CHILD], capture_output=True, text=True, env=env, cwd=repo,
+    r = subprocess.run([sys.executable, "-c", _LAYOUT_CHILD, "1" if shfl else "0"], capture_output=True, text=True, env=env, cwd=repo,
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     info = json.loads(r.stdout.strip().splitlines()[-1])
@@ -228,4 +251,8 @@ def test_asm_lanes_keep_the_mma_fragment_layout():
     layout = info["layouts"]["#" + names.pop()]
     assert "sizePerThread = [1, 1, 1]" in layout and "threadsPerWarp = [1, 8, 4]" in layout \
         and "warpsPerCTA = [4, 1, 1]" in layout and "order = [2, 1, 0]" in layout, layout
-    assert info["hmma"] == 2 * 2 * 4 * 2   # rows g/up x tiles x words x halves per K step
+    if not shfl:
+        assert info["hmma"] == 2 * 2 * 4 * 2   # rows g/up x tiles x words x halves per K step
+        assert info["ld16"] == 2 * 4            # a scale load per row (g, g+8, up g, up g+8): prologue + step
+    else:  # the K loop unrolled by the 4 steps that share a scale word; no 2-byte scale load left
+        assert info["hmma"] == 4 * 2 * 2 * 4 * 2 and info["shfl"] == 4 * 4 and info["ld16"] == 0, info
