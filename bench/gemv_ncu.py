@@ -1,0 +1,148 @@
+"""Hardware counters of the decode GEMVs under Nsight Compute (issue #16; needs a CUDA GPU and ncu).
+
+The gemv probe (`gemv_probe.py`) says how far each route is from a same-size streaming read and
+how much of that is its loads; this says why, from the counters: per profiled launch, the pipe
+utilisation (ALU / FMA / LSU / tensor), issue-slot use, warp stall reasons, achieved occupancy and
+DRAM throughput, plus the static SASS opcode mix of the kernel that ran.
+
+Two modes:
+- `--driver`: builds each op's table route (routes/sm90.yaml's selection) at each T, warms it up,
+  then launches it once between cudaProfilerStart / Stop (the launch ncu profiles); it also
+  writes the kernels' cubins' SASS opcode histograms (cuobjdump) under --out;
+- default: runs the driver under `ncu --profile-from-start off` with the sections below and
+  writes `ncu_gemv_<label>.txt` (ncu's details page) under --out.
+
+Usage (GPU):  python3 bench/gemv_ncu.py --out OUT [--ops mlp.gate_up,mlp.down_proj] [--t 1,4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis", "SchedulerStats",
+            "WarpStateStats", "Occupancy", "LaunchStats", "InstructionStats")
+
+
+def _driver(ops: list[str], ts: list[int], out: Path) -> int:
+    import torch
+    sys.path.insert(0, str(ROOT / "bench"))
+    from gemv_probe import SHAPES, _table_route
+    from ninfer_compile.tune import measure as M
+    from ninfer_compile.tune.shapes import MatchCase
+
+    if not torch.cuda.is_available():
+        print("error: gemv_ncu --driver needs a CUDA GPU")
+        return 2
+    cache = Path(os.environ.get("TRITON_CACHE_DIR", Path.home() / ".triton" / "cache"))
+    cudart = torch.cuda.cudart()
+    for op, fmt, n, k, epi in SHAPES:
+        if ops and op not in ops:
+            continue
+        case = MatchCase(family="linear", match={"format": fmt, "n": n, "k": k, "epilogue": epi}, shapes={})
+        for t in ts:
+            route, params = _table_route(fmt, n, k, epi, t)
+            bench = M.build(case, t, copies=2)
+            fn = bench.launches(route, params)[0]
+            since = time.time()
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+            cudart.cudaProfilerStart()
+            fn()
+            torch.cuda.synchronize()
+            cudart.cudaProfilerStop()
+            print(f"ncu target: {op} T={t} {route.name} {params}", flush=True)
+            # the cubins this launch used: the newest of each kernel name in Triton's cache (compiled
+            # or touched since the warm-up began; a cache hit from an earlier run keeps its old mtime,
+            # so fall back to the newest of the name)
+            for cubin in _newest_cubins(cache, since):
+                _opcode_histogram(cubin, out / f"sass_{op}_T{t}_{cubin.stem}.txt")
+            del bench
+            torch.cuda.empty_cache()
+    return 0
+
+
+def _newest_cubins(cache: Path, since: float) -> list[Path]:
+    by_name: dict[str, Path] = {}
+    for p in cache.rglob("*gemv*.cubin"):
+        if p.stem not in by_name or p.stat().st_mtime > by_name[p.stem].stat().st_mtime:
+            by_name[p.stem] = p
+    fresh = [p for p in by_name.values() if p.stat().st_mtime >= since - 1]
+    return fresh or list(by_name.values())
+
+
+def opcode_counts(sass: str) -> collections.Counter:
+    """cuobjdump -sass text -> opcode (without modifiers) -> static count; predicated
+    instructions count under their opcode."""
+    ops = collections.Counter()
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)", line)
+        if m:
+            ops[m.group(1).split(".")[0]] += 1
+    return ops
+
+
+def _opcode_histogram(cubin: Path, dest: Path) -> None:
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        dest.write_text("cuobjdump not found\n")
+        return
+    r = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, timeout=120)
+    ops = opcode_counts(r.stdout)
+    total = sum(ops.values())
+    lines = [f"# static SASS opcodes of {cubin.name} ({total} instructions)", ""]
+    lines += [f"{name:12s} {count:6d}  {100 * count / max(total, 1):5.1f}%" for name, count in ops.most_common()]
+    dest.write_text("\n".join(lines) + "\n\n" + r.stdout)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--label", default="27b")
+    ap.add_argument("--ops", default="mlp.gate_up,mlp.down_proj")
+    ap.add_argument("--t", default="1,4")
+    ap.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ops = [s for s in a.ops.split(",") if s]
+    try:
+        ts = [int(s) for s in a.t.split(",") if s]
+    except ValueError:
+        print(f"error: --t {a.t!r}: a comma list of integers")
+        return 2
+    if a.driver:
+        return _driver(ops, ts, out)
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        print("error: ncu (Nsight Compute) is not on the PATH")
+        return 2
+    cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
+           "-k", "regex:gemv", "--cache-control", "all"]
+    for s in SECTIONS:
+        cmd += ["--section", s]
+    cmd += [sys.executable, str(Path(__file__).resolve()), "--driver", "--out", str(out), "--ops", a.ops, "--t", a.t]
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    report = out / f"ncu_gemv_{a.label}.txt"
+    report.write_text(f"$ {' '.join(cmd)}\n# rc {r.returncode}, {time.time() - t0:.0f} s\n\n{r.stdout}\n--- stderr\n"
+                      f"{r.stderr[-20000:]}")
+    print(f"ncu rc {r.returncode} in {time.time() - t0:.0f} s -> {report}")
+    for line in r.stdout.splitlines():
+        if re.search(r"ncu target|Duration|DRAM Throughput|Issue Slots Busy|Achieved Occupancy|"
+                     r"Executed Ipc Active|No Eligible", line):
+            print(line.rstrip()[:160])
+    return 0 if r.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
