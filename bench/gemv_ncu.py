@@ -28,6 +28,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# per-pipe instruction counts and utilisation (the dequant's integer work is on the ALU pipe; the
+# bf16x2 FMAs on the FMA pipe; mma.sync on the tensor pipe)
+METRICS = ("smsp__inst_executed.sum", "smsp__inst_executed_pipe_alu.sum", "smsp__inst_executed_pipe_fma.sum",
+           "smsp__inst_executed_pipe_fmaheavy.sum", "smsp__inst_executed_pipe_lsu.sum",
+           "smsp__inst_executed_pipe_uniform.sum", "sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active",
+           "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active",
+           "sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active",
+           "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+           "dram__bytes_read.sum", "gpu__time_duration.sum")
 SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis", "SchedulerStats",
             "WarpStateStats", "Occupancy", "LaunchStats", "InstructionStats")
 
@@ -130,16 +139,19 @@ def main(argv=None) -> int:
            "-k", "regex:gemv", "--cache-control", "all"]
     for s in SECTIONS:
         cmd += ["--section", s]
-    cmd += [sys.executable, str(Path(__file__).resolve()), "--driver", "--out", str(out), "--ops", a.ops, "--t", a.t]
+    cmd += ["--metrics", ",".join(METRICS)]
+    driver = [sys.executable, str(Path(__file__).resolve()), "--driver", "--out", str(out), "--ops", a.ops, "--t", a.t]
     t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd + ["--print-details", "all"] + driver, capture_output=True, text=True)
+    if r.returncode != 0 and "print-details" in (r.stderr + r.stdout):  # an ncu without the option
+        r = subprocess.run(cmd + driver, capture_output=True, text=True)
     report = out / f"ncu_gemv_{a.label}.txt"
     report.write_text(f"$ {' '.join(cmd)}\n# rc {r.returncode}, {time.time() - t0:.0f} s\n\n{r.stdout}\n--- stderr\n"
                       f"{r.stderr[-20000:]}")
     print(f"ncu rc {r.returncode} in {time.time() - t0:.0f} s -> {report}")
     for line in r.stdout.splitlines():
         if re.search(r"ncu target|Duration|DRAM Throughput|Issue Slots Busy|Achieved Occupancy|"
-                     r"Executed Ipc Active|No Eligible", line):
+                     r"Executed Ipc Active|No Eligible|pipe_alu.avg|pipe_fma.avg|pipe_lsu.avg|hmma", line):
             print(line.rstrip()[:160])
     return 0 if r.returncode == 0 else 1
 
