@@ -139,12 +139,13 @@ def main(argv=None) -> int:
            "-k", "regex:gemv", "--cache-control", "all"]
     for s in SECTIONS:
         cmd += ["--section", s]
-    cmd += ["--metrics", ",".join(METRICS)]
     driver = [sys.executable, str(Path(__file__).resolve()), "--driver", "--out", str(out), "--ops", a.ops, "--t", a.t]
     t0 = time.time()
-    r = subprocess.run(cmd + ["--print-details", "all"] + driver, capture_output=True, text=True)
-    if r.returncode != 0 and "print-details" in (r.stderr + r.stdout):  # an ncu without the option
-        r = subprocess.run(cmd + driver, capture_output=True, text=True)
+    # the full request first; an ncu that refuses an option or a metric name gets the next simpler one
+    for extra in (["--metrics", ",".join(METRICS), "--print-details", "all"], ["--metrics", ",".join(METRICS)], []):
+        r = subprocess.run(cmd + extra + driver, capture_output=True, text=True)
+        if r.returncode == 0 or "==PROF==" in r.stdout:
+            break
     report = out / f"ncu_gemv_{a.label}.txt"
     report.write_text(f"$ {' '.join(cmd)}\n# rc {r.returncode}, {time.time() - t0:.0f} s\n\n{r.stdout}\n--- stderr\n"
                       f"{r.stderr[-20000:]}")
