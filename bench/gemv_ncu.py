@@ -113,6 +113,44 @@ def _opcode_histogram(cubin: Path, dest: Path) -> None:
     dest.write_text("\n".join(lines) + "\n\n" + r.stdout)
 
 
+# (column, metric line label in ncu's details page); the first match inside a kernel's block wins
+SUMMARY = (("µs", "Duration"), ("DRAM %", "DRAM Throughput"), ("issue busy %", "Issue Slots Busy"),
+           ("ALU %", "sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active"),
+           ("FMA %", "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active"),
+           ("regs", "Registers Per Thread"), ("occ. theor. %", "Theoretical Occupancy"),
+           ("occ. achieved %", "Achieved Occupancy"), ("no eligible %", "No Eligible"),
+           ("cycles / issue", "Warp Cycles Per Issued Instruction"))
+STALLS = ("Long Scoreboard", "Wait", "Math Pipe Throttle", "Not Selected", "Short Scoreboard", "Dispatch Stall",
+          "MIO Throttle", "LG Throttle", "Barrier", "No Instruction")
+
+
+def summarize(report: str) -> str:
+    """ncu's details page (with the driver's `ncu target:` lines, in launch order) -> a markdown
+    table: one row per profiled launch, the SUMMARY metrics and the three largest stall reasons
+    (cycles per issued instruction)."""
+    targets = re.findall(r"^ncu target: (.*)$", report, re.M)
+    blocks = re.split(r"^  (gemv\w+) (\(\d+, \d+, \d+\)x\(\d+, \d+, \d+\)),.*$", report, flags=re.M)
+    rows = []
+    for i in range(1, len(blocks) - 2, 3):
+        kernel, launch, body = blocks[i], blocks[i + 1], blocks[i + 2]
+        vals = []
+        for _, label in SUMMARY:
+            m = re.search(rf"^\s+{re.escape(label)}\s+(?:[^\s\d]\S*\s+)?([\d,.]+)\s*$", body, re.M)
+            vals.append(m.group(1) if m else "-")
+        stalls = []
+        for name in STALLS:
+            m = re.search(rf"^\s+Stall {re.escape(name)}\s+inst\s+([\d.]+)\s*$", body, re.M)
+            if m:
+                stalls.append((float(m.group(1)), name))
+        top = ", ".join(f"{n} {v:.2f}" for v, n in sorted(stalls, reverse=True)[:3])
+        target = targets[len(rows)] if len(rows) < len(targets) else "?"
+        op_t = " ".join(target.split(" ")[:3])
+        rows.append(f"| {op_t} | {kernel} {launch} | " + " | ".join(vals) + f" | {top} |")
+    head = ("| op T route | kernel grid x block | " + " | ".join(c for c, _ in SUMMARY) + " | top stalls (cycles per "
+            "issued instruction) |")
+    return "\n".join([head, "|" + "---|" * (len(SUMMARY) + 3)] + rows) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -120,6 +158,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", default="mlp.gate_up,mlp.down_proj")
     ap.add_argument("--t", default="1,4")
     ap.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--summarize", metavar="REPORT", help="only render the table of an earlier ncu_gemv_*.txt")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -131,6 +170,9 @@ def main(argv=None) -> int:
         return 2
     if a.driver:
         return _driver(ops, ts, out)
+    if a.summarize:
+        print(summarize(Path(a.summarize).read_text()), end="")
+        return 0
     ncu = shutil.which("ncu")
     if ncu is None:
         print("error: ncu (Nsight Compute) is not on the PATH")
@@ -150,6 +192,7 @@ def main(argv=None) -> int:
     report.write_text(f"$ {' '.join(cmd)}\n# rc {r.returncode}, {time.time() - t0:.0f} s\n\n{r.stdout}\n--- stderr\n"
                       f"{r.stderr[-20000:]}")
     print(f"ncu rc {r.returncode} in {time.time() - t0:.0f} s -> {report}")
+    (out / f"ncu_gemv_{a.label}.md").write_text(summarize(r.stdout))
     for line in r.stdout.splitlines():
         if re.search(r"ncu target|Duration|DRAM Throughput|Issue Slots Busy|Achieved Occupancy|"
                      r"Executed Ipc Active|No Eligible|pipe_alu.avg|pipe_fma.avg|pipe_lsu.avg|hmma", line):
