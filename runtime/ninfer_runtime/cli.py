@@ -23,7 +23,7 @@ STOP_WORDS = {"stop": "eos", "length": "max tokens", "context": "context full"}
 
 
 class _Terminated(BaseException):
-    """Raised in the main thread by the SIGTERM handler."""
+    """Raised in the main thread by the SIGTERM handler (SIGINT raises KeyboardInterrupt)."""
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -163,12 +163,28 @@ def check_args(args) -> None:
     args.token_ids = _tokens(args.tokens) if args.tokens is not None else None
 
 
-def _on_sigterm(signum, frame):
-    raise _Terminated()
+_SIGNALLED: list[int] = []  # the signals received, in order (see _raise_if_signalled)
+
+
+def _signal_exception(signum: int) -> BaseException:
+    return KeyboardInterrupt() if signum == signal.SIGINT else _Terminated()
+
+
+def _on_signal(signum, frame):
+    _SIGNALLED.append(signum)
+    raise _signal_exception(signum)
+
+
+def _raise_if_signalled() -> None:
+    """A handler's exception raised inside a finalizer is printed ('Exception ignored') and dropped by
+    Python, and the run would go on: the generation loop re-raises it at the next token."""
+    if _SIGNALLED:
+        raise _signal_exception(_SIGNALLED[0])
 
 
 def main(argv: list[str] | None = None) -> int:
-    old_term = signal.signal(signal.SIGTERM, _on_sigterm)
+    _SIGNALLED.clear()
+    old = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         return _main(argv)
     except KeyboardInterrupt:
@@ -178,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: terminated (SIGTERM)", file=sys.stderr)
         return 143
     finally:
-        signal.signal(signal.SIGTERM, old_term)
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -275,6 +292,7 @@ def _generate(engine, args, prompt, concurrency: int, several: bool) -> None:
                             seed=args.seed, greedy=True if args.greedy else None, ignore_eos=args.ignore_eos,
                             chat=args.chat, concurrency=concurrency, use_graphs=not args.no_graphs,
                             spec=args.spec, _results=results):
+        _raise_if_signalled()
         if streaming and ev.index == 0 and ev.text:
             sys.stdout.write(ev.text)
             sys.stdout.flush()

@@ -9,7 +9,7 @@ from ninfer_compile.kernels.attention import launch
 from ninfer_compile.kernels.kv_cache import reference as kv_reference
 from ninfer_compile.kernels.kv_cache.formats import kv_format
 
-from kernels.attention.test_attention import DEV, _filled_cache, _qg, _ref
+from test_attention import DEV, _filled_cache, _qg, _ref  # (this folder is on sys.path: pytest prepend mode)
 
 
 def _rows(p0s, W, slot_ids):
