@@ -41,6 +41,22 @@ def handler(signum, frame) -> None:
     raise Interrupted(signum)
 
 
+def _take_blocked() -> None:
+    """Still blocked: take each pending SIGINT/SIGTERM that `handler` would get (sigtimedwait consumes it
+    without running a handler) into `_state`. Unblocked, Python would run `handler` at some later bytecode,
+    where it could raise inside the caller's cleanup (a swap's removal of the previous plan); taken here,
+    it is raised by `deferred` itself, at its end, every time."""
+    try:
+        waiting = signal.sigpending()
+    except (AttributeError, OSError):
+        return
+    for s in SIGNALS:
+        if s in waiting and signal.getsignal(s) is handler:
+            signal.sigtimedwait([s], 0)
+            if _state["pending"] is None and not _state["hit"]:
+                _state["pending"] = s
+
+
 @contextmanager
 def deferred():
     """A section no SIGINT/SIGTERM interrupts: one arriving meanwhile is raised when it ends."""
@@ -54,6 +70,8 @@ def deferred():
     finally:
         _state["depth"] -= 1
         if old is not None:
+            if _state["depth"] == 0:
+                _take_blocked()
             signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a blocked one runs `handler` here
         pending = _state["pending"]
         if pending is not None and _state["depth"] == 0:
