@@ -25,6 +25,7 @@ for part in ${PARTS:-tune_new spec acceptance serve e2e}; do
   case "$part" in
     probe) timeout ${PROBE_S:-200} python3 bench/gemv_probe.py --out "$OUT" --label 27b ${PROBE_OPS:+--ops $PROBE_OPS} 2>&1 | grep "^probe\|rror" | head -n 12 ;;
     ncu) timeout ${NCU_S:-200} python3 bench/gemv_ncu.py --out "$OUT" ${NCU_OPS:+--ops $NCU_OPS} ${NCU_T:+--t $NCU_T} 2>&1 | tail -n 40 ;;
+    conv) timeout ${CONV_S:-90} python3 bench/conv_probe.py --out "$OUT" 2>&1 | grep "^conv\|rror" | head -n 12 ;;
     gdn) timeout ${GDN_S:-120} python3 bench/bench_gdn.py --out "$OUT" 2>&1 | grep "^prefill\|^decode\|rror" | head -n 12 ;;
     retune) RETUNE_BUDGET_S=${RETUNE_S:-190} timeout $(( ${RETUNE_S:-190} + 70 )) bash bench/gpu_session.sh retune 2>&1 | tail -n 6 ;;
     tune_new) timeout ${TUNE_S:-200} bash bench/gpu_session.sh tune_new 2>&1 | tail -n 12 ;;
