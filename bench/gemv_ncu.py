@@ -61,7 +61,7 @@ def _driver(ops: list[str], ts: list[int], out: Path) -> int:
             route, params = _table_route(fmt, n, k, epi, t)
             bench = M.build(case, t, copies=2)
             fn = bench.launches(route, params)[0]
-            since = time.time()
+            before = set(cache.rglob("*gemv*.cubin"))
             for _ in range(3):
                 fn()
             torch.cuda.synchronize()
@@ -70,23 +70,16 @@ def _driver(ops: list[str], ts: list[int], out: Path) -> int:
             torch.cuda.synchronize()
             cudart.cudaProfilerStop()
             print(f"ncu target: {op} T={t} {route.name} {params}", flush=True)
-            # the cubins this launch used: the newest of each kernel name in Triton's cache (compiled
-            # or touched since the warm-up began; a cache hit from an earlier run keeps its old mtime,
-            # so fall back to the newest of the name)
-            for cubin in _newest_cubins(cache, since):
+            # the cubins compiled for this launch (new in Triton's cache since its warm-up began); a
+            # kernel found in the cache already is not identified (no guess from file dates)
+            new = sorted(set(cache.rglob("*gemv*.cubin")) - before)
+            if not new:
+                print(f"sass: {op} T={t}: its kernel came from Triton's cache; opcode mix not identified")
+            for cubin in new:
                 _opcode_histogram(cubin, out / f"sass_{op}_T{t}_{cubin.stem}.txt")
             del bench
             torch.cuda.empty_cache()
     return 0
-
-
-def _newest_cubins(cache: Path, since: float) -> list[Path]:
-    by_name: dict[str, Path] = {}
-    for p in cache.rglob("*gemv*.cubin"):
-        if p.stem not in by_name or p.stat().st_mtime > by_name[p.stem].stat().st_mtime:
-            by_name[p.stem] = p
-    fresh = [p for p in by_name.values() if p.stat().st_mtime >= since - 1]
-    return fresh or list(by_name.values())
 
 
 def opcode_counts(sass: str) -> collections.Counter:
