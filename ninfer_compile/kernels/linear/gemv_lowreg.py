@@ -343,6 +343,34 @@ def _load_chunks(base_ptr, high_ptr, scale_ptr, rows_c, rmask, cg, KC_TOTAL, bas
 
 
 @triton.jit
+def _load_chunks_async(base_ptr, high_ptr, scale_ptr, rows_c, rmask, cg, KC_TOTAL, base_row, high_row, scale_row,
+                       FMT: tl.constexpr, BLOCK_N: tl.constexpr, KC: tl.constexpr):
+    """`_load_chunks` with plain loads (ASYNC): the base words come as one [BLOCK_N, KC, 4] load that
+    Triton's pipeliner turns into cp.async copies into a shared-memory ring (`tl.range(num_stages=..)` in
+    the caller), so the bytes in flight hold no registers; then split into the 4 word tensors."""
+    cmask = cg < KC_TOTAL
+    cg_c = tl.minimum(cg, KC_TOTAL - 1)
+    j = tl.arange(0, 4)
+    words = tl.load(base_ptr + rows_c[:, None, None] * base_row + (cg_c * 4)[None, :, None] + j[None, None, :])
+    even, odd = tl.split(tl.reshape(words, [BLOCK_N, KC, 2, 2]))  # word 2i + l: l = 0 / 1
+    w0, w2 = tl.split(even)
+    w1, w3 = tl.split(odd)
+    m = rmask[:, None] & cmask[None, :]
+    s = tl.load(scale_ptr + rows_c[:, None] * scale_row + (cg_c // 2)[None, :], mask=m, other=0.0).to(tl.float32)
+    if FMT == 5:
+        h0 = tl.load(high_ptr + rows_c[:, None] * high_row + cg_c[None, :])
+        h1 = h0
+    elif FMT == 6:
+        hp = high_ptr + rows_c[:, None] * high_row + (cg_c * 2)[None, :]
+        h0 = tl.load(hp)
+        h1 = tl.load(hp + 1)
+    else:
+        h0 = w0
+        h1 = w0
+    return w0, w1, w2, w3, h0, h1, s
+
+
+@triton.jit
 def _dot_chunks(acc0, acc1, acc2, acc3, w0, w1, w2, w3, h0, h1, s, xa, xb, xc, xd, FMT: tl.constexpr,
                 BLOCK_T: tl.constexpr, CHAIN: tl.constexpr):
     o0, o1, o2, o3 = _chunk_asm(w0, w1, w2, w3, h0, h1, xa, xb, xc, xd, FMT, BLOCK_T, CHAIN)
@@ -429,7 +457,7 @@ def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, w
                        USE_ASM: tl.constexpr = False, PREFETCH: tl.constexpr = False,
                        L2_HINT: tl.constexpr = False, FUSED_REDUCE: tl.constexpr = False,
                        NORM: tl.constexpr = False, NORM_BLOCK: tl.constexpr = 1024,
-                       PDL: tl.constexpr = False):
+                       ASYNC: tl.constexpr = 0, PDL: tl.constexpr = False):
     pdl_enter(PDL)
     tl.static_assert(BLOCK_T <= 4)
     KC: tl.constexpr = BLOCK_K // 32
@@ -452,7 +480,26 @@ def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, w
     it1 = tl.minimum(it0 + iters_per_split, n_iters)
     shape: tl.constexpr = (BLOCK_N, KC)
     kc = tl.arange(0, KC)
-    if USE_ASM and PREFETCH:
+    if USE_ASM and ASYNC > 0:
+        # the weight chunks (and scales / high words) through an ASYNC-stage cp.async ring in shared
+        # memory (Triton's pipeliner, which inline-asm loads would bypass): more bytes in flight per SM
+        # than a register double buffer can hold (Nsight: the asm-load routes wait on their loads)
+        for it in tl.range(it0, it1, num_stages=ASYNC):
+            cg = it * KC + kc
+            xa, xb, xc, xd = _x_chunks(x_ptr, cg, KC_TOTAL, K, T, sx, shape, BLOCK_T, nw_ptr, NORM)
+            gw0, gw1, gw2, gw3, gh0, gh1, gs = _load_chunks_async(base_ptr, high_ptr, scale_ptr, rows_c, rmask,
+                                                                  cg, KC_TOTAL, base_row, high_row, scale_row,
+                                                                  FMT, BLOCK_N, KC)
+            a0, a1, a2, a3 = _dot_chunks(a0, a1, a2, a3, gw0, gw1, gw2, gw3, gh0, gh1, gs, xa, xb, xc, xd,
+                                         FMT, BLOCK_T, CHAIN)
+            if EPI == 1:
+                uw0, uw1, uw2, uw3, uh0, uh1, us = _load_chunks_async(base_ptr, high_ptr, scale_ptr,
+                                                                      rows_c + up_off, rmask, cg, KC_TOTAL,
+                                                                      base_row, high_row, scale_row, FMT,
+                                                                      BLOCK_N, KC)
+                u0, u1, u2, u3 = _dot_chunks(u0, u1, u2, u3, uw0, uw1, uw2, uw3, uh0, uh1, us, xa, xb, xc,
+                                             xd, FMT, BLOCK_T, CHAIN)
+    elif USE_ASM and PREFETCH:
         # register double buffer: the next step's weight chunks are loaded before this step's
         # dequant + dot, so every warp keeps a step of loads in flight while it computes (inline-asm
         # loads are invisible to Triton's software pipeliner). The load after the last step is
@@ -554,6 +601,9 @@ def launch_lowreg(route_name: str, x, weight, out, *, epilogue: str = "none", re
                          f"{type(weight).__name__}")
     fmt, n, k, T, n_out, p = check_call(route, x, weight, out, epilogue, residual, params)
     norm = check_norm(route, x, norm_weight, norm_eps)
+    if p["ASYNC"] and (p["PREFETCH"] or p["L2_HINT"]):
+        raise RouteError(f"route {route.name}: ASYNC={p['ASYNC']} replaces the register prefetch and the asm loads' "
+                         f"L2 hint: PREFETCH and L2_HINT must be false with it")
     res = residual if epilogue == "residual" else out
     split_k = p["SPLIT_K"]
     ws = splitk_workspace(route, split_k, T, n_out, epilogue, workspace, out)
@@ -584,7 +634,8 @@ def launch_lowreg(route_name: str, x, weight, out, *, epilogue: str = "none", re
         FMT=code, EPI=epi, BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], BLOCK_T=block_t,
         SPLIT_K=split_k, CHAIN=p["CHAIN"], INTERP=interpreting(), USE_ASM=use_asm,
         NORM=norm, NORM_BLOCK=norm_block(k),
-        PREFETCH=bool(p["PREFETCH"]), L2_HINT=bool(p["L2_HINT"]), FUSED_REDUCE=fused, num_warps=p["num_warps"],
+        PREFETCH=bool(p["PREFETCH"]), L2_HINT=bool(p["L2_HINT"]), FUSED_REDUCE=fused, ASYNC=p["ASYNC"],
+        num_warps=p["num_warps"],
         num_stages=p["num_stages"],
         **({"maxnreg": p["MAXNREG"]} if p["MAXNREG"] and not interpreting() else {}), **pdl_launch(gemv_lowreg_kernel))
     if not fused:

@@ -44,6 +44,9 @@ def _params():
                        "dequant + dot (asm path only)"),
         "L2_HINT": _p("L2_HINT", (False, True), False,
                       "weight loads carry an L2::256B prefetch hint (asm path only)"),
+        "ASYNC": _p("ASYNC", (0, 2, 3, 4, 6), 0,
+                    "0 = the weight chunks by inline-asm loads; N = plain loads in a loop Triton pipelines into an "
+                    "N-stage cp.async ring in shared memory (asm path only; excludes PREFETCH / L2_HINT)"),
         "MAXNREG": _p("MAXNREG", (0, 64, 96, 128, 168), 0,
                       "register cap handed to ptxas (0 = its own choice; a higher cap lets it issue a step's "
                       "loads ahead of the math instead of sinking them to save registers)"),

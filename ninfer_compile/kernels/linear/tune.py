@@ -53,6 +53,14 @@ def candidates(route, t: int, quick: bool) -> list[dict]:
                  {**pf, "BLOCK_N": 4, "num_warps": 2, "SPLIT_K": 4, "REDUCE": "fused"},
                  {**pf, "BLOCK_N": 8, "num_warps": 2, "SPLIT_K": 4, "REDUCE": "fused"},
                  {**pf, "BLOCK_N": 4, "num_warps": 2, "SPLIT_K": 2, "REDUCE": "fused"}]
+        # the weight chunks through a cp.async ring in shared memory instead of the asm loads + register
+        # prefetch (Nsight, 2026-12-03: every asm-load route waits on its loads at 25-31% occupancy)
+        for stages in (3, 4, 6):
+            cands += [{"ASYNC": stages, **c} for c in (
+                {"BLOCK_N": 2, "num_warps": 1, "MAXNREG": 128}, {"BLOCK_N": 2, "num_warps": 2},
+                {"BLOCK_N": 4, "num_warps": 2}, {"BLOCK_N": 4, "num_warps": 1, "MAXNREG": 96},
+                {"BLOCK_N": 8, "num_warps": 4}, {"BLOCK_N": 4, "num_warps": 2, "BLOCK_K": 2048},
+                {"BLOCK_N": 2, "num_warps": 1, "BLOCK_K": 512})]
     elif name.endswith("_gemv_tc"):
         # a warp owns 16 rows for the whole K range: without split-K a 27B projection has only
         # ~8 warps per SM, so parallelism comes from SPLIT_K and the prefetch
