@@ -173,6 +173,29 @@ def _words(base_ptr, high_ptr, row, kb, ci, base_row, high_row, FMT: tl.constexp
 
 
 @triton.jit
+def _rows_async(base_ptr, high_ptr, scale_ptr, row, kb, ci, base_row, high_row, scale_row, FMT: tl.constexpr,
+                NW: tl.constexpr):
+    """`_rows` with plain loads (ASYNC: a loop Triton pipelines into a cp.async ring in shared memory): the
+    4 words as one [NW, 8, 4, 4] load split into 4 [NW, 8, 4] tensors of the lanes' layout."""
+    j = tl.arange(0, 4)[None, None, None, :]
+    words = tl.load(base_ptr + (row * base_row + kb * 16 + ci * 4)[:, :, :, None] + j)
+    even, odd = tl.split(tl.reshape(words, [NW, 8, 4, 2, 2]))  # word 2i + l: l = 0 / 1
+    w0, w2 = tl.split(even)
+    w1, w3 = tl.split(odd)
+    s = tl.load(scale_ptr + row * scale_row + kb * 2 + ci // 2).to(tl.float32)
+    if FMT == 5:
+        h0 = tl.load(high_ptr + row * high_row + kb * 4 + ci)
+        h1 = h0
+    elif FMT == 6:
+        h0 = tl.load(high_ptr + row * high_row + kb * 8 + ci * 2)
+        h1 = tl.load(high_ptr + row * high_row + kb * 8 + ci * 2 + 1)
+    else:
+        h0 = w0
+        h1 = w0
+    return w0, w1, w2, w3, h0, h1, s
+
+
+@triton.jit
 def _scale_word(scale_ptr, row, kq, ci, scale_row, KB_TOTAL):
     """The 4 bytes (two f16 group scales) of K step kq + c of row `row` (clamped to the row's last
     step: a word past the split is loaded, never used)."""
@@ -257,7 +280,7 @@ def gemv_tc_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, ws_pt
                    T, K, N_OUT, KB_TOTAL, base_row, high_row, scale_row, up_off, sx, so, sr, iters_per_split,
                    FMT: tl.constexpr, EPI: tl.constexpr, N_TILES: tl.constexpr, SPLIT_K: tl.constexpr,
                    NW: tl.constexpr, PREFETCH: tl.constexpr = False, FUSED_REDUCE: tl.constexpr = False,
-                   SHFL_SCALES: tl.constexpr = False, PDL: tl.constexpr = False):
+                   SHFL_SCALES: tl.constexpr = False, ASYNC: tl.constexpr = 0, PDL: tl.constexpr = False):
     pdl_enter(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -361,6 +384,26 @@ def gemv_tc_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, ws_pt
                         h0, h1, h2, h3, h4, h5 = nh
                         p0, p1, p2, p3, p4, p5 = nug
                         q0, q1, q2, q3, q4, q5 = nuh
+    elif ASYNC > 0:
+        # the weight chunks, scales and high words through an ASYNC-stage cp.async ring in shared memory
+        # (plain loads Triton pipelines; the asm loads it cannot see)
+        for kb in tl.range(kb0, kb1, num_stages=ASYNC):
+            word0 = kb * 16 + ci3 * 4
+            xa = _x_tile(x_ptr, col0, T, sx, word0, kw_last)
+            xb = xa
+            if N_TILES == 2:
+                xb = _x_tile(x_ptr, col0 + 8, T, sx, word0, kw_last)
+            wg = _rows_async(base_ptr, high_ptr, scale_ptr, rg, kb, ci3, base_row, high_row, scale_row, FMT, NW)
+            wh = _rows_async(base_ptr, high_ptr, scale_ptr, rh, kb, ci3, base_row, high_row, scale_row, FMT, NW)
+            c0, c1, c2, c3, c4, c5, c6, c7 = _step((c0, c1, c2, c3, c4, c5, c6, c7), wg, wh, xa, xb, FMT,
+                                                   N_TILES)
+            if EPI == 1:
+                ug = _rows_async(base_ptr, high_ptr, scale_ptr, rg + up_off, kb, ci3, base_row, high_row, scale_row,
+                                 FMT, NW)
+                uh = _rows_async(base_ptr, high_ptr, scale_ptr, rh + up_off, kb, ci3, base_row, high_row, scale_row,
+                                 FMT, NW)
+                u0, u1, u2, u3, u4, u5, u6, u7 = _step((u0, u1, u2, u3, u4, u5, u6, u7), ug, uh, xa, xb, FMT,
+                                                       N_TILES)
     elif PREFETCH:
         # register double buffer: the next K step's weight chunks and scales are requested before
         # this step's dequant + mma (inline-asm loads are invisible to Triton's pipeliner); the load
@@ -476,6 +519,9 @@ def launch_tc(route_name: str, x, weight, out, *, epilogue: str = "none", residu
                and weight.words().data_ptr() % 16 == 0 and weight.scales().data_ptr() % 2 == 0
                and (code != 6 or weight.high_words().data_ptr() % 8 == 0))
     use_asm = aligned and (use_asm is True or (use_asm == "auto" and asm_supported(x.device)))
+    if p["ASYNC"] and (p["PREFETCH"] or p["SCALES"] == "shfl"):
+        raise RouteError(f"route {route.name}: ASYNC={p['ASYNC']} replaces the register prefetch and loads the "
+                         f"scales with the weights: PREFETCH must be false and SCALES lane with it")
     # the 4-byte scale-word loads need 4-byte aligned scale rows (groups per row even: k_pad % 128 == 0)
     shfl = p["SCALES"] == "shfl" and weight.scales().data_ptr() % 4 == 0 and weight.groups_per_row % 2 == 0
     if not use_asm:
@@ -499,7 +545,7 @@ def launch_tc(route_name: str, x, weight, out, *, epilogue: str = "none", residu
         T, k, n_out, kb_total, weight.base_row_bytes // 4, weight.high_row_bytes // 4, weight.groups_per_row,
         n_out, x.stride(0), out.stride(0), res.stride(0), ips,
         FMT=code, EPI=epi, N_TILES=1 if T <= 8 else 2, SPLIT_K=split_k, NW=nw, PREFETCH=bool(p["PREFETCH"]),
-        FUSED_REDUCE=fused, SHFL_SCALES=shfl, num_warps=nw, num_stages=1, **({"maxnreg": p["MAXNREG"]} if p["MAXNREG"] else {}), **pdl_launch(gemv_tc_kernel))
+        FUSED_REDUCE=fused, SHFL_SCALES=shfl, ASYNC=p["ASYNC"], num_warps=nw, num_stages=1, **({"maxnreg": p["MAXNREG"]} if p["MAXNREG"] else {}), **pdl_launch(gemv_tc_kernel))
     if not fused:
         reduce_split_k(ws, out, res, T, n_out, split_k, epi)
     return None

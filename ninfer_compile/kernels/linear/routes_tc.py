@@ -44,6 +44,10 @@ def _params(w8: bool):
         params["SCALES"] = ParamSpec("SCALES", ("lane", "shfl"), "lane",
                                      "group scales: lane = a 2-byte load per row and K step; shfl = one coalesced "
                                      "4-byte load per row and lane per 4 K steps, then a warp shuffle per step")
+        params["ASYNC"] = ParamSpec("ASYNC", (0, 2, 3, 4, 6), 0,
+                                    "0 = the weight chunks by inline-asm loads; N = plain loads in a loop Triton "
+                                    "pipelines into an N-stage cp.async ring in shared memory (excludes PREFETCH "
+                                    "and SCALES=shfl)")
     return params
 
 

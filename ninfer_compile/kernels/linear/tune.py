@@ -82,6 +82,12 @@ def candidates(route, t: int, quick: bool) -> list[dict]:
                 {}, {"SPLIT_K": 8}, {"SPLIT_K": 4}, {"num_warps": 2, "SPLIT_K": 8}, {"num_warps": 1, "SPLIT_K": 8},
                 {"MAXNREG": 128, "SPLIT_K": 8}, {**pf, "SPLIT_K": 8}, {**pf, "SPLIT_K": 4}, {**pf},
                 {**pf, "num_warps": 2, "SPLIT_K": 8}, {**pf, "num_warps": 2, "SPLIT_K": 4})]
+            # the weight chunks through a cp.async ring in shared memory (Nsight, 2026-12-03: the tc routes
+            # wait 4.7-11 cycles per instruction on their loads)
+            for stages in (3, 4, 6):
+                cands += [{"ASYNC": stages, **c} for c in (
+                    {"SPLIT_K": 8}, {"SPLIT_K": 4}, {"num_warps": 2, "SPLIT_K": 8}, {"MAXNREG": 128, "SPLIT_K": 8},
+                    {"num_warps": 8, "SPLIT_K": 4}, {})]
         if name.startswith("w8_"):
             # W8 holds 8 words + 2 scales per row and step: the swiglu prefetch spills at 128
             # registers (ptxas, sm_90), not at 168

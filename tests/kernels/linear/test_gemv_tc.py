@@ -139,6 +139,8 @@ def test_t33_and_bad_params_are_refused(name):
         _run(name, 2, 40, 192, "none", {"num_warps": 3}, 1)
     with pytest.raises(RouteError, match="SCALES"):
         _run(name, 2, 40, 192, "none", {"SCALES": "warp"}, 1)
+    with pytest.raises(RouteError, match="ASYNC=3 replaces the register prefetch"):
+        _run(name, 2, 40, 192, "none", {"ASYNC": 3, "PREFETCH": True}, 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,7 +192,8 @@ def test_fused_splitk_reduce_on_gpu_at_27b_shapes(name, n, k, epi):
 def test_shuffled_scales_equal_lane_scales_on_gpu(name, n, k, epi):
     """SCALES=shfl (a coalesced scale word per 4 K steps, a shuffle per step) hands the mma the same
     scales as the per-step loads: bit-identical outputs, with and without the prefetch, at splits
-    that leave 1..4 steps in a split's last group of 4 (27B shapes, odd K)."""
+    that leave 1..4 steps in a split's last group of 4 (27B shapes, odd K). ASYNC (the same words
+    through a cp.async ring) too."""
     for t in (1, 3, 8, 16):
         for p in ({"SPLIT_K": 8}, {"SPLIT_K": 4, "PREFETCH": True, "MAXNREG": 128}, {"SPLIT_K": 1},
                   {"SPLIT_K": 16, "PREFETCH": True}, {"SPLIT_K": 8, "REDUCE": "fused", "num_warps": 2}):
@@ -199,6 +202,10 @@ def test_shuffled_scales_equal_lane_scales_on_gpu(name, n, k, epi):
             assert_close_rel(ref, expected, 1e-2, f"{name} T={t} {p}")
             out, _ = _run(name, t, n, k, epi, {**p, "SCALES": "shfl"}, 3 + t, device="cuda")
             assert torch.equal(out, ref), f"{name} T={t} {p}: shuffled scales differ from the per-step loads"
+            if not p.get("PREFETCH"):
+                for stages in (2, 4):
+                    out, _ = _run(name, t, n, k, epi, {**p, "ASYNC": stages}, 3 + t, device="cuda")
+                    assert torch.equal(out, ref), f"{name} T={t} {p} ASYNC={stages}: differs from the asm loads"
 
 
 _LAYOUT_CHILD = r"""
@@ -209,23 +216,29 @@ from triton.compiler import ASTSource
 from ninfer_compile.kernels.linear.gemv_tc import gemv_tc_kernel as fn
 ptrs = {'x_ptr': '*bf16', 'base_ptr': '*i32', 'high_ptr': '*i32', 'scale_ptr': '*fp16', 'out_ptr': '*bf16',
         'res_ptr': '*bf16', 'ws_ptr': '*fp32'}
-consts = dict(FMT=5, EPI=1, N_TILES=2, SPLIT_K=1, NW=4, PREFETCH=True, SHFL_SCALES=sys.argv[1] == "1", PDL=False)
+mode = sys.argv[1]
+consts = dict(FMT=5, EPI=1, N_TILES=2, SPLIT_K=1, NW=4, PREFETCH=mode != "async", SHFL_SCALES=mode == "shfl",
+              ASYNC=3 if mode == "async" else 0, PDL=False)
 names = fn.arg_names
 sig = {n: ptrs.get(n, 'constexpr' if n in consts else 'i32') for n in names}
+# the integer arguments a 27B launch passes as multiples of 16 (Triton specialises them so)
+div16 = list(ptrs) + ['K', 'KB_TOTAL', 'base_row', 'high_row', 'scale_row', 'sx', 'so', 'sr', 'N_OUT', 'up_off']
 src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
-                attrs={(names.index(n),): [['tt.divisibility', 16]] for n in ptrs})
+                attrs={(names.index(n),): [['tt.divisibility', 16]] for n in div16})
 k = triton.compile(src, target=GPUTarget('cuda', 90, 32), options={'num_warps': 4, 'num_stages': 1, 'maxnreg': 128})
 tt = k.asm['ttgir']
 print(json.dumps({"convert": tt.count('convert_layout'),
                   "layouts": dict(re.findall(r'^(#blocked\d*) = ([^\n]*)', tt, re.M)),
                   "asm": sorted(set(re.findall(r'elementwise_inline_asm.*?(tensor<[0-9x]+\w+, #\w+>)', tt))),
                   "hmma": k.asm['ptx'].count('mma.sync.aligned.m16n8k16'),
-                  "shfl": k.asm['ptx'].count('shfl.sync.idx'), "ld16": k.asm['ptx'].count('ld.global.nc.b16')}))
+                  "shfl": k.asm['ptx'].count('shfl.sync.idx'), "ld16": k.asm['ptx'].count('ld.global.nc.b16'),
+                  "cp16": k.asm['ptx'].count('cp.async.cg.shared.global'),
+                  "asm_w_loads": k.asm['ptx'].count('L1::no_allocate')}))
 """
 
 
-@pytest.mark.parametrize("shfl", [False, True])
-def test_asm_lanes_keep_the_mma_fragment_layout(shfl):
+@pytest.mark.parametrize("mode", ["lane", "shfl", "async"])
+def test_asm_lanes_keep_the_mma_fragment_layout(mode):
     """The asm path assumes lane = 4 g + c and warp = axis 0 of every [NW, 8, 4] tensor, with no
     layout conversion anywhere (a conversion could move an element to another lane; SHFL_SCALES
     also takes step j's scale from lane 4 g + j). Compile the kernel for sm_90 with the installed
@@ -238,7 +251,7 @@ def test_asm_lanes_keep_the_mma_fragment_layout(shfl):
 
     repo = Path(__file__).resolve().parents[3]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", _LAYOUT_CHILD, "1" if shfl else "0"], capture_output=True, text=True, env=env, cwd=repo,
+    r = subprocess.run([sys.executable, "-c", _LAYOUT_CHILD, mode], capture_output=True, text=True, env=env, cwd=repo,
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     info = json.loads(r.stdout.strip().splitlines()[-1])
@@ -251,8 +264,10 @@ def test_asm_lanes_keep_the_mma_fragment_layout(shfl):
     layout = info["layouts"]["#" + names.pop()]
     assert "sizePerThread = [1, 1, 1]" in layout and "threadsPerWarp = [1, 8, 4]" in layout \
         and "warpsPerCTA = [4, 1, 1]" in layout and "order = [2, 1, 0]" in layout, layout
-    if not shfl:
+    if mode == "lane":
         assert info["hmma"] == 2 * 2 * 4 * 2   # rows g/up x tiles x words x halves per K step
         assert info["ld16"] == 2 * 4            # a scale load per row (g, g+8, up g, up g+8): prologue + step
-    else:  # the K loop unrolled by the 4 steps that share a scale word; no 2-byte scale load left
+    elif mode == "shfl":  # the K loop unrolled by the 4 steps that share a scale word; no 2-byte scale load left
         assert info["hmma"] == 4 * 2 * 2 * 4 * 2 and info["shfl"] == 4 * 4 and info["ld16"] == 0, info
+    else:  # ASYNC: the weights by 16-byte cp.async into shared memory, no inline-asm weight load left
+        assert info["hmma"] == 2 * 2 * 4 * 2 and info["cp16"] > 0 and info["asm_w_loads"] == 0, info
