@@ -312,22 +312,11 @@ def _chunk_asm(w0, w1, w2, w3, h0, h1, xa, xb, xc, xd, FMT: tl.constexpr, BLOCK_
 
 
 @triton.jit
-def _load_chunks(base_ptr, high_ptr, scale_ptr, rows_c, rmask, cg, KC_TOTAL, base_row, high_row, scale_row,
-                 FMT: tl.constexpr, CLAMP=None, L2_HINT: tl.constexpr = False):
-    """One [BLOCK_N, KC] tile of chunks: the 4 base words, the high words (Q5: 1, Q6: 2; else
-    copies of w0, unused) and the fp32 chunk scale (0 for chunks past the row). Chunk indices are
-    clamped to CLAMP - 1 (default: the row's last chunk) so every address is in bounds; chunks past
-    the row get scale 0 and their products vanish."""
-    cmask = cg < KC_TOTAL
-    if CLAMP is None:
-        cg_c = tl.minimum(cg, KC_TOTAL - 1)
-    else:
-        cg_c = tl.minimum(cg, CLAMP - 1)
-    if L2_HINT:
-        w0, w1, w2, w3 = _ld4(base_ptr + rows_c[:, None] * base_row + (cg_c * 4)[None, :], W_LD_L2_ASM)
-    else:
-        w0, w1, w2, w3 = _ld4(base_ptr + rows_c[:, None] * base_row + (cg_c * 4)[None, :], W_LD_ASM)
-    m = rmask[:, None] & cmask[None, :]
+def _highs_and_scale(high_ptr, scale_ptr, rows_c, rmask, cg, cg_c, KC_TOTAL, high_row, scale_row, w0,
+                     FMT: tl.constexpr):
+    """A chunk tile's high words (Q5: 1, Q6: 2; else copies of w0, unused) and fp32 scale (0 for chunks
+    past the row: their products vanish), at the clamped chunk indices cg_c."""
+    m = rmask[:, None] & (cg < KC_TOTAL)[None, :]
     s = tl.load(scale_ptr + rows_c[:, None] * scale_row + (cg_c // 2)[None, :], mask=m, other=0.0).to(tl.float32)
     if FMT == 5:
         h0 = tl.load(high_ptr + rows_c[:, None] * high_row + cg_c[None, :])
@@ -339,6 +328,26 @@ def _load_chunks(base_ptr, high_ptr, scale_ptr, rows_c, rmask, cg, KC_TOTAL, bas
     else:
         h0 = w0
         h1 = w0
+    return h0, h1, s
+
+
+@triton.jit
+def _load_chunks(base_ptr, high_ptr, scale_ptr, rows_c, rmask, cg, KC_TOTAL, base_row, high_row, scale_row,
+                 FMT: tl.constexpr, CLAMP=None, L2_HINT: tl.constexpr = False):
+    """One [BLOCK_N, KC] tile of chunks: the 4 base words, the high words (Q5: 1, Q6: 2; else
+    copies of w0, unused) and the fp32 chunk scale (0 for chunks past the row). Chunk indices are
+    clamped to CLAMP - 1 (default: the row's last chunk) so every address is in bounds; chunks past
+    the row get scale 0 and their products vanish."""
+    if CLAMP is None:
+        cg_c = tl.minimum(cg, KC_TOTAL - 1)
+    else:
+        cg_c = tl.minimum(cg, CLAMP - 1)
+    if L2_HINT:
+        w0, w1, w2, w3 = _ld4(base_ptr + rows_c[:, None] * base_row + (cg_c * 4)[None, :], W_LD_L2_ASM)
+    else:
+        w0, w1, w2, w3 = _ld4(base_ptr + rows_c[:, None] * base_row + (cg_c * 4)[None, :], W_LD_ASM)
+    h0, h1, s = _highs_and_scale(high_ptr, scale_ptr, rows_c, rmask, cg, cg_c, KC_TOTAL, high_row, scale_row, w0,
+                                 FMT)
     return w0, w1, w2, w3, h0, h1, s
 
 
@@ -348,25 +357,14 @@ def _load_chunks_async(base_ptr, high_ptr, scale_ptr, rows_c, rmask, cg, KC_TOTA
     """`_load_chunks` with plain loads (ASYNC): the base words come as one [BLOCK_N, KC, 4] load that
     Triton's pipeliner turns into cp.async copies into a shared-memory ring (`tl.range(num_stages=..)` in
     the caller), so the bytes in flight hold no registers; then split into the 4 word tensors."""
-    cmask = cg < KC_TOTAL
     cg_c = tl.minimum(cg, KC_TOTAL - 1)
     j = tl.arange(0, 4)
     words = tl.load(base_ptr + rows_c[:, None, None] * base_row + (cg_c * 4)[None, :, None] + j[None, None, :])
     even, odd = tl.split(tl.reshape(words, [BLOCK_N, KC, 2, 2]))  # word 2i + l: l = 0 / 1
     w0, w2 = tl.split(even)
     w1, w3 = tl.split(odd)
-    m = rmask[:, None] & cmask[None, :]
-    s = tl.load(scale_ptr + rows_c[:, None] * scale_row + (cg_c // 2)[None, :], mask=m, other=0.0).to(tl.float32)
-    if FMT == 5:
-        h0 = tl.load(high_ptr + rows_c[:, None] * high_row + cg_c[None, :])
-        h1 = h0
-    elif FMT == 6:
-        hp = high_ptr + rows_c[:, None] * high_row + (cg_c * 2)[None, :]
-        h0 = tl.load(hp)
-        h1 = tl.load(hp + 1)
-    else:
-        h0 = w0
-        h1 = w0
+    h0, h1, s = _highs_and_scale(high_ptr, scale_ptr, rows_c, rmask, cg, cg_c, KC_TOTAL, high_row, scale_row, w0,
+                                 FMT)
     return w0, w1, w2, w3, h0, h1, s
 
 

@@ -139,25 +139,16 @@ def _x_tile(x_ptr, col, T, sx, word0, kw_last):
 @triton.jit
 def _rows(base_ptr, high_ptr, scale_ptr, row, kb, ci, base_row, high_row, scale_row, FMT: tl.constexpr):
     """Row `row`'s chunk c of K step kb: 4 words, high words (unused copies for Q4), fp32 scale."""
-    w0, w1, w2, w3 = _ld4(base_ptr + row * base_row + kb * 16 + ci * 4, LD4)
+    w0, w1, w2, w3, h0, h1 = _words(base_ptr, high_ptr, row, kb, ci, base_row, high_row, FMT)
     sp = scale_ptr + row * scale_row + kb * 2 + ci // 2
     s = tl.inline_asm_elementwise(LDS, "=f,l", [_addr(sp)], dtype=tl.float32, is_pure=True, pack=1)
-    if FMT == 5:
-        h0 = tl.inline_asm_elementwise(LD1, "=r,l", [_addr(high_ptr + row * high_row + kb * 4 + ci)],
-                                       dtype=tl.int32, is_pure=True, pack=1)
-        h1 = h0
-    elif FMT == 6:
-        h0, h1 = tl.inline_asm_elementwise(LD2, "=r,=r,l", [_addr(high_ptr + row * high_row + kb * 8 + ci * 2)],
-                                           dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
-    else:
-        h0 = w0
-        h1 = w0
     return w0, w1, w2, w3, h0, h1, s
 
 
 @triton.jit
 def _words(base_ptr, high_ptr, row, kb, ci, base_row, high_row, FMT: tl.constexpr):
-    """Row `row`'s chunk c of K step kb without its scale (SHFL_SCALES): 4 words, high words."""
+    """Row `row`'s chunk c of K step kb without its scale (`_rows` adds it; SHFL_SCALES shuffles it):
+    4 words, high words."""
     w0, w1, w2, w3 = _ld4(base_ptr + row * base_row + kb * 16 + ci * 4, LD4)
     if FMT == 5:
         h0 = tl.inline_asm_elementwise(LD1, "=r,l", [_addr(high_ptr + row * high_row + kb * 4 + ci)],
