@@ -9,6 +9,7 @@ jit call (speed only; see its docstring).
 """
 
 import os
+import sys
 
 import pytest
 import torch
@@ -116,6 +117,25 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# The names of the failed tests, once more after pytest's last line: on a CI box pytest prints every
+# failure's whole message in its short summary (no truncation there), so a long assertion diff can push
+# the test names out of a log that is read from its end.
+_FAILED: list[str] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.failed and not hasattr(report, "wasxfail"):
+        crash = getattr(report.longrepr, "reprcrash", None)
+        first = (getattr(crash, "message", "") or "").strip().splitlines()[:1]
+        _FAILED.append(f"{report.nodeid} ({report.when}): {first[0][:160] if first else ''}")
+
+
+def pytest_unconfigure(config):
+    if _FAILED and not hasattr(config, "workerinput"):  # the xdist controller (or a plain run) only
+        lines = [f"failed ({len(_FAILED)}):", *(f"  {x}" for x in _FAILED)]
+        print("\n".join(lines), file=sys.stderr, flush=True)
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,8 @@ Also in-process: the CLI's handler, and the worker pool (ninfer_compile/workers.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import queue
 import re
@@ -89,6 +91,27 @@ class Child:
         self.kill()
         raise AssertionError(f"no line matching {pattern!r}; stderr so far:\n" + "\n".join(self.lines[-30:]))
 
+    def signal_frozen(self, sig: int, group: bool = False) -> bool:
+        """Send `sig` with the child stopped, so it cannot run ahead between the line the test read
+        and the signal: SIGSTOP, read what it printed until then, `sig` (to its process group if
+        `group`), SIGCONT. Returns whether it had already reached its write phase (a `writing` line):
+        then the signal came after the plan was built, and a complete new plan is the right outcome."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        end = time.monotonic() + 10
+        while time.monotonic() < end:  # what it wrote before the stop is in the pipe: read it
+            try:
+                line = self.q.get(timeout=0.5)
+            except queue.Empty:
+                break
+            if line is None:
+                self.q.put(None)
+                break
+            self.lines.append(line)
+        late = any(ln.startswith("writing ") for ln in self.lines)
+        (os.killpg if group else os.kill)(self.proc.pid, sig)
+        os.kill(self.proc.pid, signal.SIGCONT)
+        return late
+
     def finish(self) -> int:
         try:
             rc = self.proc.wait(timeout=WAIT_S)
@@ -144,30 +167,57 @@ def test_signal_ends_compile_cleanly(art, tmp_path, sig, where):
     out = tmp_path / "p.plan"
     child = Child(tmp_path, _compile_argv(art, out))
     child.wait_for(where)
-    if sig == signal.SIGINT:
-        os.killpg(child.proc.pid, sig)  # as a terminal does: the whole process group
-    else:
-        os.kill(child.proc.pid, sig)
+    late = child.signal_frozen(sig, group=sig == signal.SIGINT)  # SIGINT as a terminal sends it: to the group
     rc = child.finish()
     _check_clean(child, rc, 128 + sig, signal.Signals(sig).name, out)
-    assert not out.exists()  # no half-written plan
+    if late:  # it had written the plan before the signal (a starved test process): the whole plan
+        _check_complete_plan(out)
+    else:
+        assert not out.exists()  # no half-written plan
+
+
+def _digests(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _tree_change(before: dict[str, str], after: dict[str, str]) -> str:
+    """One line naming what differs between two digests of a plan tree ('' if nothing)."""
+    added = sorted(set(after) - set(before))
+    gone = sorted(set(before) - set(after))
+    changed = sorted(k for k in set(before) & set(after) if before[k] != after[k])
+    parts = [f"{what} {len(ks)}: {', '.join(ks[:6])}{' ...' if len(ks) > 6 else ''}"
+             for what, ks in (("added", added), ("removed", gone), ("changed", changed)) if ks]
+    return "; ".join(parts)
 
 
 def test_sigterm_during_binaries_keeps_the_previous_plan(art, tmp_path, capsys):
     """SIGTERM while the AOT worker pool runs: exit 143, workers gone, no temp dirs, and the plan
-    already at -o untouched by the interrupted recompile."""
+    already at -o untouched by the interrupted recompile (or, if the child had written its plan
+    before the test's signal, the complete new plan: see Child.signal_frozen)."""
     from ninfer_compile.cli import main
 
     out = tmp_path / "p.plan"
     assert main([*_compile_argv(art, out), "--no-binaries", "--quiet"]) == 0
     capsys.readouterr()
-    before = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    before = _digests(out)
     child = Child(tmp_path, _compile_argv(art, out))
     child.wait_for(r"^binaries \d+/")
-    os.kill(child.proc.pid, signal.SIGTERM)
+    late = child.signal_frozen(signal.SIGTERM)
     rc = child.finish()
     _check_clean(child, rc, 143, "SIGTERM", out)
-    assert {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    if late:
+        _check_complete_plan(out)
+        return
+    change = _tree_change(before, _digests(out))
+    assert change == "", f"the interrupted recompile changed the previous plan ({change}); child:\n" + \
+        "\n".join(child.lines[-12:])
+
+
+def _check_complete_plan(out: Path) -> None:
+    from ninfer_runtime.integrity import check_plan_integrity
+
+    check_plan_integrity(out, json.loads((out / "plan.json").read_text()))
 
 
 # ----------------------------------------------------------------------------- in-process
