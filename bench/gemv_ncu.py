@@ -85,12 +85,9 @@ def _driver(ops: list[str], ts: list[int], out: Path) -> int:
 def opcode_counts(sass: str) -> collections.Counter:
     """cuobjdump -sass text -> opcode (without modifiers) -> static count; predicated
     instructions count under their opcode."""
-    ops = collections.Counter()
-    for line in sass.splitlines():
-        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)", line)
-        if m:
-            ops[m.group(1).split(".")[0]] += 1
-    return ops
+    from gemv_sass import opcode, parse_sass
+
+    return collections.Counter(opcode(text).split(".")[0] for _, text in parse_sass(sass))
 
 
 def _opcode_histogram(cubin: Path, dest: Path) -> None:
