@@ -196,6 +196,20 @@ def _scale_word(scale_ptr, row, kq, ci, scale_row, KB_TOTAL):
 
 
 @triton.jit
+def _scale_words(scale_ptr, rg, rh, up_off, kq, ci, scale_row, KB_TOTAL, EPI: tl.constexpr):
+    """The scale words of K steps kq.. of the g / h rows and (EPI == 1) their up rows; without the up
+    half, the up words are the g / h words."""
+    wg = _scale_word(scale_ptr, rg, kq, ci, scale_row, KB_TOTAL)
+    wh = _scale_word(scale_ptr, rh, kq, ci, scale_row, KB_TOTAL)
+    wu = wg
+    wv = wh
+    if EPI == 1:
+        wu = _scale_word(scale_ptr, rg + up_off, kq, ci, scale_row, KB_TOTAL)
+        wv = _scale_word(scale_ptr, rh + up_off, kq, ci, scale_row, KB_TOTAL)
+    return wg, wh, wu, wv
+
+
+@triton.jit
 def _shfl_scale(word, src, shift):
     """Step j's fp32 scale of this lane's row: lane src = 4 g + j's scale word, half c // 2."""
     return tl.inline_asm_elementwise(SHF, "=f,r,r,r", [word, src, shift], dtype=tl.float32, is_pure=True,
@@ -307,31 +321,14 @@ def gemv_tc_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, ws_pt
             if EPI == 1:
                 p0, p1, p2, p3, p4, p5 = _words(base_ptr, high_ptr, rg + up_off, kp, ci3, base_row, high_row, FMT)
                 q0, q1, q2, q3, q4, q5 = _words(base_ptr, high_ptr, rh + up_off, kp, ci3, base_row, high_row, FMT)
-            sg_w = _scale_word(scale_ptr, rg, kb0, ci3, scale_row, KB_TOTAL)
-            sh_w = _scale_word(scale_ptr, rh, kb0, ci3, scale_row, KB_TOTAL)
-            su_w = sg_w
-            sv_w = sh_w
-            if EPI == 1:
-                su_w = _scale_word(scale_ptr, rg + up_off, kb0, ci3, scale_row, KB_TOTAL)
-                sv_w = _scale_word(scale_ptr, rh + up_off, kb0, ci3, scale_row, KB_TOTAL)
+            sg_w, sh_w, su_w, sv_w = _scale_words(scale_ptr, rg, rh, up_off, kb0, ci3, scale_row, KB_TOTAL, EPI)
         for kq in range(kb0, kb1, 4):
             if PREFETCH:  # this group's scale words were loaded a group ago; the next group's now
                 cg_w, ch_w, cu_w, cv_w = sg_w, sh_w, su_w, sv_w
-                sg_w = _scale_word(scale_ptr, rg, kq + 4, ci3, scale_row, KB_TOTAL)
-                sh_w = _scale_word(scale_ptr, rh, kq + 4, ci3, scale_row, KB_TOTAL)
-                su_w = sg_w
-                sv_w = sh_w
-                if EPI == 1:
-                    su_w = _scale_word(scale_ptr, rg + up_off, kq + 4, ci3, scale_row, KB_TOTAL)
-                    sv_w = _scale_word(scale_ptr, rh + up_off, kq + 4, ci3, scale_row, KB_TOTAL)
+                sg_w, sh_w, su_w, sv_w = _scale_words(scale_ptr, rg, rh, up_off, kq + 4, ci3, scale_row, KB_TOTAL,
+                                                      EPI)
             else:
-                cg_w = _scale_word(scale_ptr, rg, kq, ci3, scale_row, KB_TOTAL)
-                ch_w = _scale_word(scale_ptr, rh, kq, ci3, scale_row, KB_TOTAL)
-                cu_w = cg_w
-                cv_w = ch_w
-                if EPI == 1:
-                    cu_w = _scale_word(scale_ptr, rg + up_off, kq, ci3, scale_row, KB_TOTAL)
-                    cv_w = _scale_word(scale_ptr, rh + up_off, kq, ci3, scale_row, KB_TOTAL)
+                cg_w, ch_w, cu_w, cv_w = _scale_words(scale_ptr, rg, rh, up_off, kq, ci3, scale_row, KB_TOTAL, EPI)
             for j in tl.static_range(4):
                 kb = kq + j
                 if kb < kb1:
