@@ -98,6 +98,15 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["compile", *argv]
     previous = _install_signal_handlers()
     try:
+        with interrupts.unblocked():  # an inherited mask blocking them would hold a signal back to the end
+            return _run(argv)
+    finally:
+        _restore_signal_handlers(previous)
+
+
+def _run(argv: list[str]) -> int:
+    """Parse and run one command; errors and interrupts become one line and an exit code."""
+    try:
         parser = build_parser(argv[0] if argv else None)
         args = parser.parse_args(argv)
         if not getattr(args, "command", None):
@@ -116,8 +125,6 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    finally:
-        _restore_signal_handlers(previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,11 +6,19 @@ directories removed) and the CLI exits 128 + signal number; later signals are ig
 unwinding. Inside `deferred()` (the renames of a plan swap) a signal is only recorded and raised
 when the section ends. The signals are also blocked for the calling thread there, so a process
 using the library without the CLI's handler gets the same guarantee from the main thread.
+
+A signal mask survives fork and exec, and installing a handler does not unblock a signal: a
+harness or supervisor that starts the CLI with SIGINT/SIGTERM blocked would hold every signal back
+until the swap's `deferred()` took it, after the whole plan was written (the project's CI box did
+this to the signal tests). `unblocked()` unblocks them for the CLI's run and restores the mask after.
+(The runtime has the same helper, `ninfer_runtime.signal_mask`; importing that package from here
+would import torch at CLI start.)
 """
 
 from __future__ import annotations
 
 import signal
+import threading
 from contextlib import contextmanager
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -78,3 +86,17 @@ def deferred():
             _state["pending"] = None
             _state["hit"] = True
             raise Interrupted(pending)
+
+
+@contextmanager
+def unblocked():
+    """SIGINT/SIGTERM unblocked for the calling (main) thread while the block runs, whatever mask
+    the process inherited; the inherited mask is restored on the way out."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_UNBLOCK, set(SIGNALS))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)

@@ -17,6 +17,8 @@ import math
 import signal
 import sys
 
+from .signal_mask import unblocked
+
 SEED_MAX = 2**63 - 1
 CONCURRENCY_MAX = 4096
 STOP_WORDS = {"stop": "eos", "length": "max tokens", "context": "context full"}
@@ -186,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     _SIGNALLED.clear()
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _main(argv)
+        with unblocked():  # an inherited mask blocking them would hold the signal back to the end
+            return _main(argv)
     except KeyboardInterrupt:
         print("error: interrupted (SIGINT)", file=sys.stderr)
         return 130

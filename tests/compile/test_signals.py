@@ -54,8 +54,23 @@ def _marked_processes(marker: str) -> list[int]:
     return pids
 
 
+def _block_signals() -> None:  # preexec_fn: the child starts with SIGINT/SIGTERM blocked (survives exec)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+def _signal_status(pid: int) -> str:
+    """The kernel's view of a process's signals (masks in hex: bit n-1 is signal n), for messages."""
+    try:
+        rows = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as exc:
+        return f"(no /proc/{pid}/status: {exc})"
+    return " ".join(r.replace(":\t", "=") for r in rows if r.startswith(("SigPnd", "ShdPnd", "SigBlk", "SigIgn")))
+
+
 class Child:
-    def __init__(self, tmp: Path, argv: list[str]):
+    def __init__(self, tmp: Path, argv: list[str], inherit_blocked: bool = False):
+        """`inherit_blocked`: start it the way a harness that blocks SIGINT/SIGTERM would (the
+        project's CI box did: every signal then waited for the plan swap); the CLI must unblock them."""
         self.marker = uuid.uuid4().hex
         self.tmpdir = tmp / "tmpdir"
         self.tmpdir.mkdir()
@@ -66,7 +81,9 @@ class Child:
         env.pop("NINFER_AOT_CACHE", None)
         self.proc = subprocess.Popen([sys.executable, "-m", "ninfer_compile.cli", *argv], cwd=REPO, env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+                                     start_new_session=True,
+                                     preexec_fn=_block_signals if inherit_blocked else None)
+        self.signal_state = ""
         self.lines: list[str] = []
         self.q: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -109,6 +126,7 @@ class Child:
             self.lines.append(line)
         late = any(ln.startswith("writing ") for ln in self.lines)
         (os.killpg if group else os.kill)(self.proc.pid, sig)
+        self.signal_state = _signal_status(self.proc.pid)  # still stopped: pending, blocked, ignored
         os.kill(self.proc.pid, signal.SIGCONT)
         return late
 
@@ -159,21 +177,21 @@ def _check_clean(child: Child, rc: int, want_rc: int, name: str, out: Path):
     assert sorted(n for n in os.listdir(out.parent) if n.startswith(f".{out.name}.")) == []
 
 
-@pytest.mark.parametrize("sig,where", [
-    (signal.SIGINT, r"^passes: extent 1/"),  # early: lowering / passes
-    (signal.SIGINT, r"^binaries \d+/"),  # Ctrl-C at a terminal: the whole foreground group gets it
-], ids=["sigint-passes", "sigint-binaries"])  # SIGTERM in the pool: the test below (with a previous plan)
-def test_signal_ends_compile_cleanly(art, tmp_path, sig, where):
+@pytest.mark.parametrize("sig,where,blocked", [
+    (signal.SIGINT, r"^passes: extent 1/", False),  # early: lowering / passes
+    (signal.SIGINT, r"^binaries \d+/", True),  # Ctrl-C at a terminal: the whole foreground group gets it
+], ids=["sigint-passes", "sigint-binaries-inherited-mask"])  # SIGTERM in the pool: the test below
+def test_signal_ends_compile_cleanly(art, tmp_path, sig, where, blocked):
     out = tmp_path / "p.plan"
-    child = Child(tmp_path, _compile_argv(art, out))
+    child = Child(tmp_path, _compile_argv(art, out), inherit_blocked=blocked)
     child.wait_for(where)
     late = child.signal_frozen(sig, group=sig == signal.SIGINT)  # SIGINT as a terminal sends it: to the group
     rc = child.finish()
     _check_clean(child, rc, 128 + sig, signal.Signals(sig).name, out)
     if late:  # it had written the plan before the signal (a starved test process): the whole plan
         _check_complete_plan(out)
-    else:
-        assert not out.exists()  # no half-written plan
+    else:  # no plan at all: not half-written, and not a whole one written after the signal either
+        assert not out.exists(), f"a plan was written after the signal; child at the signal: {child.signal_state}"
 
 
 def _digests(root: Path) -> dict[str, str]:
@@ -201,7 +219,7 @@ def test_sigterm_during_binaries_keeps_the_previous_plan(art, tmp_path, capsys):
     assert main([*_compile_argv(art, out), "--no-binaries", "--quiet"]) == 0
     capsys.readouterr()
     before = _digests(out)
-    child = Child(tmp_path, _compile_argv(art, out))
+    child = Child(tmp_path, _compile_argv(art, out), inherit_blocked=True)
     child.wait_for(r"^binaries \d+/")
     late = child.signal_frozen(signal.SIGTERM)
     rc = child.finish()
@@ -210,8 +228,8 @@ def test_sigterm_during_binaries_keeps_the_previous_plan(art, tmp_path, capsys):
         _check_complete_plan(out)
         return
     change = _tree_change(before, _digests(out))
-    assert change == "", f"the interrupted recompile changed the previous plan ({change}); child:\n" + \
-        "\n".join(child.lines[-12:])
+    assert change == "", f"the interrupted recompile changed the previous plan ({change}); child at the " \
+        f"signal: {child.signal_state}; its last lines:\n" + "\n".join(child.lines[-12:])
 
 
 def _check_complete_plan(out: Path) -> None:
@@ -221,6 +239,21 @@ def _check_complete_plan(out: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- in-process
+
+
+@pytest.mark.parametrize("where", ["ninfer_compile.interrupts", "ninfer_runtime.signal_mask"])
+def test_unblocked_unblocks_an_inherited_mask_and_restores_it(where):
+    import importlib
+
+    unblocked = importlib.import_module(where).unblocked
+    pair = {signal.SIGINT, signal.SIGTERM}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, pair)  # as a harness would have left it
+    try:
+        with unblocked():
+            assert not pair & signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        assert pair <= signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the inherited mask is back
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def test_cli_turns_sigterm_into_exit_143(monkeypatch, tmp_path, capsys):

@@ -139,13 +139,19 @@ def _reader(stream, q):
     q.put(None)
 
 
-@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted (SIGINT)"),
-                                             (signal.SIGTERM, 143, "terminated (SIGTERM)")])
-def test_signals_end_the_run_with_one_line(tiny_plan, sig, code, word):
+def _block_signals() -> None:  # preexec_fn: started the way a harness that blocks them would
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+@pytest.mark.parametrize("sig, code, word, blocked", [(signal.SIGINT, 130, "interrupted (SIGINT)", False),
+                                                      (signal.SIGTERM, 143, "terminated (SIGTERM)", True)],
+                         ids=["sigint", "sigterm-inherited-mask"])
+def test_signals_end_the_run_with_one_line(tiny_plan, sig, code, word, blocked):
     art, plan = tiny_plan
     proc = subprocess.Popen([sys.executable, "-m", "ninfer_runtime.cli", str(plan), "--artifact", str(art),
                              "--tokens", "5,77", "--max-new-tokens", "60", "--ignore-eos"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV,
+                            preexec_fn=_block_signals if blocked else None)
     q: queue.Queue = queue.Queue()
     threading.Thread(target=_reader, args=(proc.stderr, q), daemon=True).start()
     lines = []

@@ -12,7 +12,8 @@ with few tokens: max_tokens 2, prompts of <= 16 tokens (one prefill chunk). Orde
 5. a cancelled stream frees its slot; 400 / 404 / 401 bodies;
 6. a bounded load: 6 requests, 4 at a time on 3 slots, max_tokens 2, nothing lost or duplicated, healthy
    after (50 requests 8 at a time run over the fake engine).
-The subprocess test starts the real `ninfer-serve` CLI and checks SIGTERM exits 0 within 10 s.
+The subprocess test starts the real `ninfer-serve` CLI (with SIGINT/SIGTERM blocked, as a harness may
+start it) and checks SIGTERM exits 0 within 10 s.
 The scheduler / cache / HTTP paths at larger counts (50 requests, 429, stop strings, drain) run over
 the fake engine in test_serve_fake.py.
 """
@@ -174,8 +175,10 @@ def test_cli_serves_and_exits_0_on_sigterm(tiny_served_plan):
     code = (f"{BLOCK_NINFER_COMPILE}import runpy\nsys.argv = {argv!r}\n"
             "runpy.run_module('ninfer_runtime.serve', run_name='__main__')\n")
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO / "runtime")}
+    block = lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # noqa: E731
     p = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, cwd=str(plan.parent))
+                         text=True, cwd=str(plan.parent),
+                         preexec_fn=block)  # started as a harness that blocks the signals would: served anyway
     try:
         def up():
             if p.poll() is not None:

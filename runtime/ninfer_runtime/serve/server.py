@@ -19,6 +19,7 @@ import uvicorn
 
 from .app import ServeConfig, build_app
 from .metrics import Metrics
+from ..signal_mask import unblocked
 from .scheduler import Scheduler
 
 
@@ -65,7 +66,8 @@ class Server:
         """Run in this thread until shut down (installs uvicorn's signal handlers when main)."""
         self.scheduler.start()
         try:
-            self._uv.run()
+            with unblocked():  # SIGTERM / SIGINT reach uvicorn's handlers whatever mask was inherited
+                self._uv.run()
         finally:
             self.scheduler.stop(timeout=2.0)
 
