@@ -8,9 +8,9 @@ when the section ends. The signals are also blocked for the calling thread there
 using the library without the CLI's handler gets the same guarantee from the main thread.
 
 A signal mask survives fork and exec, and installing a handler does not unblock a signal: a
-harness or supervisor that starts the CLI with SIGINT/SIGTERM blocked would hold every signal back
-until the swap's `deferred()` took it, after the whole plan was written (the project's CI box did
-this to the signal tests). `unblocked()` unblocks them for the CLI's run and restores the mask after.
+process started with SIGINT/SIGTERM blocked (by a harness, a supervisor, or a parent whose mask had
+leaked) would hold every signal back until the swap's `deferred()` took it, after the whole plan
+was written. `unblocked()` unblocks them for the CLI's run and restores the mask after.
 (The runtime has the same helper, `ninfer_runtime.signal_mask`; importing that package from here
 would import torch at CLI start.)
 """
@@ -76,13 +76,24 @@ def deferred():
     try:
         yield
     finally:
-        _state["depth"] -= 1
-        if old is not None:
-            if _state["depth"] == 0:
-                _take_blocked()
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a blocked one runs `handler` here
-        pending = _state["pending"]
-        if pending is not None and _state["depth"] == 0:
+        # The section still counts (depth) until the mask is back: `handler` can run at any bytecode
+        # here (a signal another thread took, or a blocked one at the restore) and then only records.
+        # Had it raised, the restore would be skipped and the thread would keep SIGINT/SIGTERM
+        # blocked for good, and so would every process it started. Reproduced: the swap test, in a
+        # pytest-xdist worker under CPU load (the signal lands on the worker's I/O thread), left
+        # them blocked; that worker's later compile children then held their signals until their
+        # own swap: the CI box's three signal-test failures.
+        try:
+            if old is not None:
+                try:
+                    if _state["depth"] == 1:
+                        _take_blocked()
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        finally:
+            _state["depth"] -= 1
+        pending = _state["pending"] if _state["depth"] == 0 else None
+        if pending is not None:
             _state["pending"] = None
             _state["hit"] = True
             raise Interrupted(pending)

@@ -375,6 +375,7 @@ def test_a_signal_during_the_swap_waits_for_both_renames(tmp_path, monkeypatch):
             os.kill(os.getpid(), signal.SIGTERM)  # lands between the two renames
 
     monkeypatch.setattr(output.os, "rename", rename_then_signal)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     previous = cli._install_signal_handlers()
     try:
         with pytest.raises(interrupts.Interrupted) as exc:
@@ -384,3 +385,33 @@ def test_a_signal_during_the_swap_waits_for_both_renames(tmp_path, monkeypatch):
     assert exc.value.signum == signal.SIGTERM and len(calls) == 2
     assert json.loads((dest / "plan.json").read_text())["gen"] == 2
     assert sorted(os.listdir(tmp_path)) == ["x.plan"]
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask  # not left blocked
+
+
+def test_a_handler_run_while_the_swap_section_ends_leaves_the_mask_as_it_was(monkeypatch):
+    """Python runs a handler at any bytecode, and a signal another thread took runs it wherever the
+    main thread is: here inside the section's own exit (where it takes blocked signals). It must only
+    be recorded there and raised after the mask is restored; raised there, it skipped the restore
+    and left SIGINT/SIGTERM blocked for the thread and every process it started afterwards."""
+    import signal
+
+    from ninfer_compile import interrupts
+
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    real_take = interrupts._take_blocked
+
+    def take_then_handler():  # the handler, run by Python at a bytecode of the section's exit
+        real_take()
+        interrupts.handler(signal.SIGTERM, None)
+
+    monkeypatch.setattr(interrupts, "_take_blocked", take_then_handler)
+    interrupts.reset()
+    try:
+        with pytest.raises(interrupts.Interrupted) as exc:
+            with interrupts.deferred():
+                pass
+    finally:
+        leaked = signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        interrupts.reset()
+    assert exc.value.signum == signal.SIGTERM
+    assert leaked == mask, f"left blocked: {sorted(leaked - mask)}"

@@ -69,8 +69,8 @@ def _signal_status(pid: int) -> str:
 
 class Child:
     def __init__(self, tmp: Path, argv: list[str], inherit_blocked: bool = False):
-        """`inherit_blocked`: start it the way a harness that blocks SIGINT/SIGTERM would (the
-        project's CI box did: every signal then waited for the plan swap); the CLI must unblock them."""
+        """`inherit_blocked`: start it with SIGINT/SIGTERM blocked, as a harness or a parent whose mask
+        leaked would (on the CI box every signal then waited for the plan swap); the CLI unblocks them."""
         self.marker = uuid.uuid4().hex
         self.tmpdir = tmp / "tmpdir"
         self.tmpdir.mkdir()
