@@ -138,6 +138,24 @@ def pytest_unconfigure(config):
         print("\n".join(lines), file=sys.stderr, flush=True)
 
 
+@pytest.fixture(autouse=True)
+def _signal_mask_unchanged():
+    """A test must leave the worker's signal mask as it found it: a leaked block of SIGINT/SIGTERM
+    is inherited by every process the worker starts later, whose signal tests then fail far from
+    the cause (the CI box, stop 25). The mask is restored and the leaking test fails here."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    after = signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    assert after == before, (f"the test changed the signal mask: left blocked {sorted(s.name for s in after - before)}, "
+                             f"left unblocked {sorted(s.name for s in before - after)}")
+
+
 @pytest.fixture(scope="session")
 def tiny_trained_bf16(tmp_path_factory):
     """examples/tiny-trained (it has the MTP head) packed bf16 once per session (quality.support.pack),
