@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -15,7 +17,8 @@ from artifact_testlib import sample_items
 from ninfer_compile.artifact import Artifact, write_artifact
 from ninfer_compile.errors import ArtifactError
 
-_DIR = Path(tempfile.mkdtemp(prefix="ninfer-fuzz-"))
+_DIR = Path(tempfile.mkdtemp(prefix="ninfer-fuzz-"))  # at import (hypothesis tests take no tmp_path fixture)
+atexit.register(shutil.rmtree, _DIR, True)  # removed when the (xdist worker) process ends: nothing left in /tmp
 _BASE_PATH = _DIR / "base.ninfer"
 write_artifact(_BASE_PATH, "fuzz", sample_items())
 BASE = _BASE_PATH.read_bytes()
