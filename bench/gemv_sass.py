@@ -21,7 +21,10 @@ Times for an op of N x K weights (132 SMs x 4 schedulers at --clock-ghz):
 - FMA floor:  FP32 / bf16x2 instructions at 32 lanes per clock, IMAD at 16.
 These are lower bounds from one loop pass (prologue, tail, epilogue and split-K not counted), set
 beside the streaming floor of the op's bytes (--stream-tbs). They say which resource a perfectly
-latency-hidden kernel would hit first; they do not time anything.
+latency-hidden kernel would hit first; they do not time anything. Beside them: the bodies of the
+kernel's other loops (the norm prologue's `row_rstd` re-read of x runs one pass per 1024 of K: as
+many passes as the K loop at BLOCK_K=1024) and the registers per thread (occupancy). In a kernel
+with the RMSNorm prologue the x pair scalings (`fma x, w, x`) are not counted as weights.
 
 `--artifact` with `--variant KEY=VAL` (repeatable; variants separated by `,` inside one flag go
 together, e.g. `--variant ASYNC=4,CHAIN=2`) compiles the artifact twice or more on this machine
@@ -90,18 +93,55 @@ def loops(ins: list[tuple[int, str]]) -> list[tuple[int, int]]:
     return found
 
 
+def _registers(ins: str) -> list[str]:
+    """Operands of an instruction as bare register names ('R12.reuse.H0_H0' -> 'R12'; others kept)."""
+    text = re.sub(r"^@!?U?P[T\d]+\s+", "", ins)
+    parts = text.split(None, 1)
+    ops = [o.strip() for o in parts[1].split(",")] if len(parts) > 1 else []
+    return [re.sub(r"^(-?\|?R\d+|RZ)\b.*$", r"\1", o) for o in ops]
+
+
+def is_norm_scale(ins: str) -> bool:
+    """The RMSNorm prologue's x * (1 + w) pair, `fma.rn.bf16x2 x, w, x`: an HFMA2 of three registers
+    whose addend is its first factor (a dot product accumulates into its addend; a bias removal adds
+    an immediate)."""
+    if not opcode(ins).startswith("HFMA2"):
+        return False
+    ops = _registers(ins)
+    return len(ops) == 4 and all(re.fullmatch(r"R\d+", o) for o in ops[1:]) and ops[1] == ops[3]
+
+
 def k_loop(ins: list[tuple[int, str]]) -> dict | None:
     """The body with the most bf16x2 FMA-class instructions: its opcode counts, per class, and
-    n_hfma (HFMA2 / HMUL2 / HADD2-less: the bias removals and products). None without a loop."""
+    n_hfma (HFMA2 / HMUL2 / HADD2-less: the bias removals and products, one per weight; not the
+    `HFMA2 R, -RZ, RZ, imm` moves ptxas uses to set constants), n_scale
+    (the norm prologue's x pair scalings, not weights: `is_norm_scale`). None without a loop."""
     best = None
     for start, end in loops(ins):
-        body = [opcode(t) for a, t in ins if start <= a <= end]
-        n_hfma = sum(1 for op in body if op.startswith(("HFMA2", "HMUL2")))
+        texts = [t for a, t in ins if start <= a <= end]
+        body = [opcode(t) for t in texts]
+        n_scale = sum(1 for t in texts if is_norm_scale(t))
+        n_hfma = sum(1 for t, op in zip(texts, body) if op.startswith(("HFMA2", "HMUL2"))
+                     and "RZ" not in [o.lstrip("-") for o in _registers(t)[1:3]]) - n_scale  # `HFMA2 R, -RZ, RZ, c` is a move
         if best is None or n_hfma > best["n_hfma"]:
             classes = collections.Counter(classify(op) for op in body)
-            best = {"start": start, "end": end, "body": len(body), "n_hfma": n_hfma, "classes": dict(classes),
-                    "opcodes": dict(collections.Counter(body).most_common())}
+            best = {"start": start, "end": end, "body": len(body), "n_hfma": n_hfma, "n_scale": n_scale,
+                    "classes": dict(classes), "opcodes": dict(collections.Counter(body).most_common())}
     return best if best and best["n_hfma"] else None
+
+
+def other_loops(ins: list[tuple[int, str]], main: dict) -> list[int]:
+    """Instruction counts of the backward-branch bodies besides the K loop with more than one
+    instruction (e.g. the norm prologue's `row_rstd` re-read of x, one pass per BLOCK of K)."""
+    return [sum(1 for a, _ in ins if s <= a <= e) for s, e in loops(ins)
+            if (s, e) != (main["start"], main["end"]) and sum(1 for a, _ in ins if s <= a <= e) > 1]
+
+
+def registers(tool: str, cubin: Path) -> int | None:
+    """Registers per thread of the cubin's kernel (`cuobjdump -res-usage`), None if not printed."""
+    r = subprocess.run([tool, "-res-usage", str(cubin)], capture_output=True, text=True, timeout=120)
+    m = re.search(r"REG:(\d+)", r.stdout)
+    return int(m.group(1)) if m else None
 
 
 def floors_us(loop: dict, n: int, k: int, clock_ghz: float) -> dict[str, float]:
@@ -161,9 +201,12 @@ def analyze(plan_dir: Path, extent: str, clock_ghz: float, stream_tbs: float) ->
         if cubin is None:
             raise SystemExit(f"gemv_sass: {plan_dir}: no binary for {ops[0]['op']} (route {ops[0]['route']})")
         sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, timeout=120, check=True)
-        loop = k_loop(parse_sass(sass.stdout))
+        ins = parse_sass(sass.stdout)
+        loop = k_loop(ins)
         if loop is None:
             raise SystemExit(f"gemv_sass: {cubin}: no K loop with bf16x2 FMAs found in its SASS")
+        loop["other_loops"] = other_loops(ins, loop)
+        loop["registers"] = registers(tool, cubin)
         f = floors_us(loop, n, k, clock_ghz)
         stream = n * k * BITS[fmt[:2]] / 8 / (stream_tbs * 1e6)
         name = ops[0]["op"].split(".", 1)[1] if "." in ops[0]["op"] else ops[0]["op"]
@@ -175,8 +218,8 @@ def analyze(plan_dir: Path, extent: str, clock_ghz: float, stream_tbs: float) ->
 def table(rows: list[dict], label: str) -> str:
     out = [f"**{label}**", "",
            "| op (x launches) | N x K | route, params | body / hfma | instr per weight | ALU / FMA / mem per pass |"
-           " issue floor µs | ALU floor µs | FMA floor µs | stream µs |",
-           "|---|---|---|---:|---:|---|---:|---:|---:|---:|"]
+           " other loops | regs | issue floor µs | ALU floor µs | FMA floor µs | stream µs |",
+           "|---|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         p = r["params"]
         short = ", ".join(f"{k}={p[k]}" for k in ("BLOCK_N", "BLOCK_K", "num_warps", "CHAIN", "PREFETCH", "ASYNC")
@@ -185,6 +228,8 @@ def table(rows: list[dict], label: str) -> str:
         out.append(f"| {r['op']} (x{r['count']}) | {r['n']}x{r['k']} | {r['route']}: {short} | "
                    f"{r['loop']['body']} / {r['loop']['n_hfma']} | {r['instr_per_weight']:.2f} | "
                    f"{c.get('alu', 0)} / {c.get('fma', 0) + c.get('imad', 0)} / {c.get('mem', 0)} | "
+                   f"{', '.join(map(str, r['loop'].get('other_loops') or [])) or '-'} | "
+                   f"{r['loop'].get('registers') or '?'} | "
                    f"{r['issue']:.1f} | {r['alu']:.1f} | {r['fma']:.1f} | {r['stream_us']:.1f} |")
     return "\n".join(out)
 

@@ -40,6 +40,26 @@ def test_k_loop_is_the_backward_branch_with_the_bf16x2_fmas():
     assert S.k_loop(S.parse_sass(SASS.replace("HFMA2", "FFMA").replace("HMUL2", "FMUL"))) is None
 
 
+def test_norm_prologue_scalings_and_constant_moves_are_not_weights():
+    """With the RMSNorm prologue each x pair is scaled by `fma x, w, x` (addend = first factor), and
+    ptxas sets constants with `HFMA2 R, -RZ, RZ, imm`: neither is a weight (as sm_90 SASS writes them)."""
+    body = """
+        /*0000*/                   LDG.E.NA.128.CONSTANT R8, desc[UR4][R2.64] ;
+        /*0010*/                   HFMA2.MMA R63, -RZ, RZ, 3.515625, 3.515625 ;
+        /*0020*/                   HFMA2.MMA.BF16_V2 R67, R12, R8, R12 ;
+        /*0030*/                   HFMA2.MMA.BF16_V2 R9, R13, R9, R13 ;
+        /*0040*/                   HFMA2.BF16_V2 R66, R66, R3.reuse.H0_H0, -136, -136 ;
+        /*0050*/                   HMUL2.BF16_V2 R16, R16, R24 ;
+        /*0060*/                   HFMA2.BF16_V2 R7, R61, R7, R66 ;
+        /*0070*/               @P1 BRA 0x0 ;
+"""
+    loop = S.k_loop(S.parse_sass(body))
+    assert (loop["body"], loop["n_hfma"], loop["n_scale"]) == (8, 3, 2)
+    assert S.is_norm_scale("HFMA2.MMA.BF16_V2 R67, R12, R8, R12")
+    assert not S.is_norm_scale("HFMA2.BF16_V2 R7, R61, R7, R66")  # a dot product: accumulates into R66
+    assert not S.is_norm_scale("HFMA2.BF16_V2 R66, R66, R3.reuse.H0_H0, -136, -136")  # a bias removal
+
+
 def test_floors_are_weights_times_instructions_over_the_slots():
     loop = {"body": 403, "n_hfma": 128, "classes": {"alu": 199, "fma": 182, "imad": 9, "mem": 12}}
     f = S.floors_us(loop, 34816, 5120, 1.98)
