@@ -17,9 +17,9 @@ import time
 
 import uvicorn
 
+from ..signal_mask import unblocked
 from .app import ServeConfig, build_app
 from .metrics import Metrics
-from ..signal_mask import unblocked
 from .scheduler import Scheduler
 
 
