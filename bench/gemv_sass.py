@@ -133,8 +133,8 @@ def k_loop(ins: list[tuple[int, str]]) -> dict | None:
 def other_loops(ins: list[tuple[int, str]], main: dict) -> list[int]:
     """Instruction counts of the backward-branch bodies besides the K loop with more than one
     instruction (e.g. the norm prologue's `row_rstd` re-read of x, one pass per BLOCK of K)."""
-    return [sum(1 for a, _ in ins if s <= a <= e) for s, e in loops(ins)
-            if (s, e) != (main["start"], main["end"]) and sum(1 for a, _ in ins if s <= a <= e) > 1]
+    sizes = [sum(1 for a, _ in ins if s <= a <= e) for s, e in loops(ins) if (s, e) != (main["start"], main["end"])]
+    return [n for n in sizes if n > 1]
 
 
 def registers(tool: str, cubin: Path) -> int | None:
