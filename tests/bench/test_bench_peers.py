@@ -1,6 +1,7 @@
-"""bench/bench_peers.py on CPU: both peers end to end on the tiny contract (their own processes,
-the JSON/MD report), the two peers computing the same model (greedy tokens of HF and of the
-reference equal on a tiny bf16-exact model), the device-side payload decode equal to the
+"""bench/bench_peers.py (the parent and report; the peers in bench/peer_hf.py, bench/peer_reference.py)
+on CPU: both peers end to end on the tiny contract (their own processes, the JSON/MD report), the
+two peers computing the same model (greedy tokens of HF and of the reference equal on a tiny
+bf16-exact model), the device-side payload decode equal to the
 artifact codecs, the HF config matching a contract's shapes, and a failing peer not losing the
 other. torch.compile runs with the `eager` backend here (Dynamo capture and guards, no codegen).
 """
@@ -15,6 +16,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 import bench_peers as bp  # noqa: E402
+import peer_common  # noqa: E402
+import peer_hf  # noqa: E402
+import peer_reference  # noqa: E402
 
 from ninfer_compile.contracts.dims import HybridDims  # noqa: E402
 from ninfer_compile.reference import ArtifactWeights, DictWeights, ReferenceModel  # noqa: E402
@@ -44,7 +48,7 @@ def test_peers_cli_end_to_end(tmp_path):
             assert pf["tok_s"] > 0 and pf["tokens"] == int(c) * 40
     assert len(hf["greedy_tokens_c1"]) == 1 + 4 and len(ref["greedy_tokens_c1"]) == 1 + 2 + 4  # + 2 warm steps
     # weights read per step: every text weight but the embedding, bf16 (HF) vs fp32 (reference)
-    spec = bp.load_spec("tiny-qwen3.5")
+    spec = peer_common.load_spec("tiny-qwen3.5")
     numel = sum(_numel(o.shape) for o in spec.objects.values() if o.part == "text" and o.kind == "tensor"
                 and o.name != "text/token_embedding")
     assert hf["weights_bytes_per_step"] == 2 * numel and ref["weights_bytes_per_step"] == 4 * numel
@@ -76,10 +80,10 @@ def test_reference_greedy_equals_hf(tiny_bf16_exact):
     reference's compiled (Dynamo) decode gives the same tokens as its eager decode."""
     model, spec = tiny_bf16_exact
     n = 10
-    hf = bp.hf_generate(model, torch.tensor([PROMPT]), n, CPU)["tokens"][0].tolist()
+    hf = peer_hf.hf_generate(model, torch.tensor([PROMPT]), n, CPU)["tokens"][0].tolist()
     ref = ReferenceModel(spec, DictWeights(ninfer_dict(model)))
-    eager = bp.reference_generate(ref, PROMPT, n - 2, CPU, compile_backend="none", warm_steps=2)
-    compiled = bp.reference_generate(ref, PROMPT, n - 2, CPU, compile_backend="eager", warm_steps=2)
+    eager = peer_reference.reference_generate(ref, PROMPT, n - 2, CPU, compile_backend="none", warm_steps=2)
+    compiled = peer_reference.reference_generate(ref, PROMPT, n - 2, CPU, compile_backend="eager", warm_steps=2)
     assert len(hf) == 1 + n
     assert eager["tokens"] == hf
     assert compiled["compiled"] and compiled["compile_error"] is None
@@ -97,13 +101,13 @@ def test_reference_on_bf16_artifact_streams_to_device(tiny_bf16_exact, tmp_path)
     model.save_pretrained(tmp_path / "hf", safe_serialization=True)
     art_path = tmp_path / "tiny-bf16.ninfer"
     assert cli(["pack", str(tmp_path / "hf"), "-o", str(art_path), "--recipe", "bf16"]) == 0
-    hf = bp.hf_generate(model, torch.tensor([PROMPT]), 6, CPU)["tokens"][0].tolist()
+    hf = peer_hf.hf_generate(model, torch.tensor([PROMPT]), 6, CPU)["tokens"][0].tolist()
     with Artifact.open(art_path) as art:
         spec = find_contract(art_path, art.model_id, None).resolve_for(art)
-        w = bp.DeviceArtifactWeights(art, CPU)
+        w = peer_reference.DeviceArtifactWeights(art, CPU)
         ref = ReferenceModel(spec, w)
     assert ref.device == CPU and ref.new_state().kv[3].k.device == CPU
-    assert bp.reference_generate(ref, PROMPT, 4, CPU, compile_backend="none")["tokens"] == hf
+    assert peer_reference.reference_generate(ref, PROMPT, 4, CPU, compile_backend="none")["tokens"] == hf
 
 
 @pytest.mark.parametrize("contract", ["tiny-qwen3.5", "tiny-qwen3.5-mtp"])
@@ -114,11 +118,11 @@ def test_device_decode_equals_codecs(contract, tmp_path):
     from ninfer_compile.artifact.reader import Artifact
 
     path = tmp_path / f"{contract}.ninfer"
-    bp.pack_synthetic(contract, path)
+    peer_reference.pack_synthetic(contract, path)
     formats = set()
     with Artifact.open(path) as art:
         host = ArtifactWeights(art, cache=False)
-        dev = bp.DeviceArtifactWeights(art, CPU)
+        dev = peer_reference.DeviceArtifactWeights(art, CPU)
         for obj in art.tensors():
             if FORMATS[obj.format].kind != "grouped":
                 continue
@@ -126,7 +130,7 @@ def test_device_decode_equals_codecs(contract, tmp_path):
             want = host.get(obj.name)
             assert torch.equal(dev.get(obj.name), want), obj.name
             raw = torch.frombuffer(bytearray(art.span(obj.name)), dtype=torch.uint8)
-            assert torch.equal(bp.decode_grouped_on(CPU, obj.format, obj.shape, raw, max_elems=3000), want)
+            assert torch.equal(peer_reference.decode_grouped_on(CPU, obj.format, obj.shape, raw, max_elems=3000), want)
     assert {"Q4G64_F16S", "Q5G64_F16S", "Q6G64_F16S"} <= formats
     if contract.endswith("mtp"):
         assert "W8G32_F16S" in formats
@@ -138,9 +142,9 @@ def test_hf_config_has_the_contract_shapes(contract):
     (built on the meta device: no memory) number exactly the contract's text objects."""
     from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5ForCausalLM
 
-    spec = bp.load_spec(contract)
+    spec = peer_common.load_spec(contract)
     dims = HybridDims.from_spec(spec)
-    cfg = bp.hf_config(dims, spec.params)
+    cfg = peer_hf.hf_config(dims, spec.params)
     back = spec_for(cfg)
     for k, v in back.dims.items():
         assert v == spec.dims[k], k
@@ -153,14 +157,14 @@ def test_hf_config_has_the_contract_shapes(contract):
 
 def test_build_hf_model_on_device():
     """Random weights are made in place (finite, the requested dtype), rotary buffers rebuilt."""
-    spec = bp.load_spec("tiny-qwen3.5")
+    spec = peer_common.load_spec("tiny-qwen3.5")
     dims = HybridDims.from_spec(spec)
-    model = bp.build_hf_model(bp.hf_config(dims, spec.params, dtype=torch.bfloat16), CPU, torch.bfloat16)
+    model = peer_hf.build_hf_model(peer_hf.hf_config(dims, spec.params, dtype=torch.bfloat16), CPU, torch.bfloat16)
     ps = dict(model.named_parameters())
     assert all(p.dtype == torch.bfloat16 and p.device == CPU and torch.isfinite(p).all() for p in ps.values())
     inv = model.model.rotary_emb.inv_freq
     assert inv.dtype == torch.float32 and torch.isfinite(inv).all() and inv[0] == 1.0
-    out = bp.hf_generate(model, torch.tensor([[t % dims.vocab_rows for t in PROMPT]]), 2, CPU)
+    out = peer_hf.hf_generate(model, torch.tensor([[t % dims.vocab_rows for t in PROMPT]]), 2, CPU)
     assert out["tokens"].shape == (1, 3)
 
 
