@@ -26,7 +26,8 @@
 #                                            #   $OUT/sm90.yaml
 #
 # Stages: tests | tune | retune | gemv | cliff | bench | e2e | peers | spec | kv | kve2e | serve | tune_new. Results go to $OUT (the device tool's folder) or
-# out/gpu; copy what should be committed into bench/results/ and routes/ afterwards.
+# out/gpu; copy what should be committed into bench/results/ (reports, listed in its README.md), routes/ (tables)
+# and routes/measurements/sm90/ (measurement files a table is replayed from; add them to COMMITTED_MEAS) afterwards.
 # e2e: our engine for each KV dtype in $E2E_KV (default "bf16 int8"), then the peers (HF
 # transformers eager bf16 and the fp32 reference under torch.compile, bench/bench_peers.py) in
 # what is left of $E2E_BUDGET_S (default 540 s, so one 10-minute device call stays safe);
@@ -44,8 +45,8 @@ nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=cs
 A=/tmp/q27.ninfer
 # every committed sm90 measurement, oldest first (a replay lets later files win): routes/sm90.yaml is
 # their replay plus the fuse_off header; a stage that re-measures some routes replays this list + its
-# own file over routes/sm90.yaml
-R=bench/results
+# own file over routes/sm90.yaml; they live next to the table they rebuild
+R=routes/measurements/sm90
 COMMITTED_MEAS="$R/tune_sm90_linear_2026-11-29.meas.json $R/tune_sm90_gemv_2026-11-29.meas.json
   $R/tune_sm90_gemv2_2026-11-29.meas.json $R/tune_sm90_gemv_tc_2026-11-29.meas.json
   $R/tune_sm90_quick_2026-11-29.meas.json $R/tune_sm90_cliff_2026-12-01.meas.json

@@ -31,6 +31,7 @@ SM90 = ROUTES_DIR / "sm90.yaml"
 # tune_new workflow's tests run on it (the shipped table has none left, test_shipped_sm90_*)
 SM90_HAND = Path(__file__).resolve().parent / "data" / "sm90_2026-12-02_before_tune_new.yaml"
 REPO = Path(__file__).resolve().parents[2]
+MEASUREMENTS = REPO / "routes" / "measurements" / "sm90"  # the tuner's inputs that rebuild routes/sm90.yaml
 # the measurement files routes/sm90.yaml was picked from, in its provenance's merge order (later wins);
 # bench/gpu_session.sh's tune_new stage replays them with the new measurements
 COMMITTED = ["tune_sm90_linear_2026-11-29", "tune_sm90_gemv_2026-11-29", "tune_sm90_gemv2_2026-11-29",
@@ -283,7 +284,7 @@ def test_replay_with_the_committed_measurements_keeps_their_rows(cases27b, tmp_p
     new = P.untimed_cases([c for c in cases27b if c.family in S.tunable()], SM90_HAND, 90)
     meas = tmp_path / "tune_new.meas.json"
     _fake_file(meas, new, _args())
-    files = [str(REPO / "bench" / "results" / f"{n}.meas.json") for n in COMMITTED]
+    files = [str(MEASUREMENTS / f"{n}.meas.json") for n in COMMITTED]
     out = tmp_path / "sm90.yaml"
     assert main(["tune", "--sm", "90", "--replay", *files, str(meas), "--base", str(SM90_HAND), "-o", str(out)]) == 0, \
         capsys.readouterr().err
@@ -387,7 +388,8 @@ def test_shipped_sm90_has_no_hand_added_rows_and_replays_from_its_measurements(t
     # the list bench/gpu_session.sh replays (COMMITTED_MEAS), so the script and the table cannot drift apart
     script = (REPO / "bench" / "gpu_session.sh").read_text()
     listed = re.search(r'^COMMITTED_MEAS="([^"]*)"', script, re.M).group(1).split()
-    files = [str(REPO / f.replace("$R/", "bench/results/")) for f in listed]
+    assert re.search(r'^R=routes/measurements/sm90$', script, re.M), "gpu_session.sh: R is not the measurements folder"
+    files = [str(MEASUREMENTS / f.removeprefix("$R/")) for f in listed]
     assert [Path(f).name.removesuffix(".meas.json") for f in files][:len(COMMITTED)] == COMMITTED
     out = tmp_path / "sm90.yaml"
     assert main(["tune", "--sm", "90", "--replay", *files, "--base", str(SM90), "-o", str(out)]) == 0, \
