@@ -208,6 +208,7 @@ for _r in LINEAR_ROUTES.values():
 # gemv_tc.py); importing them registers them
 from .routes_lowreg import LOWREG_ROUTES  # noqa: E402
 from .routes_tc import TC_ROUTES  # noqa: E402
+from .routes_gemm import GEMM_TC_ROUTES  # noqa: E402
 
 # every linear route by name (the workspace hook serves all of them)
-ALL_LINEAR_ROUTES: dict[str, Route] = {**LINEAR_ROUTES, **LOWREG_ROUTES, **TC_ROUTES}
+ALL_LINEAR_ROUTES: dict[str, Route] = {**LINEAR_ROUTES, **LOWREG_ROUTES, **TC_ROUTES, **GEMM_TC_ROUTES}
