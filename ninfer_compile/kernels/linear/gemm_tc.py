@@ -12,9 +12,9 @@ Schedule (same lane map and K permutation as gemv_tc / gemv_tc_w8; their docstri
 one warp = 16 weight rows, lane (g, c) = (lane // 4, lane % 4) owns rows g, g + 8 and the chunk c of
 each 128-lane K step; a program = NW warps = 16 NW rows x BLOCK_T columns x one K range.
 The asm is split in two blocks so that registers stay bounded at any tile count:
-- `dequant_asm_source(fmt)`: the lane's raw words of rows g, g + 8 (+ high words, scales) -> 32
+- `ptx.dequant_asm_source(fmt)`: the lane's raw words of rows g, g + 8 (+ high words, scales) -> 32
   bf16x2 A-fragment registers, ordered as the 8 mma of the K step take them (mma i: A[4i .. 4i+3]);
-- `mma_asm_source()`: one n8 column tile: 4 fp32 accumulators += the 8 mma of the K step, from the
+- `ptx.mma_asm_source()`: one n8 column tile: 4 fp32 accumulators += the 8 mma of the K step, from the
   32 A registers and the tile's 16 x registers (mma i: x[2i], x[2i + 1]).
 Per K step the kernel runs the dequant block once, then the mma block once per column tile (a
 static loop), loading each tile's 16 x registers (4 x 16-byte loads, L1 hits after the first warp)
@@ -69,90 +69,20 @@ import triton.language as tl
 
 from ...errors import RouteError
 from .epilogue import EPI_CODES, FIXUP_COUNTERS, fixup_counters, splitk_fixup
-from .gemv_lowreg import _BIAS, chunk_regs, chunk_setup_lines, word_pair_lines
-from .gemv_tc import _NH, _rows, _store, _x_tile
-from .gemv_tc_w8 import _rows_w8, _x_tile_w8, w8_pair_lines
+from .gemv_tc import _rows, _store, _x_tile
+from .gemv_tc_w8 import _rows_w8, _x_tile_w8
 from .launch import _FMT_CODE, asm_supported, check_call, named_launcher, reduce_split_k, splitk_workspace
+from .ptx import W8, dequant_asm_source, dequant_constraints, mma_asm_source, mma_constraints
 from .routes import linear_workspace_numel  # noqa: F401  (the family's sizing hook, on each launcher module)
 from .weights import QuantWeight
 from ..pdl import pdl_enter, pdl_launch
 
 MAX_T = 64          # columns one launch serves (column blocks of BLOCK_T <= 64 on grid axis 0)
-W8 = 8              # the FMT code of W8 G32 in this module
 
 
-# ---------------------------------------------------------------------------------------------
-# PTX text
-# ---------------------------------------------------------------------------------------------
-def dequant_asm_source(fmt: int) -> str:
-    """PTX: one lane's raw words of K step kb -> the 32 A-fragment registers $0..$31 (mma i takes
-    $4i .. $4i+3). Inputs from $32: Q4/5/6: row g's 4 words + high words, row g+8's, the fp32 scales
-    of rows g, g+8; W8: row g's 8 words, row g+8's 8 words, scales (g, chunk 0), (g, 1), (g+8, 0),
-    (g+8, 1)."""
-    i0 = 32
-    if fmt == W8:
-        regs = ["pp", "pv", "pb", "P0", "P1", "Q0", "Q1", "one", "zr", "nz", "sg0", "sg1", "sh0", "sh1"]
-        lines = ["{", f".reg .b32 {', '.join(regs)};", "mov.b32 one, 0x3F803F80;", "mov.b32 zr, 0;",
-                 "mov.b32 nz, 0x80008000;"]
-        for i, r in enumerate(("sg0", "sg1", "sh0", "sh1")):
-            lines.append(f"cvt.rn.bf16x2.f32 {r}, ${i0 + 16 + i}, ${i0 + 16 + i};")
-        for j in range(8):
-            sg, sh = ("sg0", "sh0") if j < 4 else ("sg1", "sh1")
-            for p in range(2):
-                lines += w8_pair_lines(f"${i0 + j}", p, f"P{p}", sg)
-                lines += w8_pair_lines(f"${i0 + 8 + j}", p, f"Q{p}", sh)
-            lines += [f"mov.b32 ${4 * j}, P0;", f"mov.b32 ${4 * j + 1}, Q0;", f"mov.b32 ${4 * j + 2}, P1;",
-                      f"mov.b32 ${4 * j + 3}, Q1;"]
-        lines.append("}")
-        return "\n".join(lines)
-    nh = _NH[fmt]
-    i_wg = i0
-    i_hg = i_wg + 4
-    i_wh = i_hg + nh
-    i_hh = i_wh + 4
-    i_s = i_hh + nh
-    hg = [f"${i_hg + i}" for i in range(nh)]
-    hh = [f"${i_hh + i}" for i in range(nh)]
-    P = ["P0", "P1", "P2", "P3"]
-    Q = ["Q0", "Q1", "Q2", "Q3"]
-    regs = chunk_regs(fmt, "g_") + chunk_regs(fmt, "h_") + P + Q + ["one", "kb", "nz", "sg", "sh"]
-    lines = ["{", f".reg .b32 {', '.join(regs)};", "mov.b32 one, 0x3F803F80;", f"mov.b32 kb, {_BIAS[fmt]};",
-             "mov.b32 nz, 0x80008000;",
-             f"cvt.rn.bf16x2.f32 sg, ${i_s}, ${i_s};", f"cvt.rn.bf16x2.f32 sh, ${i_s + 1}, ${i_s + 1};"]
-    lines += chunk_setup_lines(fmt, hg, "g_") + chunk_setup_lines(fmt, hh, "h_")
-    for j in range(4):
-        lines += word_pair_lines(fmt, j, f"${i_wg + j}", hg, P, "g_")
-        lines += [f"fma.rn.bf16x2 {p}, {p}, sg, nz;" for p in P]
-        lines += word_pair_lines(fmt, j, f"${i_wh + j}", hh, Q, "h_")
-        lines += [f"fma.rn.bf16x2 {q}, {q}, sh, nz;" for q in Q]
-        for h in range(2):
-            o = 4 * (2 * j + h)
-            lines += [f"mov.b32 ${o}, {P[2 * h]};", f"mov.b32 ${o + 1}, {Q[2 * h]};",
-                      f"mov.b32 ${o + 2}, {P[2 * h + 1]};", f"mov.b32 ${o + 3}, {Q[2 * h + 1]};"]
-    lines.append("}")
-    return "\n".join(lines)
-
-
-def dequant_constraints(fmt: int) -> str:
-    ins = ["r"] * 16 + ["f"] * 4 if fmt == W8 else ["r"] * (8 + 2 * _NH[fmt]) + ["f", "f"]
-    return ",".join(["=r"] * 32 + ins)
-
-
-def mma_asm_source() -> str:
-    """PTX: one n8 column tile's K step: $0..$3 (fp32 accumulators out) = $4..$7 (in) + the 8 mma
-    m16n8k16 of A registers $8.. (mma i: $8+4i .. $8+4i+3) and the tile's x registers $40..
-    (mma i: $40+2i, $40+2i+1)."""
-    lines = ["{"] + [f"mov.f32 ${a}, ${4 + a};" for a in range(4)]
-    for i in range(8):
-        a = ", ".join(f"${8 + 4 * i + r}" for r in range(4))
-        lines.append(f"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {{$0, $1, $2, $3}}, {{{a}}}, "
-                     f"{{${40 + 2 * i}, ${41 + 2 * i}}}, {{$0, $1, $2, $3}};")
-    lines.append("}")
-    return "\n".join(lines)
-
-
+# the PTX text (ptx.py): the dequant block per format, the mma block per column tile
 MMA = tl.constexpr(mma_asm_source())
-MMAC = tl.constexpr(",".join(["=f"] * 4 + ["f"] * 4 + ["r"] * 48))
+MMAC = tl.constexpr(mma_constraints())
 for _f in (4, 5, 6, W8):
     globals()[f"DQ_{_f}"] = tl.constexpr(dequant_asm_source(_f))
     globals()[f"DQC_{_f}"] = tl.constexpr(dequant_constraints(_f))
