@@ -178,13 +178,13 @@ def test_sm90_compile_keeps_the_mma_lane_layout(fmt, epi, nt, nw, mode):
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(ROUTES))
-@pytest.mark.parametrize("t", [1, 3, 5, 8, 9, 16, 17, 33, 64])
+@pytest.mark.parametrize("t", [1, 3, 9, 17, 33, 64])
 @pytest.mark.parametrize("epi", ["none", "swiglu", "residual"])
 def test_asm_path_on_gpu(name, t, epi):
-    for params, (n, k) in (({"USE_ASM": True}, (264, 1088)), ({"USE_ASM": True, "num_warps": 2}, (72, 200)),
-                           ({"USE_ASM": True, "PREFETCH": True, "MAXNREG": 168, "SPLIT_K": 2}, (264, 1088)),
-                           ({"USE_ASM": True, "BLOCK_T": 16, "num_warps": 8}, (264, 1088)),
-                           ({"USE_ASM": True, "BLOCK_T": 32, "SPLIT_K": 4, "REDUCE": "fused"}, (72, 200))):
+    for params, (n, k) in (({"USE_ASM": True}, (264, 1088)),
+                           ({"USE_ASM": True, "num_warps": 2, "PREFETCH": True, "MAXNREG": 168, "SPLIT_K": 2}, (72, 200)),
+                           ({"USE_ASM": True, "BLOCK_T": 16, "num_warps": 8, "SPLIT_K": 4, "REDUCE": "fused"},
+                            (264, 1088))):
         out, expected = _run(name, t, n, k, epi, params, 11 + t, device="cuda")
         assert_close_rel(out, expected, 1e-2, f"{name} asm T={t} {epi} {params}")
 
