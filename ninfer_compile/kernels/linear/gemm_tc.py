@@ -39,6 +39,17 @@ Arithmetic (gate_up, Q4 G64, N = 34816 x K = 5120, H100 read roofline ~3.0 TB/s 
 - registers per lane: 4 ceil8(T) accumulators (32 at T = 64) + 32 A + 16 x (one tile in flight) +
   8..12 words (+ the same again with PREFETCH) + ~12 addresses ~ 100-110 at T = 64 (swiglu doubles
   accumulators and A: ~180, so swiglu at T = 64 wants BLOCK_T = 32 or MAXNREG 255); T = 1 ~ 60.
+- static SASS (bench/gemm_sass.py, Triton 3.6, sm_90, num_warps 4; one K-loop pass = one warp's
+  K step; floors for the whole op at 1.755 GHz, HMMA at the dense peak of 4 clocks per scheduler):
+  | op, T max          | regs | instr/step | HMMA | issue us | ALU us | HMMA us | read floor us |
+  | gate_up Q4 swiglu 8 |  76 | 341 |  16 | 16.0 | 14.7 |  3.0 | 31.6 |
+  | gate_up Q4 swiglu 64| 186 | 512 | 128 | 24.0 | 14.7 | 24.0 | 31.6 |
+  | Q4 none 8 / 64      | 60 / 142 | 185 / 294 | 8 / 64 | 17.4 / 27.6 | 16.0 / 14.5 | 3.0 / 24.0 | 31.6 |
+  | head Q6 8 / 64      | 64 / 142 | 235 / 343 | 8 / 64 | 157 / 230 | 157 / 146 | 21 / 172 | 331 |
+  | down Q5 residual 64 (PREFETCH) | 142 | 353 | 64 | 16.6 | 12.0 | 12.0 | 19.5 |
+  Every floor stays under the read floor at T = 64 with the HMMA at peak; at mma.sync's realistic
+  ~6 clocks the HMMA floor is 1.5x those figures (gate_up 36 us, head 257 us): T = 64 lands near
+  1.1-1.3x the read floor only if loads and math overlap (prediction: gate_up T = 64 <= 2x its T = 1).
 - split-K: the fp32 partials cost SPLIT_K x T x N_out x 4 bytes written + read: at T = 64, SPLIT_K 8
   on gate_up that is 71 MB + 71 MB, more than the weights. The T = 1 GEMVs need SPLIT_K 4-8 for
   bytes in flight; past T ~ 16 the column blocks and longer per-step math give the parallelism, so
