@@ -15,7 +15,7 @@ The asm is split in two blocks so that registers stay bounded at any tile count:
 - `ptx.dequant_asm_source(fmt)`: the lane's raw words of rows g, g + 8 (+ high words, scales) -> 32
   bf16x2 A-fragment registers, ordered as the 8 mma of the K step take them (mma i: A[4i .. 4i+3]);
 - `ptx.mma_asm_source()`: one n8 column tile: 4 fp32 accumulators += the 8 mma of the K step, from the
-  32 A registers and the tile's 16 x registers (mma i: x[2i], x[2i + 1]).
+  32 A registers and the tile's 16 x registers (mma i: x[2i], x[2i + 1]); operands A, x, accumulators.
 Per K step the kernel runs the dequant block once, then the mma block once per column tile (a
 static loop), loading each tile's 16 x registers (4 x 16-byte loads, L1 hits after the first warp)
 just before its mma block. Grid (column blocks, row blocks, SPLIT_K); column blocks vary fastest so
@@ -153,13 +153,17 @@ def _tiles(acc, uacc, a, ua, x_ptr, col0, T, sx, word0, kw_last, FMT: tl.constex
             xt = _x_tile_w8(x_ptr, col0 + 8 * t, T, sx, word0, kw_last)
         else:
             xt = _x_tile(x_ptr, col0 + 8 * t, T, sx, word0, kw_last)
-        new = new + tl.inline_asm_elementwise(MMA, MMAC, (acc[4 * t], acc[4 * t + 1], acc[4 * t + 2],
-                                                          acc[4 * t + 3]) + a + xt,
-                                              dtype=(f, f, f, f), is_pure=True, pack=1)
+        # (the asm results are unpacked and re-packed: the interpreter's asm tuples are tl.tuple,
+        # which concatenates only on the left)
+        r0, r1, r2, r3 = tl.inline_asm_elementwise(MMA, MMAC, a + xt + (acc[4 * t], acc[4 * t + 1], acc[4 * t + 2],
+                                                                       acc[4 * t + 3]),
+                                                   dtype=(f, f, f, f), is_pure=True, pack=1)
+        new = new + (r0, r1, r2, r3)
         if EPI == 1:
-            unew = unew + tl.inline_asm_elementwise(MMA, MMAC, (uacc[4 * t], uacc[4 * t + 1], uacc[4 * t + 2],
-                                                                uacc[4 * t + 3]) + ua + xt,
-                                                    dtype=(f, f, f, f), is_pure=True, pack=1)
+            v0, v1, v2, v3 = tl.inline_asm_elementwise(MMA, MMAC, ua + xt + (uacc[4 * t], uacc[4 * t + 1],
+                                                                             uacc[4 * t + 2], uacc[4 * t + 3]),
+                                                       dtype=(f, f, f, f), is_pure=True, pack=1)
+            unew = unew + (v0, v1, v2, v3)
     if EPI != 1:
         unew = uacc
     return new, unew

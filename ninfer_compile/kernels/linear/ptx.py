@@ -349,17 +349,17 @@ def dequant_constraints(fmt: int) -> str:
 
 
 def mma_asm_source() -> str:
-    """PTX: one n8 column tile's K step: $0..$3 (fp32 accumulators out) = $4..$7 (in) + the 8 mma
-    m16n8k16 of A registers $8.. (mma i: $8+4i .. $8+4i+3) and the tile's x registers $40..
-    (mma i: $40+2i, $40+2i+1)."""
-    lines = ["{"] + [f"mov.f32 ${a}, ${4 + a};" for a in range(4)]
+    """PTX: one n8 column tile's K step: $0..$3 (fp32 accumulators out) = $52..$55 (in) + the 8 mma
+    m16n8k16 of A registers $4.. (mma i: $4+4i .. $4+4i+3) and the tile's x registers $36..
+    (mma i: $36+2i, $37+2i). (The kernel concatenates its A tuple, the x tuple, then the accumulators.)"""
+    lines = ["{"] + [f"mov.f32 ${a}, ${52 + a};" for a in range(4)]
     for i in range(8):
-        a = ", ".join(f"${8 + 4 * i + r}" for r in range(4))
+        a = ", ".join(f"${4 + 4 * i + r}" for r in range(4))
         lines.append(f"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {{$0, $1, $2, $3}}, {{{a}}}, "
-                     f"{{${40 + 2 * i}, ${41 + 2 * i}}}, {{$0, $1, $2, $3}};")
+                     f"{{${36 + 2 * i}, ${37 + 2 * i}}}, {{$0, $1, $2, $3}};")
     lines.append("}")
     return "\n".join(lines)
 
 
 def mma_constraints() -> str:
-    return ",".join(["=f"] * 4 + ["f"] * 4 + ["r"] * 48)
+    return ",".join(["=f"] * 4 + ["r"] * 48 + ["f"] * 4)

@@ -2,9 +2,12 @@
 
 CPU: the two PTX blocks of a K step (the dequant block -> 32 A registers, then the mma block once per
 n8 column tile) run by the bit-level warp emulator against the decoded codes, for every format and
-three column tiles fed from ONE dequant; the launcher under the interpreter (its fallback runs the
-small_t_mma kernel) on odd shapes; the declared domain; an sm_90 compile of the kernel (lane layout,
-mma count, no local memory). GPU-marked: the asm path against the fp32 reference on odd shapes, every
+three column tiles fed from ONE dequant; the whole asm kernel under the interpreter with its inline
+PTX emulated (asm_interpreter.py: loads / stores at their addresses, dequant / mma per warp) against
+the reference on odd shapes (column blocks, split-K with both reduces, every epilogue) and bit for
+bit against the gemv_tc asm kernel emulated the same way; the launcher's USE_ASM=False fallback
+(small_t_mma) on odd shapes; the declared domain; an sm_90 compile of the kernel (lane layout, mma
+count, no local memory). GPU-marked: the asm path against the fp32 reference on odd shapes, every
 epilogue, split-K (kernel and fused reduce, deterministic), and bit equality with the gemv_tc routes
 (same dequant, same mma order per column) at every T <= 64.
 """
@@ -20,6 +23,7 @@ from ninfer_compile.kernels.linear import gemm_tc as G
 from ninfer_compile.kernels.linear import ptx
 
 from _linear_helpers import assert_close_rel, run_route
+from asm_interpreter import emulated_inline_asm
 from ptx_emulator import bf, bf16_round, chunk_operands, emulate_warp, f32, f32_round, u32
 from test_gemv_tc_w8 import _lane_k, _word
 
@@ -68,7 +72,7 @@ def test_dequant_once_then_mma_per_tile_emulated(fmt):
         for lane in range(32):
             g, c = lane // 4, lane % 4
             frag = [f32_round(acc0[row][8 * t + col]) for row, col in _FRAG(g, c)]
-            lanes.append([0] * 4 + frag + a_regs[lane] + _x_regs(fmt, xs, 8 * t + g, c))
+            lanes.append([0] * 4 + a_regs[lane] + _x_regs(fmt, xs, 8 * t + g, c) + frag)
         regs = emulate_warp(mma, lanes)
         for lane in range(32):
             g, c = lane // 4, lane % 4
@@ -106,6 +110,42 @@ def _run(name, t, n, k, epi, params, seed, view=None, device="cpu"):
 def test_fallback_path_matches_reference(name, t, n, k, epi, split):
     out, expected = _run(name, t, n, k, epi, {"USE_ASM": False, "SPLIT_K": split}, 7 + t)
     assert_close_rel(out, expected, 1e-2, f"{name} T={t} {epi} split {split}")
+
+
+@pytest.fixture
+def asm_on_cpu(monkeypatch):
+    """The asm path of gemm_tc / gemv_tc / gemv_tc_w8 under the interpreter, its PTX emulated."""
+    from ninfer_compile.kernels.linear import gemv_tc, gemv_tc_w8
+
+    for mod in (G, gemv_tc, gemv_tc_w8):
+        monkeypatch.setattr(mod, "asm_supported", lambda device: True)
+    with emulated_inline_asm():
+        yield
+
+
+@pytest.mark.parametrize("name,t,n,k,epi,params", [
+    ("q4_gemm_tc", 3, 40, 200, "none", {}),
+    ("q5_gemm_tc", 17, 40, 200, "swiglu", {"num_warps": 2}),
+    ("q6_gemm_tc", 33, 40, 136, "residual", {"BLOCK_T": 16, "PREFETCH": True}),
+    ("w8_gemm_tc", 9, 24, 136, "residual", {"SPLIT_K": 2, "REDUCE": "fused", "BLOCK_T": 8}),
+    ("q4_gemm_tc", 64, 24, 200, "swiglu", {"SPLIT_K": 2, "num_warps": 1}),
+    ("w8_gemm_tc", 5, 40, 200, "swiglu", {"PREFETCH": True, "SPLIT_K": 2})])
+def test_asm_kernel_emulated_matches_reference(asm_on_cpu, name, t, n, k, epi, params):
+    out, expected = _run(name, t, n, k, epi, {"USE_ASM": True, **params}, 21 + t)
+    assert_close_rel(out, expected, 1e-2, f"{name} emulated asm T={t} {epi} {params}")
+
+
+@pytest.mark.parametrize("name,t,epi", [("q4_gemm_tc", 17, "swiglu"), ("q5_gemm_tc", 3, "residual"),
+                                        ("w8_gemm_tc", 9, "none")])
+def test_asm_kernel_emulated_equals_gemv_tc_bit_for_bit(asm_on_cpu, name, t, epi):
+    """Same dequant, same mma order per column: the gemm_tc kernel equals the gemv_tc kernel (its
+    16-column passes) bit for bit, both run with their PTX emulated."""
+    from ninfer_compile.kernels.linear import gemv_tc, gemv_tc_w8
+
+    tc = getattr(gemv_tc_w8 if name.startswith("w8") else gemv_tc, name.replace("gemm_tc", "gemv_tc"))
+    out, _ = _run(name, t, 40, 200, epi, {"USE_ASM": True, "num_warps": 2}, 4)
+    ref, _ = run_route(tc, ROUTES[name], t, 40, 200, epi, {"USE_ASM": True, "num_warps": 2}, 4)
+    assert torch.equal(out, ref), f"{name} T={t}: differs from gemv_tc"
 
 
 @pytest.mark.parametrize("name", list(ROUTES))
