@@ -173,8 +173,15 @@ def main(argv=None):
                          "(the current best, with its params), beside the --new routes' sweep")
     ap.add_argument("--gemlite-t", default=None, help="T values timed for gemlite (its autotune costs seconds per "
                     "new T); default: every T")
+    ap.add_argument("--ratios", default=None, metavar="JSON",
+                    help="print the cost(T)/cost(1) table of a finished (or cut) run's bench_linear.json and exit")
     ap.add_argument("--reps", type=int, default=20, help="graph replays per timing (median)")
     args = ap.parse_args(argv)
+    if args.ratios:
+        with open(args.ratios) as f:
+            run = json.load(f)
+        print("\n".join(ratio_table(run["rows"], run["read_bw"], args.new)))
+        return 0
     bad = [s for s in args.shapes.split(",") if s not in SHAPES]
     if bad:
         print(f"bench_linear: unknown shape(s) {bad} in --shapes (known: {', '.join(SHAPES)})")

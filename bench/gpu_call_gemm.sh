@@ -14,7 +14,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
-WALL_S=${WALL_S:-530}          # stop starting parts past this (the run's limit is 600 s)
+WALL_S=${WALL_S:-520}          # stop starting parts past this (the run's limit is 600 s)
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site wheels/*.whl || exit 2
 python3 -c "import numpy" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
   wheels/numpy/*.whl || echo "numpy unavailable: gemlite will be skipped"
@@ -42,11 +42,11 @@ for part in ${PARTS:-tests large1 large2 rest}; do
       grep -m 8 "FAILED\|Error" "$OUT/gpu_tests.log" | cut -c1-300 | tee -a "$OUT/call.log" ;;
     large1)   # budget: bench_linear stops starting rows after --budget-s
       b=$(( $(left) < 175 ? $(left) - 15 : 160 ))
-      timeout $(( b + 40 )) $BENCH --out "$OUT/large1" --shapes gate_up,down --max-candidates 3 --budget-s $b 2>&1 \
+      timeout $(( b + 35 )) $BENCH --out "$OUT/large1" --shapes gate_up,down --max-candidates 3 --budget-s $b 2>&1 \
         | grep -v "^ *$" | tee "$OUT/large1.log" | grep "^| \|^#\|rror\|unavailable\|needs a\|no pick" | tee -a "$OUT/call.log" ;;
     large2)
       b=$(( $(left) < 175 ? $(left) - 15 : 160 ))
-      timeout $(( b + 40 )) $BENCH --out "$OUT/large2" --shapes value_z,head --max-candidates 3 --budget-s $b 2>&1 \
+      timeout $(( b + 35 )) $BENCH --out "$OUT/large2" --shapes value_z,head --max-candidates 3 --budget-s $b 2>&1 \
         | grep -v "^ *$" | tee "$OUT/large2.log" | grep "^| \|^#\|rror\|unavailable\|needs a\|no pick" | tee -a "$OUT/call.log" ;;
     rest)
       b=$(( $(left) - 15 ))
