@@ -1,5 +1,4 @@
-"""Route registrations of the Gated DeltaNet family (gdn_gating, gdn_gating_proj, gated_delta_rule,
-gdn_decode_fused)."""
+"""Route registrations of the Gated DeltaNet family (gdn_gating, gdn_gating_proj, gated_delta_rule)."""
 
 from ninfer_compile.kernels.registry import ParamSpec, Route, RouteDomain, register
 
@@ -13,8 +12,7 @@ register(Route(
 ))
 register(Route(
     name="gdn_gating_proj_rows", family="gdn_gating_proj",
-    domain=RouteDomain(formats=("BF16",), max_t=128, extra={"phase": ("decode", "verify")},
-                       prologues=("none", "rmsnorm")),
+    domain=RouteDomain(formats=("BF16",), max_t=128, extra={"phase": ("decode", "verify")}),
     params={
         "BLOCK_H": ParamSpec("BLOCK_H", (1, 2, 4, 8), 1, "value heads (rows of Wa and Wb) per program"),
         "BLOCK_T": ParamSpec("BLOCK_T", (1, 2, 4, 8), 1, "token columns per program (weight reuse)"),
@@ -83,20 +81,6 @@ register(Route(
         "float32 workspace launch_fast.chunked_workspace_numel(T, Hv, Dk, Dv)",
 ))
 
-register(Route(
-    name="gdn_decode_fused_keyhead", family="gdn_decode_fused",
-    domain=RouteDomain(max_t=64, extra={"phase": ("decode",)}),
-    params={"num_warps": ParamSpec("num_warps", (2, 4, 8, 16), 16,
-                                   "warps per (column, key head) program ([Dk, Dv] f32 state block in registers)"),
-            "PREFETCH": ParamSpec("PREFETCH", (True, False), True,
-                                  "load the next value head's state block while the current one computes")},
-    reference=f"{_M}.reference:gdn_decode_fused", launcher=f"{_M}.launch_fused:gdn_decode_fused",
-    kernels=(f"{_M}.kernels_fused:gdn_fused_decode_kernel",),
-    doc="decode (every column its own slot, T <= 64): conv1d + SiLU of q / k / v (state roll), the gated delta "
-        "rule step and the gated RMSNorm in one launch; grid (T, Hk), each program owns a key head and its "
-        "Hv/Hk value heads (every conv channel single-owner). Replaces conv1d_decode + gdn_recurrent_decode + "
-        "gated_rmsnorm_rows",
-))
 
 
 # ------------------------------------------------------------------ workspace sizing (pure arithmetic)

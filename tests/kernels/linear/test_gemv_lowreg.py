@@ -196,11 +196,11 @@ from triton.compiler import ASTSource
 from ninfer_compile.kernels.linear.gemv_lowreg import gemv_lowreg_kernel as fn
 fmt, epi = int(sys.argv[1]), int(sys.argv[2])
 ptrs = {'x_ptr': '*bf16', 'base_ptr': '*i32', 'high_ptr': '*i32', 'scale_ptr': '*fp16', 'out_ptr': '*bf16',
-        'res_ptr': '*bf16', 'ws_ptr': '*fp32', 'cnt_ptr': '*i32', 'nw_ptr': '*bf16'}
+        'res_ptr': '*bf16', 'ws_ptr': '*fp32', 'cnt_ptr': '*i32'}
 consts = dict(FMT=fmt, EPI=epi, BLOCK_N=2, BLOCK_K=1024, BLOCK_T=1, SPLIT_K=1, CHAIN=1, INTERP=False, USE_ASM=True,
-              PREFETCH=False, L2_HINT=False, FUSED_REDUCE=False, NORM=False, NORM_BLOCK=1024, ASYNC=3, PDL=False)
+              PREFETCH=False, L2_HINT=False, FUSED_REDUCE=False, ASYNC=3, PDL=False)
 names = fn.arg_names
-sig = {n: ptrs.get(n, 'constexpr' if n in consts else ('fp32' if n == 'norm_eps' else 'i32')) for n in names}
+sig = {n: ptrs.get(n, 'constexpr' if n in consts else 'i32') for n in names}
 # the integer arguments a 27B launch passes as multiples of 16 (Triton specialises them so)
 div16 = list(ptrs) + ['K', 'KC_TOTAL', 'base_row', 'high_row', 'scale_row', 'sx', 'so', 'sr', 'N_OUT', 'up_off']
 src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
