@@ -64,7 +64,7 @@ register(Route(
         "float32 workspace chunked_workspace_numel(T, Hv, Dk, Dv)",
 ))
 register(Route(
-    name="gdn_chunked_prefill_fast", family="gated_delta_rule",
+    name="gdn_chunked_wy_prefill", family="gated_delta_rule",
     domain=RouteDomain(extra={"phase": ("prefill",)}),
     params={
         "chunk": ParamSpec("chunk", (64,), 64, "chunk length (four 16-row blocks)"),
@@ -72,19 +72,19 @@ register(Route(
         "num_warps": ParamSpec("num_warps", (4, 8), 4, "warps of the state and output kernels"),
         "num_stages": ParamSpec("num_stages", (1, 2, 3), 2, "software pipelining of the state / output loads"),
     },
-    reference=f"{_M}.reference:gated_delta_rule", launcher=f"{_M}.launch_fast:gated_delta_rule_chunked_fast",
-    workspace=f"{_M}.routes:chunked_fast_workspace",
-    kernels=(f"{_M}.kernels_fast:gdn_fast_prep_kernel", f"{_M}.kernels_fast:gdn_fast_state_kernel",
-             f"{_M}.kernels_fast:gdn_fast_out_kernel"),
+    reference=f"{_M}.reference:gated_delta_rule", launcher=f"{_M}.launch_chunked_wy:gated_delta_rule_chunked_wy",
+    workspace=f"{_M}.routes:chunked_wy_workspace",
+    kernels=(f"{_M}.kernels_chunked_wy:gdn_wy_prep_kernel", f"{_M}.kernels_chunked_wy:gdn_wy_state_kernel",
+             f"{_M}.kernels_chunked_wy:gdn_wy_out_kernel"),
     doc="one sequence per launch, any T; chunk 64 WY/UT prep (blocked 16x16 inverse, chunk-parallel) + "
         "bf16 tensor-core state passing (heads x Dv blocks) storing per-chunk states + chunk-parallel output; "
-        "float32 workspace launch_fast.chunked_workspace_numel(T, Hv, Dk, Dv)",
+        "float32 workspace launch_chunked_wy.chunked_workspace_numel(T, Hv, Dk, Dv)",
 ))
 
 
 
 # ------------------------------------------------------------------ workspace sizing (pure arithmetic)
-FAST_CHUNK = 64  # gdn_chunked_prefill_fast's chunk (launch_fast.CHUNK)
+WY_CHUNK = 64  # gdn_chunked_wy_prefill's chunk (launch_chunked_wy.CHUNK)
 
 
 def chunked_workspace_numel(T: int, Hv: int, Dk: int, Dv: int) -> int:
@@ -92,16 +92,16 @@ def chunked_workspace_numel(T: int, Hv: int, Dk: int, Dv: int) -> int:
     return int(T) * int(Hv) * (int(Dk) + int(Dv) + 1)
 
 
-def fast_sections(T: int, Hv: int, Dk: int, Dv: int) -> tuple[int, int, int, int]:
-    """float32-element sizes of gdn_chunked_prefill_fast's workspace sections: gc, rk f32 [Hv, T],
+def wy_sections(T: int, Hv: int, Dk: int, Dv: int) -> tuple[int, int, int, int]:
+    """float32-element sizes of gdn_chunked_wy_prefill's workspace sections: gc, rk f32 [Hv, T],
     W bf16 [Hv, T, Dk], U bf16 [Hv, T, Dv], H bf16 [Hv, NT, Dk, Dv] (bf16 pairs rounded up)."""
-    nt = -(-int(T) // FAST_CHUNK)
+    nt = -(-int(T) // WY_CHUNK)
     half = lambda n: (n + 1) // 2  # noqa: E731
     return 2 * T * Hv, half(Hv * T * Dk), half(Hv * T * Dv), half(Hv * nt * Dk * Dv)
 
 
-def fast_workspace_numel(T: int, Hv: int, Dk: int, Dv: int) -> int:
-    return sum(fast_sections(T, Hv, Dk, Dv))
+def wy_workspace_numel(T: int, Hv: int, Dk: int, Dv: int) -> int:
+    return sum(wy_sections(T, Hv, Dk, Dv))
 
 
 def _dims(view) -> tuple[int, int, int, int]:
@@ -115,6 +115,6 @@ def chunked_workspace(view, params) -> int:
     return chunked_workspace_numel(*_dims(view))
 
 
-def chunked_fast_workspace(view, params) -> int:
-    """Route workspace hook of gdn_chunked_prefill_fast (`Route.workspace`)."""
-    return fast_workspace_numel(*_dims(view))
+def chunked_wy_workspace(view, params) -> int:
+    """Route workspace hook of gdn_chunked_wy_prefill (`Route.workspace`)."""
+    return wy_workspace_numel(*_dims(view))

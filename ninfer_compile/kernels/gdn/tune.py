@@ -11,7 +11,7 @@ from ninfer_compile.kernels.tuning import TuneSpec
 def gated_delta_rule_candidates(route, t: int, quick: bool) -> list[dict]:
     if "decode" in route.name or "verify" in route.name:
         return [{}, {"block_v": 64}, {"block_v": 16}, {"block_v": 64, "num_warps": 8}, {"num_warps": 2}]
-    if route.name.endswith("_fast"):  # block_v 64 only: the block_v=32 configs are refused (launch_fast.KNOWN_FAULTS)
+    if route.name == "gdn_chunked_wy_prefill":  # block_v 64 only: the block_v=32 configs are refused (launch_chunked_wy.KNOWN_FAULTS)
         return [{}, {"num_stages": 3}, {"num_stages": 1}, {"num_warps": 8}, {"num_warps": 8, "num_stages": 3}]
     return [{}, {"block_v": 64}, {"block_v": 16}, {"chunk": 32}]
 

@@ -1,5 +1,5 @@
 """Low-register decode GEMV (T <= 4) for the row-split Q4 / Q5 / Q6 planes: routes
-`q4_gemv_lowreg`, `q5_gemv_packed`, `q6_gemv_packed` (registered in `routes.py`; the PTX text in `ptx.py`).
+`q4_gemv_lowreg`, `q5_gemv_lowreg`, `q6_gemv_lowreg` (registered in `routes.py`; the PTX text in `ptx.py`).
 
 Work unit = one 16-byte chunk (4 words = 32 lanes = half a G64 group) of one row. The weight tile
 is [BLOCK_N, KC] chunks (KC = BLOCK_K / 32); every thread owns whole chunks, so
@@ -494,5 +494,5 @@ def launch_lowreg(route_name: str, x, weight, out, *, epilogue: str = "none", re
 
 
 q4_gemv_lowreg = named_launcher(launch_lowreg, "q4_gemv_lowreg", "Launch low-register GEMV route `q4_gemv_lowreg`.")
-q5_gemv_packed = named_launcher(launch_lowreg, "q5_gemv_packed", "Launch low-register GEMV route `q5_gemv_packed`.")
-q6_gemv_packed = named_launcher(launch_lowreg, "q6_gemv_packed", "Launch low-register GEMV route `q6_gemv_packed`.")
+q5_gemv_lowreg = named_launcher(launch_lowreg, "q5_gemv_lowreg", "Launch low-register GEMV route `q5_gemv_lowreg`.")
+q6_gemv_lowreg = named_launcher(launch_lowreg, "q6_gemv_lowreg", "Launch low-register GEMV route `q6_gemv_lowreg`.")

@@ -16,7 +16,7 @@ Per weight format four schedules (bf16: two), each with its own declared domain:
 GDN a/b projections and bf16-recipe artifacts). Every route supports the epilogues none /
 swiglu / residual. Launchers: `ninfer_compile.kernels.linear.launch:<route name>`.
 The decode GEMVs with their own kernel modules (selected by the shipped tables, e.g. routes/sm90.yaml):
-- `q4_gemv_lowreg`, `q5_gemv_packed`, `q6_gemv_packed` (gemv_lowreg.py), T in [1, 4]: a 16-byte
+- `q4_gemv_lowreg`, `q5_gemv_lowreg`, `q6_gemv_lowreg` (gemv_lowreg.py), T in [1, 4]: a 16-byte
   chunk per (row, thread), packed bf16x2 prmt/lop3 dequant + bf16x2 dot, one scale per chunk,
   [BLOCK_N, KC] fp32 accumulators (one register per row and column per thread); Q5 / Q6 merge the
   high-bit plane into the nibble bytes before the magic-number conversion.
@@ -209,7 +209,7 @@ def dequant_gemm_workspace(view, params) -> int:
     return (dequant_gemm_layout(t, n, k, epi)[3] + 1) // 2
 
 # ---------------------------------------------------------------------------------------------
-# the low-register / packed decode GEMVs (gemv_lowreg.py)
+# the low-register decode GEMVs (gemv_lowreg.py)
 # ---------------------------------------------------------------------------------------------
 _LOWREG = f"{_MOD}.gemv_lowreg"
 
@@ -250,8 +250,8 @@ def _build_lowreg() -> dict[str, Route]:
     out = {}
     for name, fmt, doc in (
             ("q4_gemv_lowreg", "Q4G64_F16S", "Q4 decode GEMV (T<=4), 16-byte chunks, packed bf16x2, low-register accumulators"),
-            ("q5_gemv_packed", "Q5G64_F16S", "Q5 decode GEMV (T<=4), high bits merged before the packed bf16x2 dequant"),
-            ("q6_gemv_packed", "Q6G64_F16S", "Q6 decode GEMV (T<=4), high bits merged before the packed bf16x2 dequant")):
+            ("q5_gemv_lowreg", "Q5G64_F16S", "Q5 decode GEMV (T<=4), high bits merged before the packed bf16x2 dequant"),
+            ("q6_gemv_lowreg", "Q6G64_F16S", "Q6 decode GEMV (T<=4), high bits merged before the packed bf16x2 dequant")):
         out[name] = Route(
             name=name, family="linear",
             domain=RouteDomain(formats=(fmt,), min_t=1, max_t=4, epilogues=EPILOGUES),

@@ -31,7 +31,7 @@ def candidates(route, t: int, quick: bool) -> list[dict]:
                  {"BLOCK_T": bt, "BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 4}]
         if name.startswith("q4_"):
             cands.append({"BLOCK_T": bt, "USE_ASM": False})
-    elif name.endswith(("_gemv_lowreg", "_gemv_packed")):
+    elif name.endswith("_gemv_lowreg"):
         # (the 2026-11-29 H200 run: BLOCK_N 16 / 32 with CHAIN, and BLOCK_N 4 at BLOCK_K 512, were
         # never within 20% of the best; PREFETCH needs a register cap to stay ahead of the math)
         pf = {"PREFETCH": True, "MAXNREG": 128}
