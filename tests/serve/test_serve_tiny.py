@@ -219,7 +219,7 @@ def test_adapter_padding_borrows_a_busy_slot_and_puts_its_state_back(tiny_served
         a.prefill(2, [1, 446, 774], 0)
         before = {n: engine.state(n)[2].clone() for n in names}
         snap = a.snapshot(2, 3, None)
-        a.decode([(5, 0, 0), (5, 0, 1)], busy={2}, samplers=[a.sampler(temperature=0, top_p=1, top_k=0, seed=0)] * 2)
+        a.step([(5, 0, 0), (5, 0, 1)], busy={2}, params=[a.sampler(temperature=0, top_p=1, top_k=0, seed=0)] * 2)
         for n in names:
             assert torch.equal(engine.state(n)[2], before[n]), n
         assert any(not torch.equal(engine.state(n)[0], torch.zeros_like(engine.state(n)[0])) for n in names)
