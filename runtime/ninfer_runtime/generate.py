@@ -15,8 +15,8 @@ With `spec=` (a plan with a draft window K; speculative/rounds.py, docs/SPECULAT
 a speculative round instead: all active sequences verify their last token + K drafts together and
 each emits accepted + 1 tokens, in order until it stops (a sequence too close to the context end
 takes a plain step). A sequence stops by `steps.finish_reason`: "stop" on a stop id (the
-artifact's eos ids, plus `stop_ids`), "length" after `max_new_tokens` or when its next token would
-have no cache row.
+artifact's eos ids, plus `stop_ids`), "length" after `max_new_tokens` or when prompt + generated
+tokens fill the plan's max context.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ admission to its end. The loops keep their own bookkeeping (which sequence is wh
 strings, the prefix cache); the steps themselves live here, once:
 
 - `finish_reason(...)`: THE stop rule. "stop" (a stop id) or "length" (max tokens, or the context
-  is full: the next token would have no cache row), as OpenAI's wire values; the CLI prints its own
-  words for them.
+  is full: prompt + generated tokens = max_context, the server's `max_model_len`), as OpenAI's wire
+  values; the CLI prints its own words for them.
 - `prefill(engine, tokens, slot, params, start=)` / `prefill_chunk(...)`: the prompt (from position
   `start`: the slot already holds tokens[:start], e.g. restored from the prefix cache; `start` 0
   resets the slot) in chunks of the prefill extent; the chunk that ends the prompt samples the first
@@ -43,11 +43,11 @@ from .sampling import SamplingParams, host_rows, require_device_sampling, upload
 def finish_reason(token: int, generated: int, prompt_len: int, *, stop_ids, max_tokens: int,
                   max_context: int) -> str | None:
     """Why a sequence ends with `token` (its `generated`-th token), or None: "stop" for a stop id,
-    "length" after `max_tokens` or when the context is full (the token after it would have no
-    cache row: prompt_len + generated > max_context)."""
+    "length" after `max_tokens` or when the context is full: prompt and completion hold at most
+    `max_context` tokens (OpenAI's context length; the server refuses a longer max_tokens)."""
     if int(token) in stop_ids:
         return "stop"
-    if generated >= max_tokens or prompt_len + generated > max_context:
+    if generated >= max_tokens or prompt_len + generated >= max_context:
         return "length"
     return None
 

@@ -166,6 +166,6 @@ def fake_generate(prompt: list[int], max_tokens: int, max_context: int = 256) ->
     while True:
         tok = _next(h)
         out.append(tok)
-        if tok == STOP or len(out) >= max_tokens or len(prompt) + len(out) > max_context:
+        if tok == STOP or len(out) >= max_tokens or len(prompt) + len(out) >= max_context:
             return out
         h = _mix(h, tok, len(prompt) + len(out) - 1)
