@@ -2,8 +2,9 @@
 
     python bench/load_phases.py [--dir D] [--model qwen3.6-27b] [--sm N] [--runs 2] [--dry-run]
 
-1. writes the synthetic artifact once (`ninfer-compile pack --synthetic MODEL --sparse`: the
-   real shapes and formats, a sparse file of zeros, so the "weights" read from a warm page cache);
+1. writes the synthetic artifact once (`ninfer-compile pack --synthetic MODEL --seed 0`: the real
+   shapes, formats and frontend resources; ~17.5 GB for the 27B; a sparse artifact has no
+   tokenizer, so it cannot load); later runs read it from a warm page cache;
 2. compiles it for this GPU's sm with kernel binaries (the binary cache makes a repeat cheap), and
    times that compile;
 3. runs `--runs` fresh child processes, each: import ninfer_runtime, load the plan
@@ -95,9 +96,9 @@ def main(argv=None) -> int:
 
             major, minor = torch.cuda.get_device_capability()
             sm = major * 10 + minor
-    art = args.dir / f"{model}.ninfer"
+    art = args.dir / f"{model}-seed0.ninfer"
     if not art.exists():
-        _run([sys.executable, "-m", "ninfer_compile.cli", "pack", "--synthetic", model, "--sparse", "-o", str(art)],
+        _run([sys.executable, "-m", "ninfer_compile.cli", "pack", "--synthetic", model, "--seed", "0", "-o", str(art)],
              compile_env, "pack")
     plan = args.dir / f"{model}.sm{sm}.plan"
     extra = ["--prefill-chunk", "16", "--max-context", "64"] if args.dry_run else []

@@ -217,9 +217,10 @@ def _precompile_or_skip(plan, kernel_files, objects, sm, progress, cache) -> Aot
         ACTIVE.update(cache=None, identity=None, probe=False, restored=set())
         _forget_package(root, importer)
         shutil.rmtree(work, ignore_errors=True)
-    if cache is not None and rkey is not None and result.summary.get("status") == "ok":
+    if cache is not None:
         try:
-            cache.put_json("results-v1", rkey, {"manifest": result.manifest, "summary": result.summary})
+            if rkey is not None and result.summary.get("status") == "ok":
+                cache.put_json("results-v1", rkey, {"manifest": result.manifest, "summary": result.summary})
             cache.trim()
         except OSError:
             pass
