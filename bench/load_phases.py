@@ -1,6 +1,6 @@
 """Load phases: how long a fresh process takes to its first token, step by step.
 
-    python bench/load_phases.py [--dir D] [--model qwen3.6-27b] [--sm N] [--runs 2] [--dry-run]
+    python bench/load_phases.py [--dir D] [--artifact A] [--model qwen3.6-27b] [--sm N] [--runs 2] [--dry-run]
 
 1. writes the synthetic artifact once (`ninfer-compile pack --synthetic MODEL --seed 0`: the real
    shapes, formats and frontend resources; ~17.5 GB for the 27B; a sparse artifact has no
@@ -79,6 +79,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", type=Path, default=Path("/tmp/ninfer-load-phases"))
     ap.add_argument("--model", default="qwen3.6-27b")
     ap.add_argument("--sm", type=int, default=None, help="default: this GPU's")
+    ap.add_argument("--artifact", type=Path, default=None, help="an existing artifact (default: pack one in --dir)")
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--dry-run", action="store_true", help="no GPU: the tiny model under the interpreter")
     args = ap.parse_args(argv)
@@ -96,11 +97,11 @@ def main(argv=None) -> int:
 
             major, minor = torch.cuda.get_device_capability()
             sm = major * 10 + minor
-    art = args.dir / f"{model}-seed0.ninfer"
+    art = args.artifact or args.dir / f"{model}-seed0.ninfer"
     if not art.exists():
         _run([sys.executable, "-m", "ninfer_compile.cli", "pack", "--synthetic", model, "--seed", "0", "-o", str(art)],
              compile_env, "pack")
-    plan = args.dir / f"{model}.sm{sm}.plan"
+    plan = args.dir / f"{art.name}.sm{sm}.plan"
     extra = ["--prefill-chunk", "16", "--max-context", "64"] if args.dry_run else []
     _, cold = _run([sys.executable, "-m", "ninfer_compile.cli", "compile", str(art), "--sm", str(sm), "-o", str(plan),
                     "--quiet", *extra], compile_env, "compile")
