@@ -285,6 +285,9 @@ def _run(args) -> int:
             print(f"loaded {args.plan}: {engine.device_note}; {engine.weight_bytes / 2**20:.1f} MiB weights; load "
                   f"{lt['total']:.2f}s (upload {lt['upload']:.2f}s, kernels {lt['kernels']:.2f}s, capture "
                   f"{lt['capture']:.2f}s)" + ("; weights verified" if args.verify_weights else ""), file=sys.stderr)
+            from .triton_cache import format_phases
+
+            print(f"load phases: {format_phases(getattr(engine, 'load_phases', {}))}", file=sys.stderr)
         for c in args.concurrency_values:
             _generate(engine, args, prompt, c, several=len(args.concurrency_values) > 1)
         sys.stdout.flush()
