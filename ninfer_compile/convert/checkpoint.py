@@ -17,8 +17,9 @@ from .mapping import _one_line, text_geometry
 
 FRONTEND_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json",
                   "preprocessor_config.json", "video_preprocessor_config.json")
-MODEL_TYPES = {"qwen3_5", "qwen3_5_text"}
-ARCHITECTURES = {"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"}
+MODEL_TYPES = {"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
+ARCHITECTURES = {"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration",
+                 "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration"}
 
 
 class HFCheckpoint:

@@ -48,11 +48,19 @@ from .mapping import (  # noqa: F401  (re-exported)
 
 RECIPES = ("default", "bf16")
 BASE_CONTRACT = "qwen3.6-27b"  # structure (inventory, views, aliases) and the `default` formats
+MOE_BASE_CONTRACT = "qwen3.6-35b-a3b"  # the same for sparse-MoE (`qwen3_5_moe`) checkpoints
+
+
+def base_contract_id(geometry: TextGeometry) -> str:
+    """The registered contract whose structure a new checkpoint's contract takes."""
+    return MOE_BASE_CONTRACT if geometry.experts else BASE_CONTRACT
 
 
 def default_model_id(geometry: TextGeometry, recipe: str = "default") -> str:
-    """`hf-qwen3_5-<hidden>x<layers>`, with `-<recipe>` for a non-default recipe."""
-    base = f"hf-qwen3_5-{geometry.hidden}x{geometry.layers}"
+    """`hf-qwen3_5-<hidden>x<layers>` (`hf-qwen3_5_moe-...` for sparse MoE), with `-<recipe>` for a
+    non-default recipe."""
+    family = "qwen3_5_moe" if geometry.experts else "qwen3_5"
+    base = f"hf-{family}-{geometry.hidden}x{geometry.layers}"
     return base if recipe == "default" else f"{base}-{recipe}"
 
 
@@ -159,7 +167,9 @@ def _known_ids() -> set[str]:
 
 
 def _base_with_resources(base, present_files: list[str]):
-    """The base contract with its frontend resource list narrowed to the files present."""
+    """The base contract with its frontend resource list narrowed to the files present, and without
+    its per-layer role exceptions (they pick layers of that one checkpoint, e.g. the 35B-A3B's
+    higher-precision routed-down layers; a new checkpoint gets the role's format on every layer)."""
     from ..contracts import Contract
     data = base.model_dump(mode="python", exclude_none=True)
     keep = {f"frontend/{f}" for f in present_files}
@@ -169,17 +179,29 @@ def _base_with_resources(base, present_files: list[str]):
             section = {**section, "resources": [r for r in section["resources"] if r in keep]}
             if not section["resources"]:
                 continue
+        for group in (section.get("per_layer") or {}).values():
+            for tensor in group:
+                tensor.pop("layer_roles", None)
         inventory.append(section)
+    data["formats"] = {role: fmt for role, fmt in data["formats"].items()
+                       if any(t["role"] == role for s in inventory for t in _tensors_of(s))}
     data["inventory"] = inventory
     return Contract.model_validate(data)
+
+
+def _tensors_of(section: dict):
+    yield from section.get("tensors") or ()
+    for group in (section.get("per_layer") or {}).values():
+        yield from group
 
 
 def build_contract(ckpt: HFCheckpoint, *, model_id: str, recipe: str, draft_rows: int | None,
                    with_draft: bool):
     """(contract, yaml text) for a checkpoint whose model id is not in graphs/: the structure of
-    qwen3.6-27b with this checkpoint's dims/params/layer pattern, the recipe's formats, and the
-    parts the checkpoint actually has (MTP if `mtp.*`, vision if `model.visual.*`, the frontend
-    files present, the draft head only with a ranking)."""
+    qwen3.6-27b (qwen3.6-35b-a3b for sparse MoE) with this checkpoint's dims/params/layer pattern,
+    the recipe's formats, and the parts the checkpoint actually has (MTP if `mtp.*`, vision if
+    `model.visual.*`, the frontend files present, the draft head only with a ranking; never the
+    DFlash drafters, which come from separate checkpoints)."""
     from ..contracts import dims_from_hf_config, load_contract, parse_contract, render_contract
     from ..errors import ContractError
 
@@ -212,7 +234,9 @@ def build_contract(ckpt: HFCheckpoint, *, model_id: str, recipe: str, draft_rows
         parts["draft_head"] = "absent"
     files = [f for f in FRONTEND_FILES if (ckpt.dir / f).is_file()]
     parts["frontend"] = "required" if files else "absent"
-    base = load_contract(BASE_CONTRACT)
+    base = load_contract(base_contract_id(ckpt.geometry))
+    for part in base.part_status():
+        parts.setdefault(part, "absent")
     absent = {p for p, st in parts.items() if st == "absent"}
     used_roles = set()
     for section in base.model_dump(mode="python", exclude_none=True)["inventory"]:
