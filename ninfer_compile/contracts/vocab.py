@@ -73,7 +73,7 @@ _PART_DIMS: dict[str, tuple[str, ...]] = {
     # DFlash2: DFlash plus dynamic convolutions around attention and MLP and a candidate selector.
     "dflash2": ("dflash2_layers", "dflash2_intermediate", "dflash2_heads", "dflash2_kv_heads",
                 "dflash2_head_dim", "dflash2_features", "dflash2_conv_sides", "dflash2_conv_taps",
-                "dflash2_conv_groups", "dflash2_selector_rank"),
+                "dflash2_conv_group_size", "dflash2_selector_rank"),
 }
 
 _HYBRID_TEXT_DIMS = ("vocab_rows", "hidden", "layers", "attn_heads", "kv_heads", "head_dim", "rotary_dim",
