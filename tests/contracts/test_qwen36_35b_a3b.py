@@ -206,3 +206,35 @@ def test_sparse_header_artifact_checks(tmp_path, capsys):
 
 def test_every_part_name_known():
     assert {"dflash", "dflash2"} <= set(PART_NAMES)
+
+
+def test_render_keeps_layer_roles_and_refuses_out_of_range():
+    """A contract rendered from tiny-moe keeps its per-layer role (and that role's format); with
+    fewer layers the exception names a layer that no longer exists: one precise line."""
+    from ninfer_compile.contracts import parse_contract, render_contract
+
+    base = load_contract("tiny-moe")
+    spec = base.resolve()
+    text = render_contract(base, "tiny-moe-copy", spec.dims, base.params.model_dump(exclude_none=True))
+    copy = parse_contract(text, "copy").resolve()
+    assert copy.objects["text/layers/3/moe/routed_down"].format == "Q6G64_F16S"
+    assert copy.objects["text/layers/2/moe/routed_down"].format == "Q5G64_F16S"
+    with pytest.raises(ContractError) as info:
+        render_contract(base, "tiny-moe-2", {**spec.dims, "layers": 2}, base.params.model_dump(exclude_none=True))
+    assert "\n" not in str(info.value) and "must be distinct text layers 0..1" in str(info.value)
+
+
+def test_dims_from_hf_moe_config():
+    from ninfer_compile.contracts import dims_from_hf_config
+
+    cfg = {"vocab_size": 320, "hidden_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "head_dim": 32, "linear_num_key_heads": 2, "linear_key_head_dim": 16,
+           "linear_num_value_heads": 4, "linear_value_head_dim": 24, "linear_conv_kernel_dim": 4,
+           "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+           "shared_expert_intermediate_size": 48}
+    dims, _, kinds = dims_from_hf_config({"text_config": cfg})
+    assert "intermediate" not in dims and kinds == ["gdn", "gdn", "gdn", "attention"]
+    assert (dims["experts"], dims["experts_per_token"], dims["expert_intermediate"],
+            dims["shared_intermediate"]) == (8, 2, 32, 48)
+    with pytest.raises(ContractError, match="moe_intermediate_size"):
+        dims_from_hf_config({k: v for k, v in cfg.items() if k != "moe_intermediate_size"})
