@@ -291,6 +291,10 @@ class ContractResolver:
                         if bad or not on_layers or len(set(on_layers)) != len(on_layers):
                             raise self.error(lpath, f"layers {on_layers} must be distinct text layers "
                                                     f"0..{len(layer_kinds) - 1}")
+                        other_kind = [l for l in on_layers if layer_kinds[l] != group_key[1]]
+                        if other_kind:
+                            raise self.error(lpath, f"layer {other_kind[0]} is of kind {layer_kinds[other_kind[0]]}, "
+                                                    f"not {group_key[1]} (the kind of this group)")
                         roles_everywhere.add(other)
 
             if section.resources is not None:

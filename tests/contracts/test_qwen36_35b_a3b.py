@@ -163,6 +163,11 @@ def test_layer_roles_out_of_range(tmp_path):
     assert "per_layer.gdn[11].layer_roles.moe_routed_down_precise" in msg and "0..39" in msg
 
 
+def test_layer_roles_of_the_other_kind(tmp_path):
+    msg = _error(tmp_path, TEXT.replace("moe_routed_down_precise: [34, 38]", "moe_routed_down_precise: [34, 39]"))
+    assert "per_layer.gdn[11].layer_roles" in msg and "layer 39 is of kind attention, not gdn (the kind of this group)" in msg
+
+
 def test_layer_roles_unknown_role(tmp_path):
     msg = _error(tmp_path, TEXT.replace("moe_routed_down_precise: [39]", "moe_routed_down_wider: [39]"))
     assert "layer_roles.moe_routed_down_wider" in msg and "has no entry in formats" in msg
