@@ -159,6 +159,21 @@ class HFCheckpoint:
         self.close()
 
 
+class SafetensorsDir(HFCheckpoint):
+    """A directory of safetensors files read lazily like a checkpoint, without config checks (e.g.
+    a DFlash companion: `names`, `shape`, `dtype`, `get`)."""
+
+    def __init__(self, path):  # noqa: super().__init__ would demand a Qwen3.5 config.json
+        from pathlib import Path
+
+        self.dir = Path(path)
+        if not self.dir.is_dir():
+            raise ConvertError(f"{self.dir}: not a directory")
+        self._index = self._read_index()
+        self.names = set(self._index)
+        self._handles = {}
+
+
 def _json_file(path) -> dict:
     import json
     try:

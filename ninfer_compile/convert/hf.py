@@ -254,10 +254,38 @@ def build_contract(ckpt: HFCheckpoint, *, model_id: str, recipe: str, draft_rows
     return contract, text
 
 
+class _Sources:
+    """Source tensors of one pack: the checkpoint's, and the DFlash companion's under `dflash:`."""
+
+    def __init__(self, ckpt, dflash):
+        from .mapping_dflash import PREFIX
+        self.ckpt, self.dflash, self.prefix = ckpt, dflash, PREFIX
+        self.names = set(ckpt.names) | ({PREFIX + n for n in dflash.names} if dflash else set())
+
+    def _of(self, name: str):
+        if name.startswith(self.prefix) and self.dflash is not None:
+            return self.dflash, name[len(self.prefix):]
+        return self.ckpt, name
+
+    def get(self, name: str):
+        src, n = self._of(name)
+        return src.get(n)
+
+    def shape(self, name: str):
+        src, n = self._of(name)
+        return src.shape(n)
+
+    def dtype(self, name: str):
+        src, n = self._of(name)
+        return src.dtype(n)
+
+
 def pack_hf(hf_dir, out, *, recipe: str | None = None, model_id: str | None = None, contract_file=None,
-            draft_ranking=None, draft_rows: int | None = None, progress: bool = True) -> PackResult:
-    """Convert a Hugging Face Qwen3.5/3.6 checkpoint to `out` (.ninfer), streaming one object at
-    a time. See `ninfer-compile pack --help` for the contract rules."""
+            draft_ranking=None, draft_rows: int | None = None, dflash_dir=None,
+            progress: bool = True) -> PackResult:
+    """Convert a Hugging Face Qwen3.5/3.6 checkpoint (plus, for a contract with the dflash part,
+    the DFlash companion's safetensors directory `dflash_dir`) to `out` (.ninfer), streaming one
+    object at a time. See `ninfer-compile pack --help` for the contract rules."""
     import sys
     from pathlib import Path
 
@@ -303,6 +331,8 @@ def pack_hf(hf_dir, out, *, recipe: str | None = None, model_id: str | None = No
         present.append("vision")
     if status["draft_head"] == "optional" and draft_ranking is not None:
         present.append("draft_head")
+    if status.get("dflash") == "optional" and dflash_dir is not None:
+        present.append("dflash")
     if status["frontend"] == "optional":
         from ..contracts import PART_NAMES
         wanted = [n for n, o in contract.resolve(present=PART_NAMES).objects.items() if o.part == "frontend"]
@@ -333,11 +363,21 @@ def pack_hf(hf_dir, out, *, recipe: str | None = None, model_id: str | None = No
     if spec.parts.get("vision") and not ckpt.has_vision():
         raise ConvertError(f"{where}: contract {model_id} requires the vision part but the checkpoint "
                            f"has no model.visual.* tensors")
+    if spec.parts.get("dflash") and dflash_dir is None:
+        raise ConvertError(f"{model_id}: the contract requires the DFlash drafter (dflash/*), which comes "
+                           f"from its own checkpoint; pass --dflash DIR (its safetensors directory)")
+    if dflash_dir is not None and not spec.parts.get("dflash"):
+        raise ConvertError(f"--dflash: contract {model_id} has no dflash part")
+    from .checkpoint import SafetensorsDir
+    from .mapping_dflash import dflash_recipes
+    src = _Sources(ckpt, SafetensorsDir(dflash_dir) if dflash_dir is not None else None)
 
     recipes = text_recipes(ckpt.text_config, ckpt.names, include_mtp=bool(spec.parts.get("mtp")),
                            draft_token_ids=draft_ids, where=ckpt.config_where)
     if spec.parts.get("vision"):
         recipes += vision_recipes(ckpt.names)
+    if spec.parts.get("dflash"):
+        recipes += dflash_recipes(src.names)
     by_name = {r.name: r for r in recipes}
     resources = dict(ckpt.resources())
 
@@ -358,10 +398,10 @@ def pack_hf(hf_dir, out, *, recipe: str | None = None, model_id: str | None = No
         if r is None:
             raise ConvertError(f"{where}: contract {model_id} expects {name}, which this converter "
                                f"cannot produce from the checkpoint")
-        check_sources([r], ckpt.names, where=where)
-        shapes = {s: ckpt.shape(s) for s in r.sources}
-        shape = r.meta_shape(shapes, {s: ckpt.dtype(s) for s in r.sources}) if r.sources else \
-            tuple(r.build(ckpt.get).shape)
+        check_sources([r], src.names, where=f"{dflash_dir} (DFlash)" if r.part == "dflash" else where)
+        shapes = {s: src.shape(s) for s in r.sources}
+        shape = r.meta_shape(shapes, {s: src.dtype(s) for s in r.sources}) if r.sources else \
+            tuple(r.build(src.get).shape)
         if tuple(shape) != tuple(exp.shape):
             desc = ", ".join(f"{s} {list(v)}" for s, v in shapes.items())
             raise ConvertError(f"{name}: built shape {list(shape)} from {desc}, contract {model_id} "
@@ -382,7 +422,7 @@ def pack_hf(hf_dir, out, *, recipe: str | None = None, model_id: str | None = No
                     if len(payload) != ws.nbytes:
                         raise ConvertError(f"{resources[ws.name]}: changed size while packing")
                 else:
-                    tensor = by_name[ws.name].build(ckpt.get)
+                    tensor = by_name[ws.name].build(src.get)
                     if tuple(tensor.shape) != ws.shape:
                         raise ConvertError(f"{ws.name}: built shape {list(tensor.shape)}, contract "
                                            f"expects {list(ws.shape)}")

@@ -157,3 +157,51 @@ def test_missing_expert_is_one_line(per_expert_ckpt, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "model.layers.2.mlp.experts.6.up_proj.weight" in err[0]
     assert "text/layers/2/moe/routed_gate_up" in err[0]
+
+
+def _dflash_dir(path, hidden=96, layers=2, heads=4, kv_heads=2, head_dim=16, inter=64, features=2):
+    g = torch.Generator().manual_seed(11)
+
+    def t(*shape):
+        return torch.randn(*shape, generator=g).to(torch.bfloat16)
+    tensors = {"fc.weight": t(hidden, features * hidden), "hidden_norm.weight": t(hidden), "norm.weight": t(hidden)}
+    for l in range(layers):
+        s = f"layers.{l}."
+        tensors.update({
+            s + "input_layernorm.weight": t(hidden), s + "post_attention_layernorm.weight": t(hidden),
+            s + "self_attn.q_proj.weight": t(heads * head_dim, hidden),
+            s + "self_attn.k_proj.weight": t(kv_heads * head_dim, hidden),
+            s + "self_attn.v_proj.weight": t(kv_heads * head_dim, hidden),
+            s + "self_attn.o_proj.weight": t(hidden, heads * head_dim),
+            s + "self_attn.q_norm.weight": t(head_dim), s + "self_attn.k_norm.weight": t(head_dim),
+            s + "mlp.gate_proj.weight": t(inter, hidden), s + "mlp.up_proj.weight": t(inter, hidden),
+            s + "mlp.down_proj.weight": t(hidden, inter)})
+    path.mkdir()
+    save_file(tensors, str(path / "model.safetensors"))
+    return path, tensors
+
+
+def test_pack_with_the_dflash_companion(fused_multimodal_ckpt, per_expert_ckpt, tmp_path, capsys):
+    dflash, src = _dflash_dir(tmp_path / "dflash")
+    out = tmp_path / "tiny-moe-dflash.ninfer"
+    assert cli(["pack", str(fused_multimodal_ckpt), "-o", str(out), "--model-id", "tiny-moe",
+                "--dflash", str(dflash), "--no-progress"]) == 0
+    art, spec = _open_checked(out)
+    assert spec.parts["dflash"] and sum(o.part == "dflash" for o in spec.objects.values()) == 19
+    names = [o.name for o in art.objects]
+    assert names[-19] == "dflash/feature_projection" and names[-1] == "dflash/final_norm"
+    assert torch.equal(art.load("dflash/layers/1/attention/query_norm"), src["layers.1.self_attn.q_norm.weight"])
+    qkv = torch.cat([src[f"layers.1.self_attn.{p}_proj.weight"] for p in "qkv"])
+    codes, _ = quantize_maxabs("W8G32_F16S", qkv)
+    assert torch.equal(art.load_quantized("dflash/layers/1/attention/query_key_value").codes, codes)
+    # a contract without the part refuses --dflash; a missing companion tensor is one line
+    capsys.readouterr()
+    assert cli(["pack", str(per_expert_ckpt), "-o", str(tmp_path / "x.ninfer"), "--dflash", str(dflash),
+                "--no-progress"]) != 0
+    assert "--dflash: contract hf-qwen3_5_moe-96x4 has no dflash part" in capsys.readouterr().err
+    (dflash / "model.safetensors").unlink()
+    save_file({k: v for k, v in src.items() if k != "layers.0.mlp.up_proj.weight"}, str(dflash / "model.safetensors"))
+    assert cli(["pack", str(fused_multimodal_ckpt), "-o", str(tmp_path / "y.ninfer"), "--model-id", "tiny-moe",
+                "--dflash", str(dflash), "--no-progress"]) != 0
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("warning:")]
+    assert len(err) == 1 and "layers.0.mlp.up_proj.weight" in err[0] and "dflash/layers/0/mlp/gate_up" in err[0]
