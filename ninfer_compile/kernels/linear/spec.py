@@ -129,6 +129,7 @@ SPECS = (FamilySpec(
     ),
     t_operand="x", match=_match, check=_check, match_keys=("prologue",),
     reference="ninfer_compile.kernels.linear.reference:linear",
+    torch_impl="ninfer_compile.kernels.linear.torch_impl:linear",
     model_matches=_model_matches,
     doc="out = x @ weight^T (+ epilogue); prologue rmsnorm: x normalised first (norm_weight, norm_eps)",
 ),)
