@@ -17,7 +17,7 @@ import weakref
 
 import torch
 
-__all__ = ["fp32_weight", "store", "drop_fp32_weights"]
+__all__ = ["fp32_weight", "cached_fp32_weight", "store", "drop_fp32_weights"]
 
 # id(weight object) -> (weakref to it, fp32 [N, K]); entries die with their object
 _FP32: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
@@ -46,6 +46,12 @@ def fp32_weight(weight) -> torch.Tensor:
         w32 = dequantize(weight).contiguous()
     _FP32[key] = (weakref.ref(weight, _forget(key)), w32)
     return w32
+
+
+def cached_fp32_weight(weight) -> torch.Tensor | None:
+    """The fp32 matrix `fp32_weight` already made for this object, else None (makes nothing)."""
+    hit = _FP32.get(id(weight))
+    return hit[1] if hit is not None and hit[0]() is weight else None
 
 
 def drop_fp32_weights() -> None:
