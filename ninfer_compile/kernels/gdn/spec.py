@@ -148,6 +148,7 @@ SPECS = (
             *_GATE_PARAMS, *_GATES_OUT,
         ),
         t_operand="a", match=_match_gating, check=_check_gating, reference=f"{_REF}:gdn_gating",
+        torch_impl="ninfer_compile.kernels.gdn.torch_impl:gdn_gating",
         layer_kind="gdn",
         doc="g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b)",
     ),
@@ -161,6 +162,7 @@ SPECS = (
         ),
         attrs=(NORM_EPS, _MERGED),
         t_operand="x", match=gating_proj_match, check=_check_gating_proj, reference=f"{_REF}:gdn_gating_proj",
+        torch_impl="ninfer_compile.kernels.gdn.torch_impl:gdn_gating_proj",
         match_keys=("phase", "prologue"), layer_kind="gdn",
         doc="the a / b projections and gdn_gating in one launch (fuse rule gdn_gating_proj); prologue "
             "rmsnorm: x normalised first (the linear family's norm_weight / norm_eps, fuse rule rmsnorm_prologue)",
@@ -187,6 +189,7 @@ SPECS = (
             WINDOW,
         ),
         t_operand="q", match=_match_rule, check=_check_rule, reference=f"{_REF}:gated_delta_rule",
+        torch_impl="ninfer_compile.kernels.gdn.torch_impl:gated_delta_rule",
         match_keys=("phase",),
         layer_kind="gdn",
         doc="the gated delta rule recurrence per token and value head",
