@@ -1,4 +1,4 @@
-"""CPU path of token selection (`sample`, route sample_per_slot): the kernels' rule and noise.
+"""CPU path of token selection (`sampling`, route sample_per_slot; alias `sample`): the kernels' rule and noise.
 
 Row r: greedy (temperature <= 0): the first index of the raw maximum. Sampled: x = logits /
 temperature (fp32), the kernels' exact keep threshold tau (top-k: the k-th largest x, ties kept;
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["sample", "philox_word0", "uniform", "gumbel", "keep_threshold", "row_key"]
+__all__ = ["sampling", "sample", "philox_word0", "uniform", "gumbel", "keep_threshold", "row_key"]
 
 _M32 = 0xFFFFFFFF
 _ROUND_A, _ROUND_B = 0xD2511F53, 0xCD9E8D57
@@ -90,7 +90,7 @@ def gumbel_winner(x: torch.Tensor, keep: torch.Tensor, key: int, pos: int, fallb
     return int(cols[torch.argmax(s)])
 
 
-def sample(logits, temperature, top_k, top_p, seed, sample_pos, ids, workspace=None, **params) -> None:
+def sampling(logits, temperature, top_k, top_p, seed, sample_pos, ids, workspace=None, **params) -> None:
     """ids[r] = argmax(logits[r]) where temperature[r] <= 0, else the kernels' draw."""
     lf = logits.float()
     best = torch.argmax(lf, dim=1)
@@ -104,3 +104,6 @@ def sample(logits, temperature, top_k, top_p, seed, sample_pos, ids, workspace=N
         tau = keep_threshold(x, xm, int(top_k[r]), float(top_p[r]))
         out[r] = gumbel_winner(x, x >= tau, row_key(seed[r]), int(sample_pos[r]), int(best[r]))
     ids.copy_(out)
+
+
+sample = sampling  # the launcher's name
