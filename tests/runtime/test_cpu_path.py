@@ -147,7 +147,7 @@ def test_a_family_without_torch_implementation_is_one_line(tiny_plan, tmp_path):
             rf"it; use --kernels interpret")
     with pytest.raises(PlanError, match=line):
         nr.load(tmp_path / "p.plan", art, progress=False)
-    p = _run_cli(tmp_path / "p.plan", "--artifact", art, "--tokens", "1,2,3", "--max-new-tokens", 1)
+    p = _run_cli(tmp_path / "p.plan", "--artifact", art, "--tokens", "1,2,3", "--max-new-tokens", 1, "--quiet")
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert p.stderr.strip().count("\n") == 0 and p.stderr.startswith("error: family rmsnorm"), p.stderr
 
