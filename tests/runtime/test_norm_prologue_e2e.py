@@ -89,7 +89,7 @@ def test_greedy_tokens_unchanged(plans):
     art, on, off = plans
     toks = {}
     for key, plan in (("on", on), ("off", off)):
-        with nr.load(plan, art, progress=False) as eng:
+        with nr.load(plan, art, progress=False, kernels="interpret") as eng:
             toks[key] = eng.generate(S.PROMPT, N_NEW, ignore_eos=True).tokens
     assert len(toks["on"]) == N_NEW
     assert toks["on"] == toks["off"]
