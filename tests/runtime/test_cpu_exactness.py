@@ -71,3 +71,19 @@ def test_perplexity_slice_is_the_reference(trained):
     want = reference_perplexity(ref, ids, context=256)
     assert got.scored == want.scored and got.windows == want.windows >= 2
     assert abs(got.perplexity / want.perplexity - 1) < 0.005, (got.perplexity, want.perplexity)
+
+
+def test_interpreted_mtp_round_agrees_with_the_torch_path(trained):
+    """The end-to-end speculative run of the plan's Triton kernels under the interpreter (slow: a
+    few tokens): its MTP rounds' tokens and the torch path's are each the reference's argmax."""
+    import ninfer_runtime as nr
+
+    eng, ref, Q = trained
+    prompt = Q.heldout_ids()[:5]
+    want = eng.generate(prompt, 2, spec="mtp", ignore_eos=True).tokens
+    with nr.load(eng.plan_dir, eng.artifact.path, progress=False, kernels="interpret") as interp:
+        got = interp.generate(prompt, 2, spec="mtp", ignore_eos=True)  # the prefill's token + one round
+        sp = interp.last_stats["spec"]
+    assert sp["mode"] == "mtp" and sp["rounds"] >= 1
+    for tokens in (got.tokens, want):
+        _check(ref, prompt, tokens)
