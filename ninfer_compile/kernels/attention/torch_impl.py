@@ -48,6 +48,13 @@ def attention(q, gate, k_cache, v_cache, positions, slots, out, scale=None, work
     sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
     qf = _rotate(q.float(), fmt.k.rotation_size(D))
     vrot = fmt.v.rotation_size(D)
+    if T == 1:  # one column: every cache row up to its position, no mask
+        s, n = int(slots[0]), int(positions[0]) + 1
+        K = _prefix(fmt.k, k_cache, k_scale, s, n, D).transpose(0, 1)       # [Hkv, n, D]
+        V = _rotate(_prefix(fmt.v, v_cache, v_scale, s, n, D), vrot).transpose(0, 1)
+        o = TF.scaled_dot_product_attention(qf.transpose(0, 1), K, V, scale=sc, enable_gqa=Hq != K.shape[0])
+        out.view(1, Hq, D).copy_(o.transpose(0, 1) * torch.sigmoid(gate.float()))
+        return
     slot_list, pos = slots.tolist(), positions.long()
     groups: dict[int, list[int]] = {}
     for t, s in enumerate(slot_list):
