@@ -6,7 +6,7 @@ Column t (query head h, KV head h // (Hq / Hkv)) attends to its slot's cache row
 Columns are grouped by slot (at most the step's slots: a short loop); each group reads its slot's
 cache prefix once, decoded to fp32 from the caches' KV format (a rotated K stays rotated and q is
 rotated instead, as the kernels do), and runs one masked fp32 `scaled_dot_product_attention`
-(long prefills in query blocks). One rounding at the store. Route params, `window` and the
+(long prefills in query blocks); a single column (decode at C = 1) runs plain fp32 matmuls. One rounding at the store. Route params, `window` and the
 workspace are accepted and not needed.
 """
 
@@ -48,12 +48,15 @@ def attention(q, gate, k_cache, v_cache, positions, slots, out, scale=None, work
     sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
     qf = _rotate(q.float(), fmt.k.rotation_size(D))
     vrot = fmt.v.rotation_size(D)
-    if T == 1:  # one column: every cache row up to its position, no mask
-        s, n = int(slots[0]), int(positions[0]) + 1
-        K = _prefix(fmt.k, k_cache, k_scale, s, n, D).transpose(0, 1)       # [Hkv, n, D]
-        V = _rotate(_prefix(fmt.v, v_cache, v_scale, s, n, D), vrot).transpose(0, 1)
-        o = TF.scaled_dot_product_attention(qf.transpose(0, 1), K, V, scale=sc, enable_gqa=Hq != K.shape[0])
-        out.view(1, Hq, D).copy_(o.transpose(0, 1) * torch.sigmoid(gate.float()))
+    if T == 1:  # one column: every cache row up to its position, no mask; plain matmuls (cheaper than
+        # the fused attention call at one query)
+        s, n = int(slots.tolist()[0]), int(positions.tolist()[0]) + 1
+        K = _prefix(fmt.k, k_cache, k_scale, s, n, D)                       # [n, Hkv, D]
+        V = _rotate(_prefix(fmt.v, v_cache, v_scale, s, n, D), vrot)
+        Hkv = K.shape[1]
+        scores = (qf.reshape(Hkv, Hq // Hkv, D) @ K.permute(1, 2, 0)).mul_(sc)  # [Hkv, G, n]
+        o = torch.softmax(scores, dim=-1) @ V.transpose(0, 1)               # [Hkv, G, D]
+        out.view(1, Hq, D).copy_(o.view(1, Hq, D) * torch.sigmoid(gate.float()))
         return
     slot_list, pos = slots.tolist(), positions.long()
     groups: dict[int, list[int]] = {}

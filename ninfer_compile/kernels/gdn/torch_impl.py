@@ -104,9 +104,15 @@ def gated_delta_rule(q, k, v, g, beta, state, positions, slots, out, state_colum
                          f"state{list(state.shape)} {state.dtype} (Hv a multiple of Hk, fp32 state)")
     rep = Hv // Hk
     sc = 1.0 / math.sqrt(Dk) if scale is None else float(scale)
-    qn = _l2(q, l2_eps).mul_(sc)                                          # [T, Hk, Dk]
-    kn = _l2(k, l2_eps)
+    qk = _l2(torch.cat((q, k), dim=1), l2_eps)                           # [T, 2 Hk, Dk]
+    qn, kn = qk[:, :Hk] * sc, qk[:, Hk:]
     vf, gf, bf = v.float(), g.float(), beta.float()
+    if T == 1 and state_columns is None:
+        S = state[slots.tolist()[0]]
+        if positions.tolist()[0] == 0:
+            S.zero_()
+        out.copy_(_step(S[None], qn, kn, v.float(), g.float(), beta.float()))
+        return
     slots_l, pos = slots.long(), positions.long()
     if state_columns is not None:
         W = state_columns.shape[1] + 1
@@ -126,12 +132,6 @@ def gated_delta_rule(q, k, v, g, beta, state, positions, slots, out, state_colum
                 state_columns[:R, j] = S
         state[row_slots] = S
         out.copy_(o.view(T, Hv, -1))
-        return
-    if T == 1:
-        S = state[int(slots_l[0])]
-        if int(pos[0]) == 0:
-            S.zero_()
-        out.copy_(_step(S[None], qn, kn, vf, gf, bf))
         return
     is_start = torch.ones(T, dtype=torch.bool, device=q.device)
     is_start[1:] = slots_l[1:] != slots_l[:-1]
