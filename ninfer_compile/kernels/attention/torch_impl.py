@@ -22,7 +22,8 @@ from ..kv_cache.torch_impl import cache_format
 
 __all__ = ["attention"]
 
-QUERY_BLOCK = 512  # query columns per masked attention call (bounds the score matrix)
+QUERY_BLOCK = 1024  # query columns per masked attention call (bounds the mask); 4-D inputs take torch's
+# fused CPU attention kernel (3-D ones a slower path)
 _HADAMARD: dict[int, torch.Tensor] = {}
 
 
@@ -78,8 +79,8 @@ def attention(q, gate, k_cache, v_cache, positions, slots, out, scale=None, work
         for a in range(0, m, QUERY_BLOCK):
             b = min(m, a + QUERY_BLOCK)
             mask = keys[None, :] <= p[a:b, None]                             # [b - a, n]
-            o[:, a:b] = TF.scaled_dot_product_attention(qs[:, a:b], K, V, attn_mask=mask, scale=sc,
-                                                        enable_gqa=Hq != K.shape[0])
+            o[:, a:b] = TF.scaled_dot_product_attention(qs[None, :, a:b], K[None], V[None], attn_mask=mask,
+                                                        scale=sc, enable_gqa=Hq != K.shape[0])[0]
         g = gate if whole else gate[idx]
         res = o.transpose(0, 1) * torch.sigmoid(g.float())
         if whole:
