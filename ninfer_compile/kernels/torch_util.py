@@ -17,7 +17,7 @@ import weakref
 
 import torch
 
-__all__ = ["fp32_weight", "cached_fp32_weight", "store", "drop_fp32_weights"]
+__all__ = ["fp32_weight", "cached_fp32_weight", "derived", "store", "drop_fp32_weights"]
 
 # id(weight object) -> (weakref to it, fp32 [N, K]); entries die with their object
 _FP32: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
@@ -54,9 +54,30 @@ def cached_fp32_weight(weight) -> torch.Tensor | None:
     return hit[1] if hit is not None and hit[0]() is weight else None
 
 
+# (id(tensor), tag) -> (weakref to it, derived tensor): small per-weight constants (e.g. 1 + w in fp32)
+_DERIVED: dict[tuple[int, str], tuple[weakref.ref, torch.Tensor]] = {}
+
+
+def derived(t: torch.Tensor, tag: str, make) -> torch.Tensor:
+    """`make(t)`, computed once per (weight tensor object, tag) and kept while the tensor lives
+    (the plan's weights are bound once; per-step activations must not come here)."""
+    key = (id(t), tag)
+    hit = _DERIVED.get(key)
+    if hit is not None and hit[0]() is t:
+        return hit[1]
+    value = make(t)
+
+    def forget(_ref, key=key):
+        _DERIVED.pop(key, None)
+
+    _DERIVED[key] = (weakref.ref(t, forget), value)
+    return value
+
+
 def drop_fp32_weights() -> None:
-    """Forget every cached fp32 weight (tests; memory pressure)."""
+    """Forget every cached fp32 weight and derived constant (tests; memory pressure)."""
     _FP32.clear()
+    _DERIVED.clear()
 
 
 def store(out: torch.Tensor, value: torch.Tensor) -> None:

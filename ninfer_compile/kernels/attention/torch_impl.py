@@ -6,7 +6,7 @@ Column t (query head h, KV head h // (Hq / Hkv)) attends to its slot's cache row
 Columns are grouped by slot (at most the step's slots: a short loop); each group reads its slot's
 cache prefix once, decoded to fp32 from the caches' KV format (a rotated K stays rotated and q is
 rotated instead, as the kernels do), and runs one masked fp32 `scaled_dot_product_attention`
-(long prefills in query blocks). One rounding at the store. Route params, `window` and the
+(long prefills in query blocks); a single column (decode at C = 1) runs plain fp32 matmuls. One rounding at the store. Route params, `window` and the
 workspace are accepted and not needed.
 """
 
@@ -22,7 +22,8 @@ from ..kv_cache.torch_impl import cache_format
 
 __all__ = ["attention"]
 
-QUERY_BLOCK = 512  # query columns per masked attention call (bounds the score matrix)
+QUERY_BLOCK = 1024  # query columns per masked attention call (bounds the mask); 4-D inputs take torch's
+# fused CPU attention kernel (3-D ones a slower path)
 _HADAMARD: dict[int, torch.Tensor] = {}
 
 
@@ -48,6 +49,16 @@ def attention(q, gate, k_cache, v_cache, positions, slots, out, scale=None, work
     sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
     qf = _rotate(q.float(), fmt.k.rotation_size(D))
     vrot = fmt.v.rotation_size(D)
+    if T == 1:  # one column: every cache row up to its position, no mask; plain matmuls (cheaper than
+        # the fused attention call at one query)
+        s, n = int(slots.tolist()[0]), int(positions.tolist()[0]) + 1
+        K = _prefix(fmt.k, k_cache, k_scale, s, n, D)                       # [n, Hkv, D]
+        V = _rotate(_prefix(fmt.v, v_cache, v_scale, s, n, D), vrot)
+        Hkv = K.shape[1]
+        scores = (qf.reshape(Hkv, Hq // Hkv, D) @ K.permute(1, 2, 0)).mul_(sc)  # [Hkv, G, n]
+        o = torch.softmax(scores, dim=-1) @ V.transpose(0, 1)               # [Hkv, G, D]
+        out.view(1, Hq, D).copy_(o.view(1, Hq, D) * torch.sigmoid(gate.float()))
+        return
     slot_list, pos = slots.tolist(), positions.long()
     groups: dict[int, list[int]] = {}
     for t, s in enumerate(slot_list):
@@ -68,8 +79,8 @@ def attention(q, gate, k_cache, v_cache, positions, slots, out, scale=None, work
         for a in range(0, m, QUERY_BLOCK):
             b = min(m, a + QUERY_BLOCK)
             mask = keys[None, :] <= p[a:b, None]                             # [b - a, n]
-            o[:, a:b] = TF.scaled_dot_product_attention(qs[:, a:b], K, V, attn_mask=mask, scale=sc,
-                                                        enable_gqa=Hq != K.shape[0])
+            o[:, a:b] = TF.scaled_dot_product_attention(qs[None, :, a:b], K[None], V[None], attn_mask=mask,
+                                                        scale=sc, enable_gqa=Hq != K.shape[0])[0]
         g = gate if whole else gate[idx]
         res = o.transpose(0, 1) * torch.sigmoid(g.float())
         if whole:

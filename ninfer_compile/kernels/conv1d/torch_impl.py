@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from ...errors import RouteError
+from ..torch_util import derived
 
 __all__ = ["conv1d"]
 
@@ -28,6 +29,19 @@ def _input(x, x0, x1, x2):
     return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
 
 
+def _decode_one(x, weight, conv_state, pos: int, slot: int, out, activation: str) -> None:
+    """One column (decode at C = 1): window = the slot's K-1 state rows then x; rows at negative
+    positions are zero; the state becomes the window's last K-1 rows."""
+    K = weight.shape[0]
+    state = conv_state[slot]                                  # [K-1, C] view
+    win = torch.cat((state.float(), x.float()), 0)            # [K, C]
+    if pos < K - 1:
+        win[: K - 1 - pos] = 0.0
+    acc = (win * derived(weight, "f32", lambda t: t.float())).sum(0, keepdim=True)
+    out.copy_(torch.nn.functional.silu(acc) if activation == "silu" else acc)
+    state.copy_(win[1:])
+
+
 def conv1d(x=None, weight=None, conv_state=None, positions=None, slots=None, out=None, *, x0=None, x1=None,
            x2=None, activation: str = "silu", conv_state_columns=None, workspace=None, **params) -> None:
     if activation not in ("silu", "none"):
@@ -36,6 +50,9 @@ def conv1d(x=None, weight=None, conv_state=None, positions=None, slots=None, out
     T, C = xin.shape
     K = weight.shape[0]
     dev = xin.device
+    if T == 1 and conv_state_columns is None:
+        _decode_one(xin, weight, conv_state, int(positions[0]), int(slots[0]), out, activation)
+        return
     t = torch.arange(T, device=dev)
     cols = conv_state_columns
     if cols is not None:  # verify rows of W columns

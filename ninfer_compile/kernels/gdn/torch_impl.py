@@ -49,13 +49,22 @@ def _l2(x: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def _step(S, q, k, v, g, beta):
-    """One recurrent step of n independent states S [n, Hv, Dk, Dv] (updated in place); q, k
-    [n, Hv, Dk] (normalised, q scaled), v [n, Hv, Dv], g, beta [n, Hv] -> o [n, Hv, Dv]."""
+    """One recurrent step of n independent states S [n, Hv, Dk, Dv] (contiguous; updated in place);
+    q, k [n, Hk, Dk] (normalised, q scaled; value head j reads head j // (Hv / Hk)), v [n, Hv, Dv],
+    g, beta [n, Hv] -> o [n, Hv, Dv] fp32."""
+    if not S.is_contiguous():
+        tmp = S.contiguous()
+        o = _step(tmp, q, k, v, g, beta)
+        S.copy_(tmp)
+        return o
+    n, Hv, Dk, Dv = S.shape
+    Hk = q.shape[1]
+    S5 = S.view(n, Hk, Hv // Hk, Dk, Dv)
     S.mul_(torch.exp(g)[..., None, None])
-    kv = torch.einsum("nhkv,nhk->nhv", S, k)
-    u = (v - kv).mul_(beta[..., None])
-    S.add_(k[..., :, None] * u[..., None, :])
-    return torch.einsum("nhkv,nhk->nhv", S, q)
+    kk = k.view(n, Hk, 1, 1, Dk)
+    u = (v - (kk @ S5).view(n, Hv, Dv)).mul_(beta[..., None])
+    S5.add_(kk.transpose(-1, -2) * u.view(n, Hk, Hv // Hk, 1, Dv))
+    return (q.view(n, Hk, 1, 1, Dk) @ S5).view(n, Hv, Dv)
 
 
 def _chunked_run(S, q, k, v, g, beta, out_rows):
@@ -95,9 +104,15 @@ def gated_delta_rule(q, k, v, g, beta, state, positions, slots, out, state_colum
                          f"state{list(state.shape)} {state.dtype} (Hv a multiple of Hk, fp32 state)")
     rep = Hv // Hk
     sc = 1.0 / math.sqrt(Dk) if scale is None else float(scale)
-    qn = (_l2(q, l2_eps) * sc).repeat_interleave(rep, dim=1) if rep > 1 else _l2(q, l2_eps) * sc
-    kn = _l2(k, l2_eps).repeat_interleave(rep, dim=1) if rep > 1 else _l2(k, l2_eps)
+    qk = _l2(torch.cat((q, k), dim=1), l2_eps)                           # [T, 2 Hk, Dk]
+    qn, kn = qk[:, :Hk] * sc, qk[:, Hk:]
     vf, gf, bf = v.float(), g.float(), beta.float()
+    if T == 1 and state_columns is None:
+        S = state[slots.tolist()[0]]
+        if positions.tolist()[0] == 0:
+            S.zero_()
+        out.copy_(_step(S[None], qn, kn, v.float(), g.float(), beta.float()))
+        return
     slots_l, pos = slots.long(), positions.long()
     if state_columns is not None:
         W = state_columns.shape[1] + 1
@@ -118,12 +133,6 @@ def gated_delta_rule(q, k, v, g, beta, state, positions, slots, out, state_colum
         state[row_slots] = S
         out.copy_(o.view(T, Hv, -1))
         return
-    if T == 1:
-        S = state[int(slots_l[0])]
-        if int(pos[0]) == 0:
-            S.zero_()
-        out.copy_(_step(S[None], qn, kn, vf, gf, bf))
-        return
     is_start = torch.ones(T, dtype=torch.bool, device=q.device)
     is_start[1:] = slots_l[1:] != slots_l[:-1]
     starts = torch.nonzero(is_start).flatten().tolist()
@@ -138,5 +147,6 @@ def gated_delta_rule(q, k, v, g, beta, state, positions, slots, out, state_colum
         S = state[int(slots_l[a])]
         if int(pos[a]) == 0:
             S.zero_()
-        _chunked_run(S, qn[a:b], kn[a:b], vf[a:b], gf[a:b], bf[a:b], o[a:b])
+        qr, kr = (t[a:b].repeat_interleave(rep, dim=1) if rep > 1 else t[a:b] for t in (qn, kn))
+        _chunked_run(S, qr, kr, vf[a:b], gf[a:b], bf[a:b], o[a:b])
     out.copy_(o)

@@ -14,12 +14,20 @@ from .reference import encode, format_of
 __all__ = ["kv_append", "cache_format"]
 
 
+_FORMATS: dict[tuple, F.KvFormat] = {}
+
+
 def cache_format(k_cache, v_cache, k_scale, v_scale, head_dim: int) -> F.KvFormat:
-    """The caches' KV format (one-line RouteError when none stores them)."""
-    try:
-        return format_of(k_cache, v_cache, k_scale, v_scale, head_dim)
-    except ValueError as exc:
-        raise RouteError(f"kv cache (torch): {exc}") from None
+    """The caches' KV format (one-line RouteError when none stores them); remembered per layout."""
+    key = (int(head_dim),) + tuple(None if t is None else (t.dtype, int(t.shape[-1]))
+                                   for t in (k_cache, v_cache, k_scale, v_scale))
+    fmt = _FORMATS.get(key)
+    if fmt is None:
+        try:
+            fmt = _FORMATS[key] = format_of(k_cache, v_cache, k_scale, v_scale, head_dim)
+        except ValueError as exc:
+            raise RouteError(f"kv cache (torch): {exc}") from None
+    return fmt
 
 
 def kv_append(k, v, positions, slots, k_cache, v_cache, k_scale=None, v_scale=None, workspace=None,

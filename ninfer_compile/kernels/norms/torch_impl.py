@@ -1,23 +1,25 @@
 """CPU path of the norm families (rmsnorm, head_rmsnorm, gated_rmsnorm): the launchers' arguments,
-fp32 math, one rounding at the store into the preallocated output (inputs may be strided views)."""
+fp32 math (torch's fused rms_norm over the last axis), one rounding at the store into the
+preallocated output (inputs may be strided views). The fp32 norm weight (1 + w for the
+zero-centred norms) is made once per weight tensor (`torch_util.derived`)."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+
+from ..torch_util import derived
 
 __all__ = ["rmsnorm", "head_rmsnorm", "gated_rmsnorm"]
 
 
-def _rms_scaled(x: torch.Tensor, eps: float) -> torch.Tensor:
-    xf = x.float()
-    return xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
+def _one_plus(w: torch.Tensor) -> torch.Tensor:
+    return derived(w, "norm_1p", lambda t: t.float() + 1.0)
 
 
 def rmsnorm(x, weight, out, eps: float = 1e-6, workspace=None, **params) -> None:
     """out[T, H] = x * rsqrt(mean(x^2) + eps) * (1 + weight[H])."""
-    y = _rms_scaled(x, eps)
-    y *= weight.float() + 1.0
-    out.copy_(y)
+    out.copy_(F.rms_norm(x.float(), (x.shape[-1],), _one_plus(weight), float(eps)))
 
 
 def head_rmsnorm(x, weight, out, eps: float = 1e-6, workspace=None, **params) -> None:
@@ -27,7 +29,7 @@ def head_rmsnorm(x, weight, out, eps: float = 1e-6, workspace=None, **params) ->
 
 def gated_rmsnorm(x, z, weight, out, eps: float = 1e-6, workspace=None, **params) -> None:
     """out[T, Hv*Dv] = RMSNorm(x[T, Hv, Dv]) * weight[Dv] * SiLU(z) per head (plain weight)."""
-    y = _rms_scaled(x, eps)
-    y *= weight.float()
-    y *= torch.nn.functional.silu(z.float())
+    w = derived(weight, "norm_f32", lambda t: t.float())
+    y = F.rms_norm(x.float(), (x.shape[-1],), w, float(eps))
+    y *= F.silu(z.float())
     out.view(x.shape).copy_(y)

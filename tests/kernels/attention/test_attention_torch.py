@@ -47,6 +47,12 @@ def test_decode_every_format(name):
     _close(out, want)
 
 
+@pytest.mark.parametrize("name,pos", [("bf16", 0), ("rk4v4", 41), ("k8v4", 69)])
+def test_single_column(name, pos):
+    out, want = _run_both(name, 1, 6, 2, 64, slots=[2], pos=[pos], seed=pos)
+    _close(out, want)
+
+
 def test_decode_shared_slot_and_scale():
     out, want = _run_both("bf16", 5, 6, 2, 32, slots=[2, 2, 0, 2, 1], pos=[10, 11, 3, 12, 0], scale=0.3)
     _close(out, want)

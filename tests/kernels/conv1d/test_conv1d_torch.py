@@ -40,6 +40,12 @@ def test_decode_columns(activation):
            reference.conv1d(x, w, state, pos, slots, activation=activation))
 
 
+@pytest.mark.parametrize("pos", [0, 1, 2, 40])
+def test_single_column(pos):
+    x, w, state, pos_t, slots = _case(1, 36, 4, 3, [2], [pos], seed=pos)
+    _check(_run(x, w, state, pos_t, slots), reference.conv1d(x, w, state, pos_t, slots))
+
+
 @pytest.mark.parametrize("K", [2, 4])
 def test_prefill_runs(K):
     slots = [1] * 5 + [3] * 12 + [0]

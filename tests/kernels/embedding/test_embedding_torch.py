@@ -19,7 +19,9 @@ def _table(fmt, V, H, seed):
 
 @pytest.mark.parametrize("fmt", ["Q4G64_F16S", "Q5G64_F16S", "Q6G64_F16S", "W8G32_F16S"])
 @pytest.mark.parametrize("T,H", [(1, 200), (5, 130), (17, 64)])
-def test_rowsplit_exact(fmt, T, H):
+@pytest.mark.parametrize("small_table", [0, 1 << 22])
+def test_rowsplit_exact(fmt, T, H, small_table, monkeypatch):
+    monkeypatch.setattr(torch_impl, "SMALL_TABLE", small_table)  # 0: decode the looked-up rows only
     qw, oracle = _table(fmt, 37, H, seed=T + H)
     ids = torch.randint(0, 37, (T,), dtype=torch.int32, generator=torch.Generator().manual_seed(T))
     ids[0] = 36
@@ -28,7 +30,8 @@ def test_rowsplit_exact(fmt, T, H):
     assert torch.equal(out, oracle[ids.long()].bfloat16())
 
 
-def test_row_view_cached_full_and_bf16_table():
+def test_row_view_cached_full_and_bf16_table(monkeypatch):
+    monkeypatch.setattr(torch_impl, "SMALL_TABLE", 0)
     qw, oracle = _table("Q6G64_F16S", 20, 64, seed=1)
     view = qw.rows(5, 10)
     ids = torch.tensor([0, 9, 3, 3], dtype=torch.int32)
