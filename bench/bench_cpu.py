@@ -70,6 +70,7 @@ def provenance() -> dict:
         pass
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "cpu": model, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "load_average_1m": round(os.getloadavg()[0], 2),
             "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine()}
 
 
@@ -283,7 +284,12 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-08b", action="store_true", help="skip the ~0.8B checkpoint")
     ap.add_argument("--skip-reference", action="store_true", help="skip the fp32 reference's perplexity")
     ap.add_argument("--out", type=Path, default=None, help="also write the table as Markdown here")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    ap.add_argument("--only-tiny", action="store_true", help="the tiny model's rows only (no serve, no 0.8B)")
     args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the children (ninfer-serve) too
     args.work.mkdir(parents=True, exist_ok=True)
     prov = provenance()
     print("bench_cpu: " + ", ".join(f"{k} {v}" for k, v in prov.items()), flush=True)
@@ -299,8 +305,9 @@ def main(argv=None) -> int:
     tiny_decode(plan, art, args.n_new)
     tiny_perplexity(plan, art, args.context, args.skip_reference)
     tiny_spec(k2, art, args.n_new)
-    tiny_serve(plan, art, args.n_new)
-    if not args.skip_08b:
+    if not args.only_tiny:
+        tiny_serve(plan, art, args.n_new)
+    if not args.skip_08b and not args.only_tiny:
         big_model(args.work, min(args.n_new, 32))
     if args.out is not None:
         lines = [f"# CPU path figures ({prov['date'][:10]})", "",
