@@ -16,6 +16,13 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# One torch thread per core: an xdist worker gets its share of the cores (itself and the processes
+# it starts, through OMP_NUM_THREADS). Two workers each running two-thread torch ops on two cores
+# spin-wait on each other: the CPU path's small ops run ~10x slower oversubscribed.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1))
+    os.environ["OMP_NUM_THREADS"] = str(_threads)
+    torch.set_num_threads(_threads)
 # a compile that builds kernel binaries (a child without TRITON_INTERPRET, or any compile on the
 # GPU machine) fails the test when they fail, instead of writing a source-only plan (codegen/aot.py)
 os.environ.setdefault("NINFER_AOT_STRICT", "1")

@@ -22,7 +22,10 @@ to run a plan without importing `ninfer_compile`. Emission makes the kernels sel
   and per route: family, launcher `"family.module:function"`, kernels, declared T domain, the
   params used (defaults overlaid, one entry per distinct set), the sha256 of its modules, and
   `args`: its launcher's argument list from the family spec (`route_arguments`: name, binding
-  kinds, optional, parts), which the runtime checks each launch's `bind` list against.
+  kinds, optional, parts), which the runtime checks each launch's `bind` list against;
+  `torch_launcher`: the family's CPU implementation `"family.torch_impl:function"` (its spec's
+  `torch_impl`, copied with the modules it imports, which must not import triton: they run where
+  Triton does not) or None when the family has none, and `torch_modules` (path -> sha256).
 
 All output is deterministic: files sorted, JSON with sorted keys, no timestamps or absolute paths.
 The manifest's `binaries` (None here) is filled by `aot.attach_binaries`: the kernels compiled ahead
@@ -43,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CompileError
+from .source_scan import defines_name, triton_import_line
 
 __all__ = ["EmitError", "KERNELS_FORMAT", "KERNEL_DEPENDENCIES", "emit_kernels", "kernel_files",
            "launches_from_manifest", "route_arguments"]
@@ -277,6 +281,27 @@ def _route_modules(route) -> list[str]:
     return mods
 
 
+def _torch_ref(route) -> str | None:
+    """The route family's torch implementation `"module:function"` (its spec's `torch_impl`), or None."""
+    from ..kernels.family import family_specs
+
+    spec = family_specs().get(route.family)
+    ref = getattr(spec, "torch_impl", None) if spec is not None else None
+    if ref is None:
+        return None
+    m = _ref_module(ref)
+    if not _under(m, KROOT) or m == KROOT or ":" not in ref:
+        raise EmitError(f"family {route.family}: torch_impl {ref!r} is not a \"module:function\" inside {KROOT}")
+    return ref
+
+
+def _emitted_ref(ref: str | None, vendor: frozenset[str]) -> str | None:
+    if ref is None:
+        return None
+    mod, _, fn = ref.partition(":")
+    return f"{_emitted_name(mod, vendor)}:{fn}"
+
+
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -335,7 +360,9 @@ def kernel_files(launches: Iterable[tuple[Any, Mapping[str, Any] | None]], *,
         raise EmitError("the plan launches no routes: nothing to emit")
 
     route_roots = {name: _route_modules(r) for name, r in sorted(by_route.items())}
-    modules = _collect([m for ms in route_roots.values() for m in ms], vendor_set)
+    torch_refs = {name: _torch_ref(r) for name, r in sorted(by_route.items())}
+    torch_roots = sorted({_ref_module(ref) for ref in torch_refs.values() if ref})
+    modules = _collect([m for ms in route_roots.values() for m in ms] + torch_roots, vendor_set)
 
     files: dict[str, str] = {}
     shas: dict[str, str] = {}
@@ -370,6 +397,18 @@ def kernel_files(launches: Iterable[tuple[Any, Mapping[str, Any] | None]], *,
         # relative imports are resolved into targets too, so the closure is complete
         return sorted(out)
 
+    torch_closure: dict[str, list[str]] = {}
+    for root in torch_roots:  # the CPU path runs without Triton: its modules must not import it
+        mods = torch_closure[root] = closure([root])
+        for m in mods:
+            line = triton_import_line(modules[m][0].read_text(encoding="utf-8"))
+            if line is not None:
+                raise EmitError(f"{m} (line {line}) imports triton, and {root} imports it: a torch implementation "
+                                f"must run without Triton")
+    for name, ref in sorted(torch_refs.items()):
+        if ref and not defines_name(modules[_ref_module(ref)][0].read_text(encoding="utf-8"), ref.partition(":")[2]):
+            raise EmitError(f"family {by_route[name].family}: torch_impl {ref} names no function of its module")
+
     routes_out: dict[str, Any] = {}
     for name, route in sorted(by_route.items()):
         launcher_mod, _, fn = route.launcher.partition(":")
@@ -387,6 +426,9 @@ def kernel_files(launches: Iterable[tuple[Any, Mapping[str, Any] | None]], *,
             "args": route_arguments(route),
             "modules": {_emitted_path(m, modules[m][1], vendor_set): shas[m] for m in mods},
             "sha256": _sha("".join(f"{m}:{shas[m]}\n" for m in mods)),
+            "torch_launcher": _emitted_ref(torch_refs[name], vendor_set),
+            "torch_modules": ({_emitted_path(m, modules[m][1], vendor_set): shas[m]
+                               for m in torch_closure[_ref_module(torch_refs[name])]} if torch_refs[name] else {}),
         }
     manifest = {
         "format": KERNELS_FORMAT,

@@ -141,7 +141,13 @@ class FamilySpec:
     presence makes a model need the family (`routes` CLI), None = every model.
     `model_matches(contract, tables) -> [(match, note), ...]`: the matches a model's ops present,
     read from its resolved contract's weight objects (`routes diff --artifact`; `tables`: the
-    compared RouteTables); None = the tables' own match groups stand for the model's ops."""
+    compared RouteTables); None = the tables' own match groups stand for the model's ops.
+    `torch_impl`: `"module:function"`, the family's CPU implementation (`kernels/<family>/torch_impl.py`,
+    the function named like the family): the launchers' keyword arguments plus `**params` (route
+    params, ignored) and `workspace=None`, outputs and states written in place, no triton import.
+    Emission copies it into the plan beside the kernels; the runtime calls it for every route of
+    the family when a plan runs on the CPU (`--kernels torch`). None: the family has no CPU path
+    (such a plan runs on the CPU only under the Triton interpreter)."""
 
     name: str
     operands: tuple[Operand, ...]
@@ -155,6 +161,7 @@ class FamilySpec:
     layer_kind: str | None = None
     doc: str = ""
     model_matches: Callable[[Any, tuple], list[tuple[dict[str, Any], str]]] | None = None
+    torch_impl: str | None = None
 
     def operand(self, name: str) -> Operand:
         for o in self.operands:

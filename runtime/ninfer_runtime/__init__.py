@@ -1,7 +1,9 @@
-"""ninfer_runtime — executes ninfer-compile plans (Triton kernels, CUDA graphs).
+"""ninfer_runtime — executes ninfer-compile plans (Triton kernels and CUDA graphs on a GPU; the
+plan's torch implementations on the CPU, or its Triton kernels under the interpreter on request).
 
-Depends on torch, triton, numpy, pyyaml, tokenizers, jinja2 (+tqdm) — never on `ninfer_compile`:
-the plan directory (plan.json + the emitted kernels/) is its only interface with the compiler.
+Depends on torch, triton (not on the CPU's torch path), numpy, pyyaml, tokenizers, jinja2 (+tqdm) —
+never on `ninfer_compile`: the plan directory (plan.json + the emitted kernels/) is its only
+interface with the compiler.
 
     from ninfer_runtime import load
     engine = load("model.ninfer.sm90.plan", "model.ninfer")
@@ -9,15 +11,6 @@ the plan directory (plan.json + the emitted kernels/) is its only interface with
     for ev in engine.stream([1, 2, 3], max_new_tokens=8, temperature=0.7, top_p=0.9, seed=1):
         print(ev.token)
 """
-
-import os as _os
-import sys as _sys
-
-if "triton" not in _sys.modules and not _os.environ.get("TRITON_INTERPRET"):
-    import torch as _torch
-
-    if not _torch.cuda.is_available():  # no GPU: kernels run under the Triton interpreter
-        _os.environ["TRITON_INTERPRET"] = "1"
 
 from .errors import NinferRuntimeError, PlanError, PlanMismatch
 from .generate import GenerationResult, TokenEvent

@@ -80,6 +80,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the artifact's chat template")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop on the artifact's eos ids")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--kernels", default=None, choices=("torch", "interpret"),
+                   help="on the CPU, what runs the plan's launches: torch (default: the plan's torch "
+                        "implementations) or interpret (its Triton kernels under Triton's interpreter, slow); "
+                        "a GPU always runs the Triton kernels")
     p.add_argument("--no-graphs", action="store_true", help="launch decode steps eagerly (no CUDA graph replay)")
     p.add_argument("--verify-weights", action="store_true",
                    help="before loading, check the sha256 of every weight payload the plan binds against the "
@@ -262,7 +266,7 @@ def _run(args) -> int:
         from .perplexity import run_cli
 
         return run_cli(args)
-    engine = load(args.plan, args.artifact, device=args.device, progress=not args.quiet,
+    engine = load(args.plan, args.artifact, device=args.device, kernels=args.kernels, progress=not args.quiet,
                   verify_weights=args.verify_weights)
     try:
         for c in args.concurrency_values:

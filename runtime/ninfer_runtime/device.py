@@ -2,15 +2,22 @@
 workspaces are allocated, which kernel binaries are used, whether kernels are warmed and CUDA
 graphs captured.
 
-`Engine(plan, artifact, device=...)` takes a torch device (a string, a `torch.device`, or None: the
-GPU if there is one, else the CPU under the Triton interpreter), which becomes a `TorchDevice`, or
-any object with the `DeviceBackend` interface below. The Engine does every device-dependent step
+`Engine(plan, artifact, device=..., kernels=...)` takes a torch device (a string, a `torch.device`,
+or None: the GPU if there is one, else the CPU), which becomes a `TorchDevice`, or any object with
+the `DeviceBackend` interface below.
+
+Which callable runs each route launch (`DeviceBackend.kernels`, `kernel_mode`): on a GPU, always
+the plan's Triton kernels ("triton"); on the CPU, the plan's torch implementations ("torch", the
+default: `kernels/<family>/torch_impl.py`, copied into the plan by the compiler) or, on request,
+the plan's Triton kernels under Triton's interpreter ("interpret", slow: it shows the kernels
+run). The plan is the same either way: extents, launches, bindings, arena. The Engine does every device-dependent step
 through it and nothing else; the real GPU path is `TorchDevice` on a CUDA device. The compiler's
 ahead-of-time pass (ninfer_compile/codegen/aot_device.py) injects a fake device whose tensors have
 no memory, so it binds the plan's launches exactly as a load does without a GPU.
 
-Requires: torch. Guarantees (`TorchDevice`): `check` refuses a plan compiled for another sm (one
-line, PlanMismatch); `upload` copies one host uint8 buffer to the device (no second host copy);
+Requires: torch (triton only for "triton" / "interpret"). Guarantees (`TorchDevice`): `check`
+refuses a plan compiled for another sm (one line, PlanMismatch); `prepare_kernels` turns the
+interpreter on before triton is imported ("interpret" only; "torch" never needs it); `upload` copies one host uint8 buffer to the device (no second host copy);
 `zeros` allocates zero-filled device memory (the caching allocator's alignment); `warm` and
 `capture_graphs` are true on a CUDA device only.
 """
@@ -34,6 +41,7 @@ class DeviceBackend:
     device: torch.device
     warm: bool = False
     capture_graphs: bool = False
+    kernels: str = "triton"  # "triton" | "interpret" | "torch": what runs each route launch (kernel_mode)
 
     def check(self, plan: dict) -> str:
         """Refuse a plan this device cannot run (PlanMismatch); return a one-line note about how it runs."""
@@ -71,6 +79,24 @@ def torch_device(spec=None) -> torch.device:
     return dev
 
 
+KERNEL_CHOICES = ("torch", "interpret")
+KERNEL_NOTES = {"torch": "kernels: torch (CPU)", "interpret": "kernels: Triton interpreter (CPU, slow)"}
+
+
+def kernel_mode(device: torch.device, kernels: str | None) -> str:
+    """What runs the plan's route launches on `device`: "triton" on a GPU (the plan's kernels; a
+    request for the CPU paths is refused there, one line), on the CPU `kernels` ("torch" or
+    "interpret"; None = "torch")."""
+    if kernels is not None and kernels not in KERNEL_CHOICES:
+        raise PlanError(f"--kernels must be one of {', '.join(KERNEL_CHOICES)}, got {kernels!r}")
+    if device.type == "cuda":
+        if kernels is not None:
+            raise PlanError(f"--kernels {kernels} selects a CPU path, and the device is a GPU, which runs the plan's "
+                            f"Triton kernels; use --device cpu for it")
+        return "triton"
+    return kernels or "torch"
+
+
 def check_device(plan: dict, device: torch.device) -> str:
     """Refuse a plan compiled for another sm; returns a one-line note about how it will run."""
     sm = int(plan["sm"])
@@ -81,30 +107,34 @@ def check_device(plan: dict, device: torch.device) -> str:
             raise PlanMismatch(f"plan compiled for sm_{sm}, this GPU ({torch.cuda.get_device_name(device)}) is "
                                f"sm_{local}; recompile with --sm {local}")
         return f"sm_{sm} on {torch.cuda.get_device_name(device)}"
-    return f"no GPU: running the sm_{sm} plan on {device.type} under the Triton interpreter (slow)"
+    return f"no GPU: the sm_{sm} plan runs on the {device.type.upper()}"
 
 
 class TorchDevice(DeviceBackend):
-    """A real torch device: a CUDA GPU (binaries, warm-up, CUDA graphs) or the CPU (Triton
-    interpreter). `interpreting()`: whether this process runs Triton's interpreter."""
+    """A real torch device: a CUDA GPU (binaries, warm-up, CUDA graphs) or the CPU (torch
+    implementations, or the Triton interpreter: `kernels`). `interpreting()`: whether this process
+    runs Triton's interpreter."""
 
-    def __init__(self, spec=None, *, interpreting: Callable[[], bool]):
+    def __init__(self, spec=None, *, interpreting: Callable[[], bool], kernels: str | None = None):
         self.device = torch_device(spec)
         self._interpreting = interpreting
+        self.kernels = kernel_mode(self.device, kernels)
         self.warm = self.capture_graphs = self.device.type == "cuda"
 
     def check(self, plan: dict) -> str:
         return check_device(plan, self.device)
 
     def prepare_kernels(self) -> None:
-        if self.device.type == "cpu" and not self._interpreting():
+        if self.kernels == "interpret" and not self._interpreting():
             if "triton" in sys.modules:
-                raise PlanError("running on CPU needs the Triton interpreter, but triton was imported without "
-                                "TRITON_INTERPRET=1; set TRITON_INTERPRET=1 in the environment")
+                raise PlanError("--kernels interpret needs the Triton interpreter, but triton was imported in this "
+                                "process without it; set TRITON_INTERPRET=1 in the environment")
             os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (triton.jit reads it)
 
     def kernel_binaries(self, source, package: str) -> tuple[Any, str]:
-        if self.device.type != "cuda" or self._interpreting() or source.binaries_dir is None:
+        if self.kernels in KERNEL_NOTES:
+            return None, KERNEL_NOTES[self.kernels]
+        if self._interpreting() or source.binaries_dir is None:
             return None, "kernels: Triton interpreter (no binaries)"
         from .triton_cache import binaries_for, preload_binaries
 

@@ -9,7 +9,8 @@ in order. `n` < the extent's T narrows every per-column value to its first n row
 chunk; the same memory, so no copy) — the route's declared T domain is checked for n.
 
 Launch kinds:
-- route families (`embedding`, `linear`, ...): the plan's emitted launcher for the route;
+- route families (`embedding`, `linear`, ...): the plan's emitted launcher for the route, or on
+  the CPU's torch path its family's torch implementation (`Engine.launcher`; same arguments);
 - builtins (`add`, `concat`, `swiglu`, `select_rows`, `take`): small torch ops here (graph-capturable;
   `take`: out[i] = table[index[i]], the MTP shortlist head's row -> token id);
 """
@@ -75,7 +76,7 @@ class ExtentRunner:
         # programmatic dependent launch (plan_dependent_launch): the plan's kernels/pdl module, which
         # each launch of this extent allows around its call; None = plain launches
         self._pdl = None
-        if (entry.get("dependent_launch") or {}).get("enabled"):
+        if (entry.get("dependent_launch") or {}).get("enabled") and engine.kernels != "torch":
             try:
                 self._pdl = importlib.import_module(f"{engine.kernel_package}.pdl")
             except ImportError:

@@ -1,11 +1,15 @@
 """Load a plan directory + its artifact into an `Engine`.
 
-`load(plan_dir, artifact, *, device=None, progress=True) -> Engine`:
+`load(plan_dir, artifact, *, device=None, kernels=None, progress=True) -> Engine`:
 1. read PLAN/plan.json and PLAN/kernels/manifest.json, and check the plan's integrity record
    (plan_source.py, integrity.py: sha256 of plan.json's body and of every file under the plan,
    kernel binaries included; any mismatch is refused naming the file);
-2. check the plan against the artifact (directory sha256), the device (sm; on CPU the plan runs
-   under the Triton interpreter) and the emitted kernel files (sha256); refuse with `PlanMismatch`;
+2. check the plan against the artifact (directory sha256), the device (sm) and the emitted kernel
+   files (sha256); refuse with `PlanMismatch`. What runs each route launch (`Engine.kernels`,
+   device.py `kernel_mode`): a GPU runs the plan's Triton kernels; the CPU runs the plan's torch
+   implementations (`kernels="torch"`, the default: each route's `torch_launcher` in
+   kernels/manifest.json; a family without one is refused in one line naming it and the route)
+   or, on request, its Triton kernels under the interpreter (`kernels="interpret"`, slow);
 3. with `verify_weights=True`, hash the payload of every bound object against the digests the
    compiler recorded (integrity.verify_weights); then upload the weights the launches reference,
    streamed from the artifact's mmap (per object: torch.frombuffer over the mmap span -> device;
@@ -13,7 +17,8 @@
    planes; row views are plane slices), direct objects typed tensors in their logical shape (row
    views are row slices);
 4. allocate the activation arena and the per-slot state buffers (KV caches, GDN conv/recurrent);
-5. import PLAN/kernels as a uniquely named package and bind every extent's launches; on a GPU,
+5. import PLAN/kernels as a uniquely named package and bind every extent's launches (on the torch
+   path nothing imports triton); on a GPU,
    use the plan's precompiled kernel binaries (PLAN/kernels/bin, see triton_cache.py) when they
    were built by this Triton (version, build, ptxas, cache-relevant environment) for this sm,
    else JIT from the emitted source (`Engine.kernel_note` says which and why), then run every
@@ -75,20 +80,25 @@ class Engine:
         return (f"; programmatic dependent launch in {len(asked)} extents ("
                 + ", ".join(f"{v} {k}" for k, v in sorted(kinds.items())) + ")")
 
-    def __init__(self, plan_dir, artifact, *, device=None, progress: bool = True, verify_weights: bool = False):
+    def __init__(self, plan_dir, artifact, *, device=None, kernels: str | None = None, progress: bool = True,
+                 verify_weights: bool = False):
         """`plan_dir`: a plan directory, or a plan source (`PlanDir`, `PlanInMemory`: plan_source.py).
         `artifact`: a .ninfer path, or an opened artifact (`ArtifactView`, or an object with its
         `objects` / `span` / `has_resource` / `resource_bytes` / `close`; the engine closes it).
-        `device`: a torch device spec (default: the GPU, else the CPU under the Triton interpreter)
-        or a `DeviceBackend` (device.py) that uploads, allocates and prepares kernels for it."""
+        `device`: a torch device spec (default: the GPU, else the CPU) or a `DeviceBackend`
+        (device.py) that uploads, allocates and prepares kernels for it. `kernels`: on the CPU,
+        "torch" (default) or "interpret" (the Triton interpreter); a GPU runs the Triton kernels."""
         t0 = time.perf_counter()
         self.verify_weights = verify_weights
         self.source = plan_dir if isinstance(plan_dir, (PlanDir, PlanInMemory)) else PlanDir(plan_dir)
         self.plan_dir = self.source.plan_dir
         self.plan, self.kernel_manifest = self.source.plan, self.source.kernels
         self.backend: DeviceBackend = (device if isinstance(device, DeviceBackend)
-                                       else TorchDevice(device, interpreting=_interpreting))
+                                       else TorchDevice(device, interpreting=_interpreting, kernels=kernels))
         self.device = self.backend.device
+        self.kernels = getattr(self.backend, "kernels", "triton")  # "triton" | "interpret" | "torch"
+        if kernels is not None and kernels != self.kernels:
+            raise PlanError(f"--kernels {kernels}: the injected device runs {self.kernels} kernels")
         self.device_note = self.backend.check(self.plan)
         self.binaries = None
         if isinstance(artifact, (str, os.PathLike)):
@@ -387,9 +397,20 @@ class Engine:
         return info
 
     def launcher(self, route: str):
+        """The callable behind every launch of `route`: its Triton launcher, or on the torch path its
+        family's torch implementation (same arguments)."""
         fn = self._launchers.get(route)
         if fn is None:
-            ref = self.route_info(route)["launcher"]
+            info = self.route_info(route)
+            ref = info["launcher"]
+            if self.kernels == "torch":
+                ref = info.get("torch_launcher")
+                if not ref:
+                    what = (f"family {info.get('family')} (route {route}) has no torch implementation"
+                            if "torch_launcher" in info else f"route {route} (family {info.get('family')}): the "
+                            f"plan's kernels were emitted without torch implementations (recompile the plan)")
+                    raise PlanError(f"{what}: the CPU's torch path cannot run it; use --kernels interpret (the "
+                                    f"Triton interpreter, slow)")
             mod_name, _, attr = ref.partition(":")
             try:
                 obj = importlib.import_module(f"{self.kernel_package}.{mod_name}")
@@ -438,11 +459,14 @@ class Engine:
         return stream(self, prompts, max_new_tokens, **kw)
 
 
-def load(plan_dir, artifact, *, device=None, progress: bool = True, verify_weights: bool = False) -> Engine:
-    """Load `plan_dir` with `artifact` onto `device` (default: the GPU, else CPU + Triton interpreter).
-    `verify_weights`: check every bound payload against the plan's recorded digests first."""
+def load(plan_dir, artifact, *, device=None, kernels: str | None = None, progress: bool = True,
+         verify_weights: bool = False) -> Engine:
+    """Load `plan_dir` with `artifact` onto `device` (default: the GPU, else the CPU). `kernels`: on the
+    CPU "torch" (default) or "interpret" (device.py). `verify_weights`: check every bound payload
+    against the plan's recorded digests first."""
     try:
-        return Engine(plan_dir, artifact, device=device, progress=progress, verify_weights=verify_weights)
+        return Engine(plan_dir, artifact, device=device, kernels=kernels, progress=progress,
+                      verify_weights=verify_weights)
     except NinferRuntimeError:
         raise
     except ArtifactViewError as exc:

@@ -162,7 +162,8 @@ def run_cli(args) -> int:
     plan, _ = read_plan(args.plan)
     check_plan(plan)  # before any weight is uploaded
     text = read_text(args.perplexity)
-    engine = load(args.plan, args.artifact, device=args.device, progress=not args.quiet,
+    engine = load(args.plan, args.artifact, device=args.device, kernels=getattr(args, "kernels", None),
+                  progress=not args.quiet,
                   verify_weights=bool(getattr(args, "verify_weights", False)))
     try:
         res = engine_perplexity(engine, text, context=args.ppl_context, stride=args.ppl_stride,

@@ -30,7 +30,7 @@ def test_38_checks_and_compiles_for_sm90(q38, tmp_path, capsys):
     assert plan["memory"]["kv_bytes_per_token"] == 17 * 2 * 4 * 256 * 2
     dec = plan["extents"]["verify_c8_k3"]
     kinds = [L["kind"] for L in dec["launches"]]
-    assert kinds.count("attention") == 16 and kinds.count("gated_delta_rule") + kinds.count("gdn_decode_fused") == 48
+    assert kinds.count("attention") == 16 and kinds.count("gated_delta_rule") == 48
     embed = next(L for L in dec["launches"] if L["kind"] == "embedding")
     assert embed["match"]["format"] == "W8G32_F16S" and embed["args"]["table"]["weight"] == "text/token_embedding"
     heads = [a for L in dec["launches"] for a in L["args"].values()

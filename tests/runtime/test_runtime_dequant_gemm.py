@@ -1,4 +1,5 @@
-"""End to end through the runtime with the `<f>_dequant_gemm` prefill routes (Triton interpreter):
+"""End to end through the runtime with the `<f>_dequant_gemm` prefill routes (`kernels="interpret"`: the
+plan's Triton kernels under the interpreter, not the CPU's torch path):
 HF tiny model -> pack (default quantized recipe) -> compile with a table that sends every
 quantized linear of the prefill extent (T = 8) to `<f>_dequant_gemm` and decode (T = 1) to
 `<f>_small_t_mma` -> ninfer_runtime generate. The 12-token prompt runs as a chunk of 8 and a tail
@@ -38,7 +39,7 @@ def test_prefill_through_dequant_gemm_matches_reference(dq):
 
     import ninfer_runtime as nr
 
-    with nr.load(plan, art, progress=False) as eng:
+    with nr.load(plan, art, progress=False, kernels="interpret") as eng:
         # the runtime allocates exactly what the compiler accounted for the prefill extent
         assert eng.prefill_runner.workspace is not None
         assert eng.prefill_runner.workspace.numel() * 4 == mem["route_workspace_by_extent"][prefill]

@@ -49,7 +49,7 @@ def bf16_engine(bf16):
 def test_bf16_greedy_matches_transformers(tiny, bf16_engine):
     _, model, _ = tiny
     eng = bf16_engine
-    assert eng.device.type == "cpu" and "interpreter" in eng.device_note
+    assert eng.device.type == "cpu" and "kernels: torch (CPU)" in eng.device_note
     r = eng.generate(S.PROMPT, N_NEW, ignore_eos=True)
     assert len(r.tokens) == N_NEW and r.finish_reason == "length"
     bad = S.check_tokens_against(lambda t: S.hf_logits(model, t), S.PROMPT, r.tokens)

@@ -33,7 +33,7 @@ def test_decode_through_gemv_tc_matches_reference(tc):
     assert {r for r in used if r.endswith("_gemv_tc")}, used
     import ninfer_runtime as nr
 
-    with nr.load(plan, art, progress=False) as eng:
+    with nr.load(plan, art, progress=False, kernels="interpret") as eng:
         r = eng.generate(S.PROMPT, N_NEW, ignore_eos=True)
     assert len(r.tokens) == N_NEW
     bad = S.check_tokens_against(S.reference_logits_fn(art), S.PROMPT, r.tokens)

@@ -143,7 +143,7 @@ def test_sm_mismatch_refused(monkeypatch):
     with pytest.raises(PlanMismatch, match="sm_90.*sm_86"):
         check_device({"sm": 90}, torch.device("cuda", 0))
     assert "sm_86" in check_device({"sm": 86}, torch.device("cuda", 0))
-    assert "interpreter" in check_device({"sm": 90}, torch.device("cpu"))
+    assert "runs on the CPU" in check_device({"sm": 90}, torch.device("cpu"))
 
 
 # ----------------------------------------------------------------------------- sampling

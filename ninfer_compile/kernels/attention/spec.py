@@ -46,6 +46,7 @@ SPECS = (FamilySpec(
                     "at phase verify): attention_verify_packed reads a row's cache once for its W columns")),
     t_operand="q", match=_match, check=_check,
     reference="ninfer_compile.kernels.attention.reference:attention",
+    torch_impl="ninfer_compile.kernels.attention.torch_impl:attention",
     match_keys=("phase", "kv_dtype", "head_dim"), int_match_keys=("head_dim",),
     layer_kind="attention",
     doc="column t attends to its slot's cache rows 0..positions[t]; out gated by sigmoid(gate)",

@@ -62,6 +62,7 @@ SPECS = (FamilySpec(
     ),
     t_operand="x", match=_match, check=_check,
     reference="ninfer_compile.kernels.conv1d.reference:conv1d",
+    torch_impl="ninfer_compile.kernels.conv1d.torch_impl:conv1d",
     match_keys=("phase",),
     layer_kind="gdn",
     doc="out = SiLU(causal depthwise conv over the slot's history); state keeps the last K-1 inputs",

@@ -33,6 +33,7 @@ SPECS = (FamilySpec(
     match=_match,
     check=_check,
     reference="ninfer_compile.kernels.embedding.reference:embedding",
+    torch_impl="ninfer_compile.kernels.embedding.torch_impl:embedding",
     model_matches=_model_matches,
     doc="out[t] = table[ids[t]]",
 ),)

@@ -50,6 +50,7 @@ SPECS = (FamilySpec(
     attrs=(KV_DTYPE,),
     t_operand="k", match=kv_match, check=_check,
     reference="ninfer_compile.kernels.kv_cache.reference:kv_append",
+    torch_impl="ninfer_compile.kernels.kv_cache.torch_impl:kv_append",
     match_keys=("kv_dtype", "head_dim"), int_match_keys=("head_dim",),
     layer_kind="attention",
     doc="cache[slots[t], positions[t]] = k[t], v[t] encoded in the cache's KV format (kv_cache/formats.py)",

@@ -96,6 +96,7 @@ SPECS = (FamilySpec(
     ),
     t_operand="x", match=_match, check=_check,
     reference="ninfer_compile.kernels.linear.reference:linear",
+    torch_impl="ninfer_compile.kernels.linear.torch_impl:linear",
     model_matches=_model_matches,
     doc="out = x @ weight^T (+ epilogue)",
 ),)

@@ -42,6 +42,7 @@ SPECS = (
         ),
         attrs=(_EPS,),
         t_operand="x", match=_match, check=_check_rmsnorm, reference=f"{_REF}:rmsnorm",
+        torch_impl="ninfer_compile.kernels.norms.torch_impl:rmsnorm",
         doc="zero-centred RMSNorm over the last axis",
     ),
     FamilySpec(
@@ -53,6 +54,7 @@ SPECS = (
         ),
         attrs=(_EPS,),
         t_operand="x", match=_match, check=_check_head, reference=f"{_REF}:head_rmsnorm",
+        torch_impl="ninfer_compile.kernels.norms.torch_impl:head_rmsnorm",
         layer_kind="attention",
         doc="per-head zero-centred RMSNorm (attention q / k norms)",
     ),
@@ -66,6 +68,7 @@ SPECS = (
         ),
         attrs=(_EPS,),
         t_operand="x", match=_match, check=_check_gated, reference=f"{_REF}:gated_rmsnorm",
+        torch_impl="ninfer_compile.kernels.norms.torch_impl:gated_rmsnorm",
         layer_kind="gdn",
         doc="GDN output norm RMSNorm(x) * w * SiLU(z)",
     ),

@@ -68,5 +68,6 @@ SPECS = (FamilySpec(
     check=_check,
     match_keys=("mode",),
     reference=f"{_M}.reference:sample",
+    torch_impl="ninfer_compile.kernels.sampling.torch_impl:sampling",
     doc="next token per logits row: greedy, or temperature / top-k / top-p with a seed, per row",
 ),)

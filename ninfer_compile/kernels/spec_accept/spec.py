@@ -73,5 +73,6 @@ SPECS = (FamilySpec(
     match=_match,
     check=_check,
     reference=f"{_M}.reference:spec_accept",
+    torch_impl="ninfer_compile.kernels.spec_accept.torch_impl:spec_accept",
     doc="speculative acceptance per verify row: greedy prefix match, or speculative sampling (one-hot proposal)",
 ),)

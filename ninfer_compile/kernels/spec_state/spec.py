@@ -51,5 +51,6 @@ SPECS = (FamilySpec(
     match=_match,
     check=_check,
     reference=f"{_M}.reference:state_select",
+    torch_impl="ninfer_compile.kernels.spec_state.torch_impl:state_select",
     doc="state[slot of row r] = columns[r, accepted[r]] where accepted[r] < K",
 ),)

@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--drain-s", type=float, default=8.0, help="on SIGTERM, seconds running requests get to finish "
                    "(default 8)")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--kernels", default=None, choices=("torch", "interpret"),
+                   help="on the CPU: torch (default: the plan's torch implementations) or interpret (its Triton "
+                        "kernels under the interpreter, slow); a GPU always runs the Triton kernels")
     p.add_argument("--no-graphs", action="store_true", help="launch decode steps eagerly (no CUDA graph replay)")
     p.add_argument("--spec", choices=("mtp", "ngram", "none"), default=None,
                    help="speculative decoding on a plan compiled with --draft-tokens K: mtp (the artifact's MTP head), "
@@ -138,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
 
         log = open(args.log_file, "a", encoding="utf-8", buffering=1) if args.log_file else sys.stderr
         try:
-            engine = open_engine(args.plan, args.artifact, device=args.device)
+            engine = open_engine(args.plan, args.artifact, device=args.device, kernels=args.kernels)
         except NinferRuntimeError as exc:
             raise ValueError(str(exc).splitlines()[0]) from None
         try:

@@ -15,11 +15,12 @@ from ..sampling import SamplingParams
 from ..steps import StateSnapshot, Stepper, StepOut  # noqa: F401 (the types the scheduler sees)
 
 
-def open_engine(plan: str, artifact: str, *, device: str | None = None, verify_weights: bool = False):
+def open_engine(plan: str, artifact: str, *, device: str | None = None, kernels: str | None = None,
+                verify_weights: bool = False):
     """Load the engine (the one place the Engine constructor is called)."""
     from ..loader import load
 
-    return load(plan, artifact, device=device, progress=False, verify_weights=verify_weights)
+    return load(plan, artifact, device=device, kernels=kernels, progress=False, verify_weights=verify_weights)
 
 
 class EngineAdapter(Stepper):

@@ -1,0 +1,45 @@
+"""CPU path of the KV-cache append (`kv_append`): column t's k[t], v[t] [T, Hkv, D] are encoded in
+the caches' format (identified from their dtypes and widths, formats.py) with the format's
+reference codecs (reference.encode, vectorised over all columns) and written at
+cache[slots[t], positions[t]] in place (codes, and scales for formats that have them)."""
+
+from __future__ import annotations
+
+import torch
+
+from ...errors import RouteError
+from . import formats as F
+from .reference import encode, format_of
+
+__all__ = ["kv_append", "cache_format"]
+
+
+_FORMATS: dict[tuple, F.KvFormat] = {}
+
+
+def cache_format(k_cache, v_cache, k_scale, v_scale, head_dim: int) -> F.KvFormat:
+    """The caches' KV format (one-line RouteError when none stores them); remembered per layout."""
+    key = (int(head_dim),) + tuple(None if t is None else (t.dtype, int(t.shape[-1]))
+                                   for t in (k_cache, v_cache, k_scale, v_scale))
+    fmt = _FORMATS.get(key)
+    if fmt is None:
+        try:
+            fmt = _FORMATS[key] = format_of(k_cache, v_cache, k_scale, v_scale, head_dim)
+        except ValueError as exc:
+            raise RouteError(f"kv cache (torch): {exc}") from None
+    return fmt
+
+
+def kv_append(k, v, positions, slots, k_cache, v_cache, k_scale=None, v_scale=None, workspace=None,
+              **params) -> None:
+    D = k.shape[-1]
+    fmt = cache_format(k_cache, v_cache, k_scale, v_scale, D)
+    s, p = slots.long(), positions.long()
+    for codec, x, cache, scale in ((fmt.k, k, k_cache, k_scale), (fmt.v, v, v_cache, v_scale)):
+        if codec.kind == F.BF16:
+            cache[s, p] = x.to(cache.dtype)
+            continue
+        codes, scales = encode(codec, x)
+        cache[s, p] = codes.to(cache.dtype)
+        if scale is not None:
+            scale[s, p] = scales.to(scale.dtype)

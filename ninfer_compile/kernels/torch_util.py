@@ -1,0 +1,85 @@
+"""Shared helpers of the CPU path's torch implementations (`kernels/<family>/torch_impl.py`).
+
+The torch implementations compute in fp32 and round once at the store, like the Triton kernels.
+No triton import here or in any torch_impl module: the CPU path imports and runs without Triton.
+
+Weight layout of the CPU path: on this machine fp32 matrix products are the fast path (bf16 and
+int4 matmuls run several times slower on CPUs without bf16 / VNNI units), so a linear weight is
+dequantized once, at its first use, into an fp32 [N, K] tensor (exact: scale32 × code32, the
+linear reference's oracle) and kept for the weight object's lifetime (`fp32_weight`). A bf16 weight
+is upcast once the same way. The cache is keyed by the weight object (the runtime binds one object
+per (name, row view)), so decode steps never dequantize again; it is released with the object.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+__all__ = ["fp32_weight", "cached_fp32_weight", "derived", "store", "drop_fp32_weights"]
+
+# id(weight object) -> (weakref to it, fp32 [N, K]); entries die with their object
+_FP32: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
+
+
+def _forget(key: int):
+    def cb(_ref):
+        _FP32.pop(key, None)
+    return cb
+
+
+def fp32_weight(weight) -> torch.Tensor:
+    """The fp32 [N, K] matrix of a linear weight (`QuantWeight` or a bf16/fp32 [N, K] tensor),
+    dequantized once per weight object and cached (the CPU path's weight layout)."""
+    if isinstance(weight, torch.Tensor) and weight.dtype == torch.float32:
+        return weight
+    key = id(weight)
+    hit = _FP32.get(key)
+    if hit is not None and hit[0]() is weight:
+        return hit[1]
+    if isinstance(weight, torch.Tensor):
+        w32 = weight.float().contiguous()
+    else:
+        from .linear.reference import dequantize
+
+        w32 = dequantize(weight).contiguous()
+    _FP32[key] = (weakref.ref(weight, _forget(key)), w32)
+    return w32
+
+
+def cached_fp32_weight(weight) -> torch.Tensor | None:
+    """The fp32 matrix `fp32_weight` already made for this object, else None (makes nothing)."""
+    hit = _FP32.get(id(weight))
+    return hit[1] if hit is not None and hit[0]() is weight else None
+
+
+# (id(tensor), tag) -> (weakref to it, derived tensor): small per-weight constants (e.g. 1 + w in fp32)
+_DERIVED: dict[tuple[int, str], tuple[weakref.ref, torch.Tensor]] = {}
+
+
+def derived(t: torch.Tensor, tag: str, make) -> torch.Tensor:
+    """`make(t)`, computed once per (weight tensor object, tag) and kept while the tensor lives
+    (the plan's weights are bound once; per-step activations must not come here)."""
+    key = (id(t), tag)
+    hit = _DERIVED.get(key)
+    if hit is not None and hit[0]() is t:
+        return hit[1]
+    value = make(t)
+
+    def forget(_ref, key=key):
+        _DERIVED.pop(key, None)
+
+    _DERIVED[key] = (weakref.ref(t, forget), value)
+    return value
+
+
+def drop_fp32_weights() -> None:
+    """Forget every cached fp32 weight and derived constant (tests; memory pressure)."""
+    _FP32.clear()
+    _DERIVED.clear()
+
+
+def store(out: torch.Tensor, value: torch.Tensor) -> None:
+    """Write `value` (fp32) into `out` in place, rounding once to out's dtype."""
+    out.copy_(value)

@@ -1,0 +1,49 @@
+"""CPU path of the norm families (`norms/torch_impl.py`) vs the fp32 references and the launchers."""
+
+import pytest
+import torch
+
+from ninfer_compile.kernels.norms import reference as ref
+from ninfer_compile.kernels.norms import torch_impl as ti
+
+
+def _close(got, want, tol=8e-3):
+    torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("T,H", [(1, 64), (3, 130), (17, 200)])
+def test_rmsnorm(T, H):
+    g = torch.Generator().manual_seed(T * H)
+    x = (torch.randn(T, 2 * H, generator=g) * 3).bfloat16()[:, :H]  # strided rows
+    w = (0.2 * torch.randn(H, generator=g)).bfloat16()
+    out = torch.full((T, H), float("nan"), dtype=torch.bfloat16)
+    ti.rmsnorm(x, w, out, eps=1e-6, num_warps="auto")
+    _close(out, ref.rmsnorm(x, w, 1e-6))
+
+
+@pytest.mark.parametrize("T,heads,D", [(1, 2, 32), (5, 3, 80)])
+def test_head_and_gated(T, heads, D):
+    g = torch.Generator().manual_seed(D)
+    fused = torch.randn(T, heads, 2 * D, generator=g).bfloat16()
+    x, z = fused[..., :D], fused[..., D:]
+    w = (0.3 * torch.randn(D, generator=g)).bfloat16()
+    out = torch.full((T, heads, D), float("nan"), dtype=torch.bfloat16)
+    ti.head_rmsnorm(x, w, out, eps=1e-5)
+    _close(out, ref.head_rmsnorm(x, w, 1e-5))
+    gout = torch.full((T, heads * D), float("nan"), dtype=torch.bfloat16)
+    ti.gated_rmsnorm(x, z, w, gout, eps=1e-5)
+    _close(gout, ref.gated_rmsnorm(x, z, w, 1e-5))
+
+
+def test_matches_launchers():
+    from ninfer_compile.kernels.norms import launch
+
+    g = torch.Generator().manual_seed(5)
+    x, z = torch.randn(2, 3, 3, 48, generator=g).bfloat16()
+    w = (0.3 * torch.randn(48, generator=g)).bfloat16()
+    for fn, args, shape in ((("rmsnorm", (x.reshape(3, 144)[:, :48],), (3, 48))),
+                            ("head_rmsnorm", (x,), (3, 3, 48)), ("gated_rmsnorm", (x, z), (3, 144))):
+        got, want = torch.empty(shape, dtype=torch.bfloat16), torch.empty(shape, dtype=torch.bfloat16)
+        getattr(ti, fn)(*args, w, got, eps=1e-6)
+        getattr(launch, fn)(*args, w, want, eps=1e-6)
+        _close(got, want)
