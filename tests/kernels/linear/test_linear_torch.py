@@ -4,7 +4,6 @@ weight format and epilogue on odd shapes, and against a Triton launcher (interpr
 import pytest
 import torch
 
-from ninfer_compile.errors import RouteError
 from ninfer_compile.kernels.linear import torch_impl
 from ninfer_compile.kernels.linear.reference import linear as ref_linear
 from ninfer_compile.kernels.torch_util import fp32_weight
