@@ -120,7 +120,7 @@ def check_plan_shape(pj: Path, plan: dict) -> None:
              and ws.get("dtype", "f32") == "f32", f"{where}.workspace", "must be {numel: integer in [0, 2^42], dtype: f32}")
 
 
-BIND_KINDS = ("buffer", "weight", "state", "scalar", "constexpr", "workspace")
+BIND_KINDS = ("buffer", "weight", "state", "scalar", "constexpr", "workspace", "group")
 
 
 def check_bind(where: str, L: dict, info: dict) -> None:
