@@ -10,13 +10,15 @@ from pathlib import Path
 from ..errors import CompileError
 from ..ir.graph import Graph
 from ..ir.verify import verify
-from . import bind_weights, fuse, plan_cuda_graphs, plan_dependent_launch, plan_memory, select_routes
+from . import (bind_weights, fuse, plan_cuda_graphs, plan_dependent_launch, plan_memory, select_routes,
+               shard_tensor_parallel)
 from .context import PassContext
 
 PassFn = Callable[[Graph, PassContext], Graph]
 
 PIPELINE: list[tuple[str, PassFn]] = [
     ("bind_weights", bind_weights.run),
+    ("shard_tensor_parallel", shard_tensor_parallel.run),  # --tp N: rank r's graph (N = 1: unchanged)
     ("fuse", fuse.run),
     ("select_routes", select_routes.run),
     ("plan_memory", plan_memory.run),
