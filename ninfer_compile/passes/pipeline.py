@@ -27,6 +27,13 @@ PIPELINE: list[tuple[str, PassFn]] = [
 ]
 
 PASS_NAMES = tuple(name for name, _ in PIPELINE)
+# Passes that apply only to some compiles: skipped (not run, numbered, dumped or listed) elsewhere,
+# so a compile without tensor parallelism is what it was before the pass existed.
+APPLIES: dict[str, Callable[[PassContext], bool]] = {"shard_tensor_parallel": shard_tensor_parallel.applies}
+
+
+def applicable(ctx: PassContext) -> tuple[str, ...]:
+    return tuple(n for n in PASS_NAMES if n not in APPLIES or APPLIES[n](ctx))
 
 
 def check_disabled(disabled: Iterable[str]) -> frozenset[str]:
@@ -41,6 +48,7 @@ def run_pipeline(graph: Graph, ctx: PassContext, disabled: Iterable[str] = (),
                  dump_dir: Path | None = None, pipeline: list[tuple[str, PassFn]] | None = None) -> Graph:
     disabled = check_disabled(disabled) if pipeline is None else frozenset(disabled or ())
     steps = PIPELINE if pipeline is None else pipeline
+    steps = [(n, f) for n, f in steps if n not in APPLIES or APPLIES[n](ctx)]
     verify(graph, ctx.objects, after="lowering")
     if dump_dir is not None:
         _dump(graph, dump_dir, 0, "lower")

@@ -145,6 +145,11 @@ def _group(fmt: str) -> int | None:
     return getattr(f, "group", None) if f is not None and f.kind == "grouped" else None
 
 
+def applies(ctx: PassContext) -> bool:
+    """Only a --tp N > 1 compile runs the pass (pipeline.APPLIES)."""
+    return int(ctx.options.get("tp", 1) or 1) > 1
+
+
 def run(graph: Graph, ctx: PassContext) -> Graph:
     n = int(ctx.options.get("tp", 1) or 1)
     r = int(ctx.options.get("rank", 0) or 0)
