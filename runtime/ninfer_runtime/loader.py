@@ -75,17 +75,29 @@ class Engine:
         return (f"; programmatic dependent launch in {len(asked)} extents ("
                 + ", ".join(f"{v} {k}" for k, v in sorted(kinds.items())) + ")")
 
-    def __init__(self, plan_dir, artifact, *, device=None, progress: bool = True, verify_weights: bool = False):
+    def __init__(self, plan_dir, artifact, *, device=None, progress: bool = True, verify_weights: bool = False,
+                 tp=None):
         """`plan_dir`: a plan directory, or a plan source (`PlanDir`, `PlanInMemory`: plan_source.py).
         `artifact`: a .ninfer path, or an opened artifact (`ArtifactView`, or an object with its
         `objects` / `span` / `has_resource` / `resource_bytes` / `close`; the engine closes it).
         `device`: a torch device spec (default: the GPU, else the CPU under the Triton interpreter)
-        or a `DeviceBackend` (device.py) that uploads, allocates and prepares kernels for it."""
+        or a `DeviceBackend` (device.py) that uploads, allocates and prepares kernels for it.
+        `tp`: the rank's `TensorParallel` context (tensor_parallel.py) for a `--tp N` plan: the engine
+        loads rank `tp.rank`'s section and binds the collectives to its process group."""
         t0 = time.perf_counter()
         self.verify_weights = verify_weights
         self.source = plan_dir if isinstance(plan_dir, (PlanDir, PlanInMemory)) else PlanDir(plan_dir)
         self.plan_dir = self.source.plan_dir
         self.plan, self.kernel_manifest = self.source.plan, self.source.kernels
+        from .tensor_parallel import TensorParallel, degree, rank_view
+
+        self.tp = tp if tp is not None else TensorParallel.current()
+        n = degree(self.plan)
+        if n > 1 and (self.tp is None or self.tp.world != n):
+            raise PlanError(f"the plan is for --tp {n} ({n} GPUs, one process each): run it with ninfer-run / ninfer-serve, "
+                            f"which start the ranks, or under torchrun --nproc-per-node {n}")
+        self.plan = rank_view(self.plan, self.tp.rank) if n > 1 else self.plan
+        self.lockstep = None  # tensor_parallel.Lockstep on rank 0 of a --tp plan: followers replay its steps
         self.backend: DeviceBackend = (device if isinstance(device, DeviceBackend)
                                        else TorchDevice(device, interpreting=_interpreting))
         self.device = self.backend.device
@@ -114,9 +126,11 @@ class Engine:
         # weights
         self._objects: dict[str, Any] = {}
         self._weights: dict[tuple, Any] = {}
-        used = used_weights(self.plan)
+        from .tensor_parallel import weight_refs
+
+        used, self._shard_refs = weight_refs(self.plan)  # whole objects; (object, shard) copies of a --tp rank
         if self.verify_weights:
-            verify_weights(self.plan, self.artifact, used, progress)
+            verify_weights(self.plan, self.artifact, sorted(set(used) | {n for n, _ in self._shard_refs}), progress)
         self.backend.prepare_kernels()
         t_kern = time.perf_counter()
         self.kernel_package = self.source.import_kernels()
@@ -126,6 +140,7 @@ class Engine:
         t_kern = time.perf_counter() - t_kern
         t_up = time.perf_counter()
         self._upload(used, progress)
+        self._upload_shards()
         self.backend.synchronize()
         t_up = time.perf_counter() - t_up
         try:
@@ -153,6 +168,10 @@ class Engine:
         t_cap = time.perf_counter() - t_cap
         self.load_times = {"upload": t_up, "kernels": t_kern, "capture": t_cap,
                            "total": time.perf_counter() - t0}
+        if self.tp is not None and self.tp.world > 1 and self.tp.rank == 0:
+            from .tensor_parallel import Lockstep
+
+            self.lockstep = Lockstep(self)  # from here on the other ranks follow this engine's steps
         self.last_stats: dict[str, float] = {}
 
     def _read_options(self) -> None:
@@ -318,6 +337,32 @@ class Engine:
                 bar.close()
         self.weight_bytes = total
 
+    def _upload_shards(self) -> None:
+        """A --tp rank's copies of objects (rows / columns of its shard), made from the mmap at upload."""
+        from types import SimpleNamespace
+
+        from .tensor_parallel import shard_copy, shard_nbytes
+
+        self._shards: dict[tuple, Any] = {}
+        geometry = None
+        for name, key in sorted(self._shard_refs, key=repr):
+            e = self.artifact.objects.get(name)
+            if e is None or e.kind != "tensor":
+                raise PlanMismatch(f"plan references object {name!r}, absent from artifact {self.artifact.path.name}")
+            if e.format in GROUPED and geometry is None:
+                geometry = sys.modules[self.quant_weight_cls().__module__].row_split_geometry
+            shape, nbytes = shard_nbytes(e.format, tuple(e.shape), key, _DIRECT, geometry)
+            dev = self.backend.upload(lambda e=e, key=key: shard_copy(
+                e.name, e.format, tuple(e.shape), torch.frombuffer(self.artifact.span(e.name), dtype=torch.uint8),
+                key, _DIRECT, geometry)[1], nbytes)
+            self._shards[(name, key)] = self._bind_object(
+                SimpleNamespace(name=name, format=e.format, shape=shape, bytes=nbytes), dev)
+            self.weight_bytes += nbytes
+
+    def process_group(self, name: str):
+        """The process group a collective launch names (None: a one-GPU plan)."""
+        return None if self.tp is None else self.tp.group(name)
+
     def _bind_object(self, e, dev: torch.Tensor):
         if e.format in _DIRECT:
             return dev.view(_DIRECT[e.format]).view(list(e.shape))
@@ -346,11 +391,11 @@ class Engine:
         return self._quant_weight_cls
 
     # ------------------------------------------------------------------------- lookups
-    def weight(self, name: str, rows: tuple[int, int] | None = None):
-        key = (name, rows)
+    def weight(self, name: str, rows: tuple[int, int] | None = None, shard: tuple | None = None):
+        key = (name, rows, shard)
         w = self._weights.get(key)
         if w is None:
-            base = self._objects.get(name)
+            base = self._objects.get(name) if shard is None else self._shards.get((name, shard))
             if base is None:
                 raise PlanError(f"weight {name} was not uploaded")
             if rows is None:
@@ -401,10 +446,15 @@ class Engine:
 
     def reset_slot(self, slot: int) -> None:
         """Zero the per-slot state of one slot (a new sequence starts there)."""
+        if self.lockstep is not None:
+            self.lockstep.reset_slot(slot)
         for s in self._state.values():
             s[slot].zero_()
 
     def close(self) -> None:
+        if getattr(self, "lockstep", None) is not None:
+            self.lockstep, ls = None, self.lockstep
+            ls.stop()
         self.graphs = {}
         if getattr(self, "binaries", None) is not None:
             self.binaries.release()
@@ -428,11 +478,13 @@ class Engine:
         return stream(self, prompts, max_new_tokens, **kw)
 
 
-def load(plan_dir, artifact, *, device=None, progress: bool = True, verify_weights: bool = False) -> Engine:
+def load(plan_dir, artifact, *, device=None, progress: bool = True, verify_weights: bool = False,
+         tp=None) -> Engine:
     """Load `plan_dir` with `artifact` onto `device` (default: the GPU, else CPU + Triton interpreter).
-    `verify_weights`: check every bound payload against the plan's recorded digests first."""
+    `verify_weights`: check every bound payload against the plan's recorded digests first. `tp`: a
+    --tp rank's context (default: the one tensor_parallel.py set up in this rank process)."""
     try:
-        return Engine(plan_dir, artifact, device=device, progress=progress, verify_weights=verify_weights)
+        return Engine(plan_dir, artifact, device=device, progress=progress, verify_weights=verify_weights, tp=tp)
     except NinferRuntimeError:
         raise
     except ArtifactViewError as exc:

@@ -51,5 +51,6 @@ def all_gather_nccl(x, out, group=None, workspace=None) -> None:
     if workspace is None or workspace.numel() < need:
         raise RouteError(f"all_gather: needs a workspace of {need} float32 elements")
     buf = workspace.view(-1)[:need].view(x.dtype)[: R * n * g].view(g * R, n)
-    dist.all_gather_into_tensor(buf, x.contiguous(), group=group)  # rank-major: [g * R, n]
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # (newer torch's name)
+    gather(buf, x.contiguous(), group=group)  # rank-major: [g * R, n]
     out.view(R, g, n).copy_(buf.view(g, R, n).permute(1, 0, 2))
