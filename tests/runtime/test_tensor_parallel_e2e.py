@@ -1,0 +1,89 @@
+"""--tp 2 and --tp 4 plans of a TP-friendly tiny transformers model (bf16 recipe) run as 2 / 4 gloo
+rank processes on the CPU's torch path: rank 0's greedy tokens are transformers' argmax (near-tie
+rule: the all-reduce changes the summation order), every rank uploads only its section's weights,
+and every rank runs exactly the all-reduces the plan lists for the extents rank 0 ran."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from . import support as S
+
+N_NEW = 6
+# every head count, the intermediate rows and the vocabulary divide by 4 (KV heads replicated at 4)
+TP_OVERRIDES = dict(num_attention_heads=8, num_key_value_heads=2, linear_num_key_heads=4, linear_num_value_heads=8,
+                    tie_word_embeddings=False)
+
+
+@pytest.fixture(scope="module")
+def tp_model(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tp")
+    model = S._tiny.make_hf_model(0, **TP_OVERRIDES)
+    (d / "hf").mkdir()
+    model.save_pretrained(d / "hf", safe_serialization=True)
+    art = S.pack(d / "hf", d / "tp-bf16.ninfer", "bf16")
+    return d, model, art
+
+
+def _rank(rank: int, world: int, init: str, plan: str, art: str, out: str) -> None:
+    import torch.distributed as dist
+
+    import ninfer_runtime as nr
+    from ninfer_runtime import tensor_parallel as tp
+
+    tp.init_ranks(rank, world, init, backend="gloo")
+    eng = nr.load(plan, art, progress=False)
+    calls, runs = [0], []
+    real = dist.all_reduce
+
+    def counting(*a, **k):
+        calls[0] += 1
+        return real(*a, **k)
+
+    dist.all_reduce = counting
+    if rank == 0:
+        real_run = eng.lockstep.run
+
+        def record(runner, n, graph=False):
+            runs.append(runner.name)
+            real_run(runner, n, graph)
+
+        eng.lockstep.run = record
+        r = eng.generate(S.PROMPT, N_NEW, ignore_eos=True)
+        tokens = r.tokens
+    else:
+        tp.follow(eng)
+        tokens = None
+    Path(f"{out}.{rank}").write_text(json.dumps({"tokens": tokens, "all_reduce": calls[0], "runs": runs,
+                                                 "weight_bytes": eng.weight_bytes}))
+    eng.close()
+    tp.shutdown()
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_tp_plan_greedy_matches_transformers(tp_model, tp, tmp_path):
+    from ninfer_runtime.tensor_parallel import launch_ranks
+
+    d, model, art = tp_model
+    from ninfer_compile.compile_cli import compile_artifact
+    from ninfer_compile.ir.lower import LowerOptions
+    from ninfer_compile.plan.writer import write_plan
+
+    c = compile_artifact(art, 90, opts=LowerOptions(prefill_chunk=8, concurrency=(1,), max_context=32), tp=tp,
+                         binaries=False)
+    plan = write_plan(tmp_path / "plan", c.manifest, c.memory_txt, extra_files=c.kernel_files)
+    out = tmp_path / "rank"
+    launch_ranks(_rank, tp, (str(plan), str(art), str(out)), start_method="forkserver")
+    res = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(tp)]
+    bad = S.check_tokens_against(lambda t: S.hf_logits(model, t), S.PROMPT, res[0]["tokens"])
+    assert len(res[0]["tokens"]) == N_NEW and not bad, "\n".join(bad)
+    p = json.loads((plan / "plan.json").read_text())
+    sections = p["tensor_parallel"]["ranks"]
+    per_extent = {n: sum(L["kind"] == "all_reduce" for L in x["launches"]) for n, x in sections[0]["extents"].items()}
+    want = sum(per_extent[n] for n in res[0]["runs"])
+    assert want > 0 and all(x["all_reduce"] == want for x in res), ([x["all_reduce"] for x in res], want)
+    for r, x in enumerate(res):  # each rank uploaded its section's weights, not the model's
+        assert x["weight_bytes"] == sections[r]["memory"]["weights_bytes"]
