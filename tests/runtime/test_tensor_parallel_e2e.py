@@ -5,7 +5,9 @@ and every rank runs exactly the all-reduces the plan lists for the extents rank 
 
 from __future__ import annotations
 
+import inspect
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,17 @@ N_NEW = 6
 # every head count, the intermediate rows and the vocabulary divide by 4 (KV heads replicated at 4)
 TP_OVERRIDES = dict(num_attention_heads=8, num_key_value_heads=2, linear_num_key_heads=4, linear_num_value_heads=8,
                     tie_word_embeddings=False)
+
+
+def _torch_path() -> bool:
+    import ninfer_runtime as nr
+
+    return "kernels" in inspect.signature(nr.load).parameters
+
+
+pytestmark = pytest.mark.skipif(not _torch_path() and not os.environ.get("NINFER_TP_E2E_INTERPRET"),
+                                reason="needs the torch CPU path (under the Triton interpreter a run takes minutes; "
+                                       "NINFER_TP_E2E_INTERPRET=1 runs it anyway)")
 
 
 @pytest.fixture(scope="module")
