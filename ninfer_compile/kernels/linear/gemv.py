@@ -21,56 +21,22 @@ import triton.language as tl
 from .dequant import XOR_Q4, XOR_W8, magic_f32
 from .epilogue import store_epilogue, store_partial
 from .prologue import norm_gain, row_rstd, scale_pair
+from .ptx import LD_X, q4_word_asm_source, q4_word_constraints
 from ..pdl import pdl_enter
 
 
-# ---------------------------------------------------------------------------------------------
-# USE_ASM (Q4, sm_90, not under the interpreter): packed bf16x2 dot product per 32-bit word.
-# One asm instance = one word (8 lanes) of one row, for all BLOCK_T columns at once:
-#   w4 = w >> 4                                   1 op
-#   pair p (lanes 2p, 2p+1): prmt byte p of w / w4 into bytes 0 / 2           4 ops
-#   lop3 (. & 0x000F000F) ^ 0x43084308 -> bf16x2 (128 + (u ^ 8)) = q + 136   4 ops
-#   fma.rn.bf16x2 (m * 1 - 136) -> exact q in bf16x2                          4 ops
-#   per column: 4 fma.rn.bf16x2 with the natural bf16 pairs (x[2p], x[2p+1])
-#   (each half accumulates 4 products in bf16), then both halves are widened
-#   to fp32 (shl / and) and added: 7 ops; the group scale is applied outside
-#   (one fp32 FMA per word and column).
-# => (13 + 8 T) / 8 instructions per weight (T=1: 2.6, T=4: 5.6) versus ~5 T for the fp32 path.
-# ---------------------------------------------------------------------------------------------
-def _q4_gemv_asm_source(n_t: int) -> str:
-    # operands: $0..$(n_t-1) fp32 outputs, $n_t the word, $(n_t+1+4t+p) column t's natural bf16
-    # pair p (x[8w+2p], x[8w+2p+1]) of this word
-    w = f"${n_t}"
-    lines = ["{", ".reg .b32 w4, p0, p1, p2, p3, m0, m1, m2, m3, q0, q1, q2, q3, a, lo, hi, one, k136, nz;",
-             "mov.b32 one, 0x3F803F80;", "mov.b32 k136, 0xC308C308;", "mov.b32 nz, 0x80008000;",
-             f"shr.u32 w4, {w}, 4;"]
-    for p in range(4):
-        lines.append(f"prmt.b32 p{p}, {w}, w4, 0x{4 + p}{4 + p}{p}{p};")
-    for p in range(4):
-        lines.append(f"lop3.b32 m{p}, p{p}, 0x000F000F, 0x43084308, 0x6A;")
-    for p in range(4):
-        lines.append(f"fma.rn.bf16x2 q{p}, m{p}, one, k136;")
-    for t in range(n_t):
-        for p in range(4):
-            acc = "nz" if p == 0 else "a"
-            lines.append(f"fma.rn.bf16x2 a, q{p}, ${n_t + 1 + 4 * t + p}, {acc};")
-        lines.append("shl.b32 lo, a, 16;")
-        lines.append("and.b32 hi, a, 0xFFFF0000;")
-        lines.append(f"add.f32 ${t}, lo, hi;")
-    lines.append("}")
-    return "\n".join(lines)
-
-
-Q4_GEMV_ASM1 = tl.constexpr(_q4_gemv_asm_source(1))
-Q4_GEMV_ASM2 = tl.constexpr(_q4_gemv_asm_source(2))
-Q4_GEMV_ASM4 = tl.constexpr(_q4_gemv_asm_source(4))
-_C1 = tl.constexpr("=f," + ",".join(["r"] * 5))
-_C2 = tl.constexpr("=f,=f," + ",".join(["r"] * 9))
-_C4 = tl.constexpr("=f,=f,=f,=f," + ",".join(["r"] * 17))
+# USE_ASM (Q4, sm_90+, not under the interpreter): one asm instance per 32-bit word of one row, all
+# BLOCK_T columns at once (ptx.q4_word_asm_source: packed bf16x2 dequant + bf16x2 dot products).
+Q4_GEMV_ASM1 = tl.constexpr(q4_word_asm_source(1))
+Q4_GEMV_ASM2 = tl.constexpr(q4_word_asm_source(2))
+Q4_GEMV_ASM4 = tl.constexpr(q4_word_asm_source(4))
+_C1 = tl.constexpr(q4_word_constraints(1))
+_C2 = tl.constexpr(q4_word_constraints(2))
+_C4 = tl.constexpr(q4_word_constraints(4))
 # one 16-byte load of a word's 8 activations, as an elementwise asm over the [KW] word vector so
 # that it keeps the weight tile's (sliced) layout: no layout conversion, one load per thread and
 # word, shared by every row the thread holds
-X_LD_ASM = tl.constexpr("ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];")
+X_LD_ASM = tl.constexpr(LD_X)
 
 
 @triton.jit

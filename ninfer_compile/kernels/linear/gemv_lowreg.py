@@ -1,5 +1,5 @@
 """Low-register decode GEMV (T <= 4) for the row-split Q4 / Q5 / Q6 planes: routes
-`q4_gemv_lowreg`, `q5_gemv_packed`, `q6_gemv_packed` (registered in `routes_lowreg.py`).
+`q4_gemv_lowreg`, `q5_gemv_packed`, `q6_gemv_packed` (registered in `routes.py`; the PTX text in `ptx.py`).
 
 Work unit = one 16-byte chunk (4 words = 32 lanes = half a G64 group) of one row. The weight tile
 is [BLOCK_N, KC] chunks (KC = BLOCK_K / 32); every thread owns whole chunks, so
@@ -32,10 +32,6 @@ the same tiling, chunk scales and accumulator shape.
 NORM (the RMSNorm prologue, prologue.py): the chunk's (1 + w) pairs are loaded once per step like
 x's and each x pair is scaled by one fma.rn.bf16x2 before the dot (fp32 multiply on the plain
 path); each column's rstd scales its accumulator after the K loop (`gemv._finish`).
-
-(Over 500 lines on purpose: the PTX generators, their register lists and the kernel that inlines them
-are one unit; gemv_tc.py reuses the generators, and splitting them from the kernel would only add an
-import cycle.)
 """
 
 from __future__ import annotations
@@ -51,124 +47,24 @@ from .gemv import _finish
 from .launch import (_FMT_CODE, asm_supported, check_call, check_norm, interpreting, named_launcher,
                      reduce_split_k, splitk_workspace)
 from .prologue import norm_block, norm_gain, scale_pair
+from .ptx import LD_W, LD_W_L2, LD_X, chunk_asm_source, chunk_constraints
 from .routes import linear_workspace_numel  # noqa: F401  (the family's sizing hook, on each launcher module)
 from .weights import QuantWeight
 from ..pdl import pdl_enter
 from ..pdl import pdl_launch
 
-_BIAS = {4: "0xC308C308", 5: "0xC310C310", 6: "0xC320C320"}     # bf16x2 -136 / -144 / -160
-_MASK = {4: "0x000F000F", 5: "0x001F001F", 6: "0x003F003F"}
-_MAGIC = {4: "0x43084308", 5: "0x43104310", 6: "0x43204320"}    # 128.0 | flip of bit (b-1)
-_SEL = "0xD8"   # lop3 select: c ? b : a
-
-
-def chunk_regs(fmt: int, pfx: str = "") -> list[str]:
-    """Temporaries of `chunk_setup_lines` / `word_pair_lines` (prefixed, so that several chunks can
-    be dequantized in one asm block)."""
-    regs = ["w4", "A", "B", "pp"]
-    if fmt == 5:
-        regs += ["h0", "h1", "h2", "h3", "ya", "yb", "y", "y1"]
-    if fmt == 6:
-        regs += ["s0", "s1", "x", "x2"]
-    return [pfx + r for r in regs]
-
-
-def chunk_setup_lines(fmt: int, highs: list[str], pfx: str = "") -> list[str]:
-    """Per-chunk preparation of the high words (Q5: 1, Q6: 2 operands in `highs`)."""
-    if fmt == 5:
-        h = highs[0]
-        return [f"shl.b32 {pfx}h0, {h}, 4;", f"shl.b32 {pfx}h1, {h}, 2;", f"mov.b32 {pfx}h2, {h};",
-                f"shr.u32 {pfx}h3, {h}, 2;"]
-    if fmt == 6:
-        return [f"shl.b32 {pfx}s0, {highs[0]}, 4;", f"shl.b32 {pfx}s1, {highs[1]}, 4;"]
-    return []
-
-
-def word_pair_lines(fmt: int, j: int, w: str, highs: list[str], q: list[str], pfx: str = "",
-                    one: str = "one", kb: str = "kb") -> list[str]:
-    """Word j of a chunk (operand `w`) -> its 4 lane pairs (2p, 2p+1) as exact bf16x2 codes in the
-    registers `q` (prmt/lop3 magic-number conversion, one fma.rn.bf16x2 removes the bias)."""
-    lines = [f"shr.u32 {pfx}w4, {w}, 4;"]
-    if fmt == 4:
-        a, b = w, f"{pfx}w4"
-    elif fmt == 5:
-        lines.append(f"prmt.b32 {pfx}ya, {pfx}h0, {pfx}h1, 0x{j:x}{j:x}{4 + j:x}{j:x};")    # b0 <- h0.j, b1 <- h1.j
-        lines.append(f"prmt.b32 {pfx}yb, {pfx}h2, {pfx}h3, 0x{4 + j:x}{j:x}{4 + j:x}{j:x};")  # b2 <- h2.j, b3 <- h3.j
-        lines.append(f"lop3.b32 {pfx}y, {pfx}ya, {pfx}yb, 0xFFFF0000, {_SEL};")
-        lines.append(f"shr.u32 {pfx}y1, {pfx}y, 1;")
-        lines.append(f"lop3.b32 {pfx}A, {w}, {pfx}y, 0x10101010, {_SEL};")
-        lines.append(f"lop3.b32 {pfx}B, {pfx}w4, {pfx}y1, 0x10101010, {_SEL};")
-        a, b = f"{pfx}A", f"{pfx}B"
-    else:
-        hh = j % 2
-        src_s = f"{pfx}s0" if j < 2 else f"{pfx}s1"
-        src_h = highs[j // 2]
-        sel = ((4 + 2 * hh + 1) << 12) | ((2 * hh + 1) << 8) | ((4 + 2 * hh) << 4) | (2 * hh)
-        lines.append(f"prmt.b32 {pfx}x, {src_s}, {src_h}, 0x{sel:04x};")
-        lines.append(f"shr.u32 {pfx}x2, {pfx}x, 2;")
-        lines.append(f"lop3.b32 {pfx}A, {w}, {pfx}x, 0x30303030, {_SEL};")
-        lines.append(f"lop3.b32 {pfx}B, {pfx}w4, {pfx}x2, 0x30303030, {_SEL};")
-        a, b = f"{pfx}A", f"{pfx}B"
-    for p in range(4):
-        lines.append(f"prmt.b32 {pfx}pp, {a}, {b}, 0x{4 + p}{4 + p}{p}{p};")
-        lines.append(f"lop3.b32 {pfx}pp, {pfx}pp, {_MASK[fmt]}, {_MAGIC[fmt]}, 0x6A;")
-        lines.append(f"fma.rn.bf16x2 {q[p]}, {pfx}pp, {one}, {kb};")
-    return lines
-
-
-def chunk_asm_source(fmt: int, n_t: int, chain: int) -> str:
-    """PTX of one (row, chunk) instance. Operands: $0..$(n_t-1) fp32 outputs; then the 4 words;
-    then the high words (Q5: 1, Q6: 2); then column t's 16 bf16x2 x pairs (word j, pair p at
-    16 t + 4 j + p)."""
-    nh = {4: 0, 5: 1, 6: 2}[fmt]
-    iw = n_t
-    ih = n_t + 4
-    ix = n_t + 4 + nh
-    highs = [f"${ih + i}" for i in range(nh)]
-    regs = chunk_regs(fmt) + ["q0", "q1", "q2", "q3", "lo", "hi", "one", "kb", "nz"]
-    regs += [f"a{t}" for t in range(n_t)]
-    lines = ["{", f".reg .b32 {', '.join(regs)};", "mov.b32 one, 0x3F803F80;",
-             f"mov.b32 kb, {_BIAS[fmt]};", "mov.b32 nz, 0x80008000;"]
-    lines += chunk_setup_lines(fmt, highs)
-    for j in range(4):
-        lines += word_pair_lines(fmt, j, f"${iw + j}", highs, ["q0", "q1", "q2", "q3"])
-        first_in_chain = j % chain == 0
-        last_in_chain = j % chain == chain - 1 or j == 3
-        for t in range(n_t):
-            for p in range(4):
-                acc = "nz" if (first_in_chain and p == 0) else f"a{t}"
-                lines.append(f"fma.rn.bf16x2 a{t}, q{p}, ${ix + 16 * t + 4 * j + p}, {acc};")
-            if last_in_chain:
-                lines.append(f"shl.b32 lo, a{t}, 16;")
-                lines.append(f"and.b32 hi, a{t}, 0xFFFF0000;")
-                if j < chain:   # first chain of the chunk
-                    lines.append(f"add.f32 ${t}, lo, hi;")
-                else:
-                    lines.append(f"add.f32 ${t}, ${t}, lo;")
-                    lines.append(f"add.f32 ${t}, ${t}, hi;")
-    lines.append("}")
-    return "\n".join(lines)
-
-
-def _constraints(fmt: int, n_t: int) -> str:
-    nh = {4: 0, 5: 1, 6: 2}[fmt]
-    return ",".join(["=f"] * n_t + ["r"] * (4 + nh + 16 * n_t))
-
-
 # (fmt, BLOCK_T, CHAIN) -> asm text / constraints, as constexprs chosen inside the kernel
 _A = {(f, t, c): tl.constexpr(chunk_asm_source(f, t, c)) for f in (4, 5, 6) for t in (1, 2, 4) for c in (1, 2, 4)}
-_C = {(f, t): tl.constexpr(_constraints(f, t)) for f in (4, 5, 6) for t in (1, 2, 4)}
+_C = {(f, t): tl.constexpr(chunk_constraints(f, t)) for f in (4, 5, 6) for t in (1, 2, 4)}
 # a few names the jit can reference as globals
 for (_f, _t, _c), _v in _A.items():
     globals()[f"ASM_{_f}_{_t}_{_c}"] = _v
 for (_f, _t), _v in _C.items():
     globals()[f"CON_{_f}_{_t}"] = _v
 
-W_LD_ASM = tl.constexpr("ld.global.nc.L1::no_allocate.v4.b32 {$0, $1, $2, $3}, [$4];")
-# the same with an L2 prefetch hint of the surrounding 256-byte block (a warp reads 512 contiguous
-# bytes of a row per step; the hint lets L2 fetch whole DRAM bursts ahead of the next warp's touch)
-W_LD_L2_ASM = tl.constexpr("ld.global.nc.L1::no_allocate.L2::256B.v4.b32 {$0, $1, $2, $3}, [$4];")
-X_LD_ASM = tl.constexpr("ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];")
+W_LD_ASM = tl.constexpr(LD_W)
+W_LD_L2_ASM = tl.constexpr(LD_W_L2)   # + an L2::256B prefetch hint
+X_LD_ASM = tl.constexpr(LD_X)
 
 
 @triton.jit
@@ -569,7 +465,7 @@ def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, w
 # launcher
 # ---------------------------------------------------------------------------------------------
 def _route(name):
-    from .routes_lowreg import LOWREG_ROUTES
+    from .routes import LOWREG_ROUTES
     route = LOWREG_ROUTES.get(name)
     if route is None:
         raise RouteError(f"unknown low-register GEMV route {name!r}")

@@ -1,6 +1,6 @@
 """Tensor-core decode GEMV (T <= 16 per pass; T <= 32 in 16-column slices) for the row-split Q4 / Q5 / Q6
 planes: routes `q4_gemv_tc`,
-`q5_gemv_tc`, `q6_gemv_tc` (registered in `routes_tc.py`).
+`q5_gemv_tc`, `q6_gemv_tc` (registered in `routes.py`; the PTX text in `ptx.py`).
 
 Why: for T = 2..16 (concurrent sequences, MTP verification) the CUDA-core GEMVs pay their dot
 product per column, and the tiled tensor-core schedules pay a dequant + layout change per tile.
@@ -34,82 +34,31 @@ import triton.language as tl
 
 from ...errors import RouteError
 from .epilogue import EPI_CODES, FIXUP_COUNTERS, fixup_counters, splitk_fixup
-from .gemv_lowreg import _BIAS, chunk_regs, chunk_setup_lines, word_pair_lines
 from .launch import _FMT_CODE, asm_supported, check_call, named_launcher, reduce_split_k, splitk_workspace
+from .ptx import (LD_1, LD_2, LD_BF16, LD_F16, LD_W, LD_X, SHFL_F16, ST_16, ST_32, tc_step_asm_source,
+                  tc_step_constraints)
 from .routes import linear_workspace_numel  # noqa: F401  (the family's sizing hook, on each launcher module)
 from .weights import QuantWeight
 from ..pdl import pdl_enter
 from ..pdl import pdl_launch
 
 MAX_T = 16
-_NH = {4: 0, 5: 1, 6: 2}
-
-
-def tc_step_asm_source(fmt: int, n_tiles: int) -> str:
-    """PTX of one lane's 128-lane K step for rows g and g+8 and `n_tiles` 8-column tiles.
-    Operands: $0..$(4n-1) fp32 accumulators out; then 4n accumulators in; row g's 4 words and
-    high words; row g+8's 4 words and high words; the fp32 scales of rows g, g+8; then tile t's
-    16 x registers (load j, pair p at 16 t + 4 j + p)."""
-    nh = _NH[fmt]
-    n_acc = 4 * n_tiles
-    i_in = n_acc
-    i_wg = i_in + n_acc
-    i_hg = i_wg + 4
-    i_wh = i_hg + nh
-    i_hh = i_wh + 4
-    i_s = i_hh + nh
-    i_x = i_s + 2
-    hg = [f"${i_hg + i}" for i in range(nh)]
-    hh = [f"${i_hh + i}" for i in range(nh)]
-    P = ["P0", "P1", "P2", "P3"]
-    Q = ["Q0", "Q1", "Q2", "Q3"]
-    regs = chunk_regs(fmt, "g_") + chunk_regs(fmt, "h_") + P + Q + ["one", "kb", "nz", "sg", "sh"]
-    lines = ["{", f".reg .b32 {', '.join(regs)};", "mov.b32 one, 0x3F803F80;", f"mov.b32 kb, {_BIAS[fmt]};",
-             "mov.b32 nz, 0x80008000;",
-             f"cvt.rn.bf16x2.f32 sg, ${i_s}, ${i_s};", f"cvt.rn.bf16x2.f32 sh, ${i_s + 1}, ${i_s + 1};"]
-    for a in range(n_acc):
-        lines.append(f"mov.f32 ${a}, ${i_in + a};")
-    lines += chunk_setup_lines(fmt, hg, "g_") + chunk_setup_lines(fmt, hh, "h_")
-    for j in range(4):
-        lines += word_pair_lines(fmt, j, f"${i_wg + j}", hg, P, "g_")
-        lines += [f"fma.rn.bf16x2 {p}, {p}, sg, nz;" for p in P]
-        lines += word_pair_lines(fmt, j, f"${i_wh + j}", hh, Q, "h_")
-        lines += [f"fma.rn.bf16x2 {q}, {q}, sh, nz;" for q in Q]
-        for t in range(n_tiles):
-            d = ", ".join(f"${4 * t + i}" for i in range(4))
-            for h in range(2):
-                b0 = f"${i_x + 16 * t + 4 * j + 2 * h}"
-                b1 = f"${i_x + 16 * t + 4 * j + 2 * h + 1}"
-                lines.append(f"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {{{d}}}, "
-                             f"{{{P[2 * h]}, {Q[2 * h]}, {P[2 * h + 1]}, {Q[2 * h + 1]}}}, {{{b0}, {b1}}}, {{{d}}};")
-    lines.append("}")
-    return "\n".join(lines)
-
-
-def _constraints(fmt: int, n_tiles: int) -> str:
-    n_acc = 4 * n_tiles
-    nh = _NH[fmt]
-    return ",".join(["=f"] * n_acc + ["f"] * n_acc + ["r"] * (8 + 2 * nh) + ["f", "f"] + ["r"] * (16 * n_tiles))
 
 
 for _f in (4, 5, 6):
     for _n in (1, 2):
         globals()[f"TC_{_f}_{_n}"] = tl.constexpr(tc_step_asm_source(_f, _n))
-        globals()[f"TCC_{_f}_{_n}"] = tl.constexpr(_constraints(_f, _n))
+        globals()[f"TCC_{_f}_{_n}"] = tl.constexpr(tc_step_constraints(_f, _n))
 
-LD4 = tl.constexpr("ld.global.nc.L1::no_allocate.v4.b32 {$0, $1, $2, $3}, [$4];")
-LDX = tl.constexpr("ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];")
-LD1 = tl.constexpr("ld.global.nc.b32 $0, [$1];")
-LD2 = tl.constexpr("ld.global.nc.v2.b32 {$0, $1}, [$2];")
-LDS = tl.constexpr("{ .reg .b16 h; ld.global.nc.b16 h, [$1]; cvt.f32.f16 $0, h; }")
-# SHFL_SCALES: lane (g, c) loads the two f16 group scales of K step kq + c of its row (4 bytes; the
-# 4 lanes of a row read 16 contiguous bytes), and at step kq + j takes lane 4 g + j's word, half c // 2
-SHF = tl.constexpr("{ .reg .b32 t; .reg .b16 lo, hi; shfl.sync.idx.b32 t, $1, $2, 0x1f, 0xffffffff; "
-                   "shr.b32 t, t, $3; mov.b32 {lo, hi}, t; cvt.f32.f16 $0, lo; }")
-LDR = tl.constexpr("{ .reg .b16 h, z; mov.b16 z, 0; ld.global.b16 h, [$1]; mov.b32 $0, {z, h}; }")
-ST16 = tl.constexpr("{ .reg .pred p; .reg .b16 lo, hi; setp.ne.b32 p, $2, 0; mov.b32 {lo, hi}, $3; "
-                    "@p st.global.b16 [$1], lo; mov.b32 $0, 0; }")
-ST32 = tl.constexpr("{ .reg .pred p; setp.ne.b32 p, $2, 0; @p st.global.b32 [$1], $3; mov.b32 $0, 0; }")
+LD4 = tl.constexpr(LD_W)
+LDX = tl.constexpr(LD_X)
+LD1 = tl.constexpr(LD_1)
+LD2 = tl.constexpr(LD_2)
+LDS = tl.constexpr(LD_F16)
+SHF = tl.constexpr(SHFL_F16)   # SHFL_SCALES: a scale word from another lane of the row
+LDR = tl.constexpr(LD_BF16)
+ST16 = tl.constexpr(ST_16)
+ST32 = tl.constexpr(ST_32)
 
 
 @triton.jit
@@ -476,7 +425,7 @@ def gemv_tc_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, ws_pt
 # launcher
 # ---------------------------------------------------------------------------------------------
 def _route(name):
-    from .routes_tc import TC_ROUTES
+    from .routes import TC_ROUTES
     route = TC_ROUTES.get(name)
     if route is None:
         raise RouteError(f"unknown tensor-core GEMV route {name!r}")

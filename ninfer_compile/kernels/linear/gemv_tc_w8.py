@@ -1,6 +1,6 @@
 """Tensor-core decode GEMV for the row-split W8 G32 planes: route `w8_gemv_tc` (registered in
-`routes_tc.py`; the Q4 / Q5 / Q6 version of the same schedule is `gemv_tc.py`, whose loads, stores,
-epilogue and fragment layout this kernel reuses).
+`routes.py`, PTX text in `ptx.py`; the Q4 / Q5 / Q6 version of the same schedule is `gemv_tc.py`,
+whose loads, stores, epilogue and fragment layout this kernel reuses).
 
 Work split as in gemv_tc: one warp = 16 weight rows, lane (g, c) = (lane // 4, lane % 4) owns rows g
 and g + 8 of its warp's tile; a K step is 128 lanes (one row-split k128 block). W8 stores one byte
@@ -35,65 +35,16 @@ from ...errors import RouteError
 from .epilogue import EPI_CODES, FIXUP_COUNTERS, fixup_counters, splitk_fixup
 from .gemv_tc import LD4, LDS, LDX, MAX_T, _addr, _ld4, _route, _store
 from .launch import asm_supported, check_call, named_launcher, reduce_split_k, splitk_workspace
+from .ptx import tc_w8_step_asm_source, tc_w8_step_constraints
 from .routes import linear_workspace_numel  # noqa: F401  (the family's sizing hook, on each launcher module)
 from .weights import QuantWeight
 from ..pdl import pdl_enter
 from ..pdl import pdl_launch
 
-_PAIR_SEL = ("0x4140", "0x4342")   # bytes (0, 1) / (2, 3) of the word into the low bytes of each half
-
-
-def w8_pair_lines(w: str, p: int, dst: str, scale: str) -> list[str]:
-    """Lanes 2p, 2p+1 of word `w` (two's complement bytes) -> `dst` = bf16x2 (q * scale)."""
-    return [f"prmt.b32 pp, {w}, zr, {_PAIR_SEL[p]};",
-            "lop3.b32 pv, pp, 0x007F007F, 0x43004300, 0xEA;",    # (a & b) | c: 128 + low 7 bits
-            "lop3.b32 pb, pp, 0x00800080, 0xC300C300, 0xEA;",    # -128, or -256 when the sign bit is set
-            f"fma.rn.bf16x2 {dst}, pv, one, pb;",                  # q, exact
-            f"fma.rn.bf16x2 {dst}, {dst}, {scale}, nz;"]
-
-
-def tc_w8_step_asm_source(n_tiles: int) -> str:
-    """PTX of one lane's 128-lane K step for rows g and g+8 and `n_tiles` 8-column tiles.
-    Operands: $0..$(4n-1) fp32 accumulators out; then 4n accumulators in; row g's 8 words; row g+8's
-    8 words; the fp32 scales of (row g, chunk 0), (g, 1), (g+8, 0), (g+8, 1); then tile t's 16 x
-    registers (load L, pair p at 16 t + 4 L + p)."""
-    n_acc = 4 * n_tiles
-    i_in = n_acc
-    i_wg = i_in + n_acc
-    i_wh = i_wg + 8
-    i_s = i_wh + 8
-    i_x = i_s + 4
-    regs = ["pp", "pv", "pb", "P0", "P1", "Q0", "Q1", "one", "zr", "nz", "sg0", "sg1", "sh0", "sh1"]
-    lines = ["{", f".reg .b32 {', '.join(regs)};", "mov.b32 one, 0x3F803F80;", "mov.b32 zr, 0;",
-             "mov.b32 nz, 0x80008000;"]
-    for i, r in enumerate(("sg0", "sg1", "sh0", "sh1")):
-        lines.append(f"cvt.rn.bf16x2.f32 {r}, ${i_s + i}, ${i_s + i};")
-    for a in range(n_acc):
-        lines.append(f"mov.f32 ${a}, ${i_in + a};")
-    for j in range(8):
-        sg, sh = ("sg0", "sh0") if j < 4 else ("sg1", "sh1")
-        for p in range(2):
-            lines += w8_pair_lines(f"${i_wg + j}", p, f"P{p}", sg)
-            lines += w8_pair_lines(f"${i_wh + j}", p, f"Q{p}", sh)
-        for t in range(n_tiles):
-            d = ", ".join(f"${4 * t + i}" for i in range(4))
-            b0 = f"${i_x + 16 * t + 2 * j}"
-            b1 = f"${i_x + 16 * t + 2 * j + 1}"
-            lines.append(f"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {{{d}}}, "
-                         f"{{P0, Q0, P1, Q1}}, {{{b0}, {b1}}}, {{{d}}};")
-    lines.append("}")
-    return "\n".join(lines)
-
-
-def _constraints(n_tiles: int) -> str:
-    n_acc = 4 * n_tiles
-    return ",".join(["=f"] * n_acc + ["f"] * n_acc + ["r"] * 16 + ["f"] * 4 + ["r"] * (16 * n_tiles))
-
-
 TCW8_1 = tl.constexpr(tc_w8_step_asm_source(1))
 TCW8_2 = tl.constexpr(tc_w8_step_asm_source(2))
-TCCW8_1 = tl.constexpr(_constraints(1))
-TCCW8_2 = tl.constexpr(_constraints(2))
+TCCW8_1 = tl.constexpr(tc_w8_step_constraints(1))
+TCCW8_2 = tl.constexpr(tc_w8_step_constraints(2))
 
 
 @triton.jit

@@ -16,8 +16,18 @@ Per weight format four schedules (bf16: two), each with its own declared domain:
 GDN a/b projections and bf16-recipe artifacts). Every route supports the epilogues none /
 swiglu / residual; the `<f>_gemv` routes also the RMSNorm prologue (prologue.py: operand
 norm_weight, attribute norm_eps; domain `prologues`). Launchers: `ninfer_compile.kernels.linear.launch:<route name>`.
-More decode GEMVs register from their own modules: routes_lowreg.py (`q4_gemv_lowreg`,
-`q5/q6_gemv_packed`) and routes_tc.py (`<f>_gemv_tc`, q4/q5/q6).
+The decode GEMVs with their own kernel modules (selected by the shipped tables, e.g. routes/sm90.yaml):
+- `q4_gemv_lowreg`, `q5_gemv_packed`, `q6_gemv_packed` (gemv_lowreg.py), T in [1, 4]: a 16-byte
+  chunk per (row, thread), packed bf16x2 prmt/lop3 dequant + bf16x2 dot, one scale per chunk,
+  [BLOCK_N, KC] fp32 accumulators (one register per row and column per thread); Q5 / Q6 merge the
+  high-bit plane into the nibble bytes before the magic-number conversion. Take the RMSNorm prologue.
+- `q4_gemv_tc`, `q5_gemv_tc`, `q6_gemv_tc` (gemv_tc.py) and `w8_gemv_tc` (gemv_tc_w8.py), T in
+  [1, 32] (one pass per 16 columns): one warp per 16 weight rows; each lane dequantizes its two rows'
+  16-byte chunks in registers straight into `mma.sync.m16n8k16` A fragments, with a K permutation
+  shared by the A and B fragments so that every operand is one 16-byte load (W8: two chunks per row
+  and lane per 128-lane K step, one G32 scale per chunk).
+The tuner measures every one of them (`ninfer-compile tune`, dropping a candidate that fails its
+reference check).
 """
 
 from __future__ import annotations
@@ -200,14 +210,122 @@ def dequant_gemm_workspace(view, params) -> int:
     t, n, k, epi = _tnk(view)
     return (dequant_gemm_layout(t, n, k, epi)[3] + 1) // 2
 
-for _r in LINEAR_ROUTES.values():
-    if default_registry._routes.get(_r.name) is not _r:  # idempotent on re-import
-        default_registry.register(_r)
+# ---------------------------------------------------------------------------------------------
+# the low-register / packed decode GEMVs (gemv_lowreg.py)
+# ---------------------------------------------------------------------------------------------
+_LOWREG = f"{_MOD}.gemv_lowreg"
 
-# low-register / packed and tensor-core decode-GEMV routes (own launcher modules gemv_lowreg.py,
-# gemv_tc.py); importing them registers them
-from .routes_lowreg import LOWREG_ROUTES  # noqa: E402
-from .routes_tc import TC_ROUTES  # noqa: E402
+
+def _lowreg_params():
+    return {
+        "BLOCK_N": _p("BLOCK_N", (1, 2, 4, 8, 16, 32, 64), 8, "output rows per program"),
+        "BLOCK_K": _p("BLOCK_K", (128, 256, 512, 1024, 2048), 1024,
+                      "K lanes per loop step (BLOCK_K / 32 16-byte chunks per row)"),
+        "SPLIT_K": _p("SPLIT_K", (1, 2, 4, 8, 16), 1, "K ranges (deterministic reduce, see REDUCE; needs a workspace)"),
+        "REDUCE": _p("REDUCE", ("kernel", "fused"), "kernel",
+                     "split-K second phase: fused = the last split of each output tile sums the partials in "
+                     "split order inside the launch (epilogue.splitk_fixup); kernel = a separate "
+                     "splitk_reduce_kernel launch (both deterministic, bit-identical)"),
+        "num_warps": _p("num_warps", (1, 2, 4, 8), 4),
+        "num_stages": _p("num_stages", (1, 2, 3, 4), 2),
+        "CHAIN": _p("CHAIN", (1, 2, 4), 1,
+                    "words whose products are accumulated in bf16x2 before widening to fp32 "
+                    "(4 * CHAIN products per half; 1 = the precision of q4_gemv's asm path)"),
+        "PREFETCH": _p("PREFETCH", (False, True), False,
+                       "register double buffer: load the next K step's weight chunks before this step's "
+                       "dequant + dot (asm path only)"),
+        "L2_HINT": _p("L2_HINT", (False, True), False,
+                      "weight loads carry an L2::256B prefetch hint (asm path only)"),
+        "ASYNC": _p("ASYNC", (0, 2, 3, 4, 6), 0,
+                    "0 = the weight chunks by inline-asm loads; N = plain loads in a loop Triton pipelines into an "
+                    "N-stage cp.async ring in shared memory (asm path only; excludes PREFETCH / L2_HINT)"),
+        "MAXNREG": _p("MAXNREG", (0, 64, 96, 128, 168), 0,
+                      "register cap handed to ptxas (0 = its own choice; a higher cap lets it issue a step's "
+                      "loads ahead of the math instead of sinking them to save registers)"),
+        "USE_ASM": _p("USE_ASM", ("auto", False, True), "auto",
+                      "inline-PTX packed path (auto = on for sm_90+ outside the interpreter when K % 8 == 0 "
+                      "and x rows / planes are 16-byte aligned); False = plain-Triton fp32 equivalent"),
+    }
+
+
+def _build_lowreg() -> dict[str, Route]:
+    out = {}
+    for name, fmt, doc in (
+            ("q4_gemv_lowreg", "Q4G64_F16S", "Q4 decode GEMV (T<=4), 16-byte chunks, packed bf16x2, low-register accumulators"),
+            ("q5_gemv_packed", "Q5G64_F16S", "Q5 decode GEMV (T<=4), high bits merged before the packed bf16x2 dequant"),
+            ("q6_gemv_packed", "Q6G64_F16S", "Q6 decode GEMV (T<=4), high bits merged before the packed bf16x2 dequant")):
+        out[name] = Route(
+            name=name, family="linear",
+            domain=RouteDomain(formats=(fmt,), min_t=1, max_t=4, epilogues=EPILOGUES,
+                               prologues=PROLOGUES),
+            params=_lowreg_params(), reference=REFERENCE, launcher=f"{_LOWREG}:{name}",
+            workspace=SPLITK_WORKSPACE,
+            kernels=(f"{_LOWREG}:gemv_lowreg_kernel",), doc=doc)
+    return out
+
+
+LOWREG_ROUTES: dict[str, Route] = _build_lowreg()
+
+
+# ---------------------------------------------------------------------------------------------
+# the tensor-core decode GEMVs (gemv_tc.py, gemv_tc_w8.py)
+# ---------------------------------------------------------------------------------------------
+_TC = f"{_MOD}.gemv_tc"
+_TC_W8 = f"{_MOD}.gemv_tc_w8"
+
+
+def _tc_params(w8: bool):
+    params = {
+        "num_warps": ParamSpec("num_warps", (1, 2, 4, 8), 4, "warps per program; 16 weight rows per warp"),
+        "SPLIT_K": ParamSpec("SPLIT_K", (1, 2, 4, 8, 16), 1,
+                             "K ranges (deterministic two-phase reduce; needs a workspace)"),
+        "REDUCE": ParamSpec("REDUCE", ("kernel", "fused"), "kernel",
+                            "split-K second phase: fused = the last split of each output tile sums the partials "
+                            "in split order inside the launch (epilogue.splitk_fixup); kernel = a separate "
+                            "splitk_reduce_kernel launch (both deterministic, bit-identical)"),
+        "PREFETCH": ParamSpec("PREFETCH", (False, True), False,
+                              "register double buffer: the next K step's weight chunks load before this step's math"),
+        "MAXNREG": ParamSpec("MAXNREG", (0, 96, 128, 168, 255), 0, "register cap handed to ptxas (0 = its choice)"),
+        "USE_ASM": ParamSpec("USE_ASM", ("auto", False, True), "auto",
+                             "inline-PTX mma path (auto = on for sm_90+ outside the interpreter when K % 8 == 0 "
+                             "and x rows / planes are 16-byte aligned); False = the small_t_mma kernel"),
+    }
+    if not w8:  # (W8 has one G32 scale per 16-byte chunk, loaded with it)
+        params["SCALES"] = ParamSpec("SCALES", ("lane", "shfl"), "lane",
+                                     "group scales: lane = a 2-byte load per row and K step; shfl = one coalesced "
+                                     "4-byte load per row and lane per 4 K steps, then a warp shuffle per step")
+        params["ASYNC"] = ParamSpec("ASYNC", (0, 2, 3, 4, 6), 0,
+                                    "0 = the weight chunks by inline-asm loads; N = plain loads in a loop Triton "
+                                    "pipelines into an N-stage cp.async ring in shared memory (excludes PREFETCH "
+                                    "and SCALES=shfl)")
+    return params
+
+
+def _build_tc() -> dict[str, Route]:
+    out = {}
+    for name, fmt, mod, kernel in (("q4_gemv_tc", "Q4G64_F16S", _TC, "gemv_tc_kernel"),
+                                   ("q5_gemv_tc", "Q5G64_F16S", _TC, "gemv_tc_kernel"),
+                                   ("q6_gemv_tc", "Q6G64_F16S", _TC, "gemv_tc_kernel"),
+                                   ("w8_gemv_tc", "W8G32_F16S", _TC_W8, "gemv_tc_w8_kernel")):
+        out[name] = Route(
+            name=name, family="linear",
+            domain=RouteDomain(formats=(fmt,), min_t=1, max_t=32, epilogues=EPILOGUES),
+            params=_tc_params(name.startswith("w8_")), reference=REFERENCE, launcher=f"{mod}:{name}",
+            workspace=SPLITK_WORKSPACE,
+            kernels=(f"{mod}:{kernel}",),
+            doc=f"{fmt[:2]} decode GEMV on tensor cores (T<=32, 16 columns per pass): register dequant into "
+                "mma.sync m16n8k16")
+    return out
+
+
+TC_ROUTES: dict[str, Route] = _build_tc()
+
+# the tensor-core small-T GEMM (one pass to T = 64; gemm_tc.py) registers from its own module
+from .routes_gemm import GEMM_TC_ROUTES  # noqa: E402
 
 # every linear route by name (the workspace hook serves all of them)
-ALL_LINEAR_ROUTES: dict[str, Route] = {**LINEAR_ROUTES, **LOWREG_ROUTES, **TC_ROUTES}
+ALL_LINEAR_ROUTES: dict[str, Route] = {**LINEAR_ROUTES, **LOWREG_ROUTES, **TC_ROUTES, **GEMM_TC_ROUTES}
+
+for _r in ALL_LINEAR_ROUTES.values():
+    if default_registry._routes.get(_r.name) is not _r:  # idempotent on re-import
+        default_registry.register(_r)

@@ -93,6 +93,8 @@ def candidates(route, t: int, quick: bool) -> list[dict]:
             # registers (ptxas, sm_90), not at 168
             pf8 = {"PREFETCH": True, "MAXNREG": 168}
             cands += [{**pf8, "SPLIT_K": 4}, {**pf8, "SPLIT_K": 8}, {**pf8, "num_warps": 2, "SPLIT_K": 8}]
+    elif name.endswith("_gemm_tc"):
+        cands = gemm_tc_candidates(t)
     elif name.endswith("_dequant_gemm"):
         cands = [{}, {"BLOCK_N": 32, "BLOCK_K": 512}, {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8},
                  {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 2}]
@@ -102,6 +104,23 @@ def candidates(route, t: int, quick: bool) -> list[dict]:
                  {"BLOCK_T": 256 if t > 128 else bt, "BLOCK_N": 128, "num_stages": 2},
                  {"BLOCK_T": bt, "BLOCK_N": 256}, {"BLOCK_T": bt, "num_stages": 4}]
     return cands
+
+
+def gemm_tc_candidates(t: int) -> list[dict]:
+    """The `<f>_gemm_tc` sweep at T: split-K buys bytes in flight at small T and costs
+    SPLIT_K x T x N x 8 bytes of partials, so it shrinks as T grows; narrower column blocks and more
+    warps trade L1 x traffic and registers against weight re-reads (gemm_tc.py's arithmetic)."""
+    pf = {"PREFETCH": True}
+    if t <= 8:
+        return [{}, {"SPLIT_K": 4}, {"SPLIT_K": 8}, {**pf, "SPLIT_K": 4}, {**pf, "SPLIT_K": 8},
+                {"num_warps": 2, "SPLIT_K": 8}, {"MAXNREG": 128, "SPLIT_K": 8}, {**pf, "num_warps": 2, "SPLIT_K": 4},
+                {"SPLIT_K": 8, "REDUCE": "fused"}]
+    if t <= 32:
+        return [{}, {"SPLIT_K": 2}, {"SPLIT_K": 4}, {**pf}, {**pf, "SPLIT_K": 2}, {**pf, "SPLIT_K": 4},
+                {"num_warps": 8}, {"num_warps": 8, "SPLIT_K": 2}, {"BLOCK_T": 16, "SPLIT_K": 2},
+                {"MAXNREG": 168, "SPLIT_K": 4}, {"SPLIT_K": 4, "REDUCE": "fused"}]
+    return [{}, {"SPLIT_K": 2}, {**pf}, {**pf, "SPLIT_K": 2}, {"BLOCK_T": 32}, {"BLOCK_T": 32, "SPLIT_K": 2},
+            {"num_warps": 8}, {"num_warps": 2}, {"MAXNREG": 255}, {"BLOCK_T": 32, **pf}, {"BLOCK_T": 16}]
 
 
 def prune(route, t: int, quick: bool) -> bool:

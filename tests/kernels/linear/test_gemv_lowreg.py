@@ -7,9 +7,7 @@ prmt / lop3 / bf16x2 FMA semantics) on random planes against the decoded codes, 
 T and CHAIN. GPU-marked tests: the asm path against the reference and against the plain path.
 """
 
-import math
 import random
-import struct
 import zlib
 
 import pytest
@@ -18,8 +16,10 @@ import torch
 from ninfer_compile.errors import RouteError
 from ninfer_compile.kernels import registry
 from ninfer_compile.kernels.linear import gemv_lowreg as G
+from ninfer_compile.kernels.linear import ptx
 
 from _linear_helpers import assert_close_rel, random_weight, run_route
+from ptx_emulator import bf, bf16_round, chunk_operands, emulate, f32
 
 ROUTES = {"q4_gemv_lowreg": "Q4G64_F16S", "q5_gemv_packed": "Q5G64_F16S", "q6_gemv_packed": "Q6G64_F16S"}
 SHAPES = [(40, 192), (72, 200), (40, 320), (72, 192)]
@@ -85,147 +85,28 @@ def test_registered_with_launchers_and_domains():
 # ---------------------------------------------------------------------------------------------
 # the inline-PTX chunk program, emulated bit-exactly on the CPU
 # ---------------------------------------------------------------------------------------------
-def _bf16_round(v: float) -> int:
-    """float (exact in fp64: a bf16 product plus a bf16) -> bf16 bits, round to nearest even."""
-    if v == 0.0:
-        return 0x8000 if math.copysign(1.0, v) < 0 else 0
-    m, e = math.frexp(abs(v))            # v = m * 2^e, 0.5 <= m < 1
-    q = m * 256.0                          # 8 significant bits
-    r = math.floor(q)
-    rem = q - r
-    if rem > 0.5 or (rem == 0.5 and r % 2 == 1):
-        r += 1
-    val = r / 256.0 * 2.0 ** e
-    b = struct.unpack("<I", struct.pack("<f", math.copysign(val, v)))[0]
-    assert b & 0xFFFF == 0
-    return b >> 16
-
-
-def _bf(h: int) -> float:
-    return struct.unpack("<f", struct.pack("<I", (h & 0xFFFF) << 16))[0]
-
-
-def _f32(u: int) -> float:
-    return struct.unpack("<f", struct.pack("<I", u & 0xFFFFFFFF))[0]
-
-
-def _u32(f: float) -> int:
-    return struct.unpack("<I", struct.pack("<f", f))[0]
-
-
-def _val(regs: dict, tok: str) -> int:
-    tok = tok.strip()
-    if tok in regs:
-        return regs[tok]
-    return int(tok, 0) & 0xFFFFFFFF
-
-
-def _f32_round(v: float) -> int:
-    """float -> fp32 bits, round to nearest even (struct rounds that way)."""
-    return _u32(struct.unpack("<f", struct.pack("<f", v))[0])
-
-
-def _step_line(regs: dict, line: str) -> None:
-    """Execute one PTX line of the asm programs on one lane's registers (bit-exact)."""
-    line = line.strip().rstrip(";")
-    if not line or line in "{}" or line.startswith(".reg"):
-        return
-    op, rest = line.split(None, 1)
-    args = [a.strip() for a in rest.split(",")]
-    d = args[0]
-
-    def val(tok):
-        return _val(regs, tok)
-
-    if op in ("mov.b32", "mov.f32"):
-        r = val(args[1])
-    elif op == "shr.u32":
-        r = val(args[1]) >> int(args[2])
-    elif op == "shl.b32":
-        r = (val(args[1]) << int(args[2])) & 0xFFFFFFFF
-    elif op == "and.b32":
-        r = val(args[1]) & val(args[2])
-    elif op == "prmt.b32":
-        a, b, sel = val(args[1]), val(args[2]), val(args[3])
-        by = [(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)]
-        r = sum(by[(sel >> (4 * i)) & 7] << (8 * i) for i in range(4))
-        assert not sel & 0x8888
-    elif op == "lop3.b32":
-        a, b, c, lut = val(args[1]), val(args[2]), val(args[3]), int(args[4], 0)
-        r = 0
-        for bit in range(32):
-            idx = (((a >> bit) & 1) << 2) | (((b >> bit) & 1) << 1) | ((c >> bit) & 1)
-            r |= ((lut >> idx) & 1) << bit
-    elif op == "fma.rn.bf16x2":
-        a, b, c = val(args[1]), val(args[2]), val(args[3])
-        halves = []
-        for h in range(2):
-            x = _bf(a >> (16 * h)) * _bf(b >> (16 * h)) + _bf(c >> (16 * h))   # exact in fp64
-            halves.append(_bf16_round(x))
-        r = halves[0] | (halves[1] << 16)
-    elif op == "cvt.rn.bf16x2.f32":   # a -> upper half, b -> lower half
-        r = (_bf16_round(_f32(val(args[1]))) << 16) | _bf16_round(_f32(val(args[2])))
-    elif op == "add.f32":
-        r = _f32_round(_f32(val(args[1])) + _f32(val(args[2])))
-    else:
-        raise AssertionError(f"emulator: unknown op {op}")
-    regs[d] = r & 0xFFFFFFFF
-
-
-def _emulate(src: str, operands: list) -> list:
-    """Run the chunk asm: operands[i] is the 32-bit value of $i (outputs ignored on input)."""
-    regs = {f"${i}": v for i, v in enumerate(operands)}
-    for line in src.splitlines():
-        _step_line(regs, line)
-    return regs
-
-
-def _chunk_operands(fmt: int, codes: list, rng: random.Random):
-    """Encode 32 signed codes as the 4 base words + high words of one chunk (storage layout §3)."""
-    b = fmt
-    u = [c & ((1 << b) - 1) for c in codes]
-    words = []
-    for j in range(4):
-        wv = 0
-        for lane in range(8):
-            wv |= (u[8 * j + lane] & 0xF) << (4 * lane)
-        words.append(wv)
-    highs = []
-    if fmt == 5:
-        hv = 0
-        for i in range(32):
-            hv |= ((u[i] >> 4) & 1) << i
-        highs = [hv]
-    elif fmt == 6:
-        bits = 0
-        for i in range(32):
-            bits |= ((u[i] >> 4) & 3) << (2 * i)
-        highs = [bits & 0xFFFFFFFF, bits >> 32]
-    return words, highs
-
-
 @pytest.mark.parametrize("fmt", [4, 5, 6])
 @pytest.mark.parametrize("n_t,chain", [(1, 1), (2, 2), (4, 1), (4, 4)])
 def test_chunk_asm_emulated(fmt, n_t, chain):
     rng = random.Random(fmt * 100 + n_t * 10 + chain)
-    src = G.chunk_asm_source(fmt, n_t, chain)
+    src = ptx.chunk_asm_source(fmt, n_t, chain)
     lo, hi = -(1 << (fmt - 1)), (1 << (fmt - 1)) - 1
     for trial in range(6):
         codes = [rng.randint(lo, hi) for _ in range(32)]
         if trial == 0:
             codes = [lo if i % 2 else hi for i in range(32)]       # extremes in both halves
-        words, highs = _chunk_operands(fmt, codes, rng)
-        xs = [[_bf16_round(rng.gauss(0.0, 1.0)) for _ in range(32)] for _ in range(n_t)]
+        words, highs = chunk_operands(fmt, codes)
+        xs = [[bf16_round(rng.gauss(0.0, 1.0)) for _ in range(32)] for _ in range(n_t)]
         ops = [0] * n_t + words + highs
         for t in range(n_t):
             for j in range(4):
                 for p in range(4):
                     ops.append(xs[t][8 * j + 2 * p] | (xs[t][8 * j + 2 * p + 1] << 16))
-        regs = _emulate(src, ops)
+        regs = emulate(src, ops)
         for t in range(n_t):
-            got = _f32(regs[f"${t}"])
-            exact = sum(codes[i] * _bf(xs[t][i]) for i in range(32))
-            mag = sum(abs(codes[i] * _bf(xs[t][i])) for i in range(32))
+            got = f32(regs[f"${t}"])
+            exact = sum(codes[i] * bf(xs[t][i]) for i in range(32))
+            mag = sum(abs(codes[i] * bf(xs[t][i])) for i in range(32))
             # bf16 accumulation of 4 * chain products per half: |err| <= ~ chain-length ulps of the
             # partial magnitudes
             assert abs(got - exact) <= mag * 2.0 ** -8 * (2 + chain), (fmt, n_t, chain, t, got, exact)
@@ -235,14 +116,14 @@ def test_chunk_asm_dequant_exact():
     """x = one-hot pairs: the chunk program returns exactly each code (dequant is exact)."""
     rng = random.Random(3)
     for fmt in (4, 5, 6):
-        src = G.chunk_asm_source(fmt, 1, 1)
+        src = ptx.chunk_asm_source(fmt, 1, 1)
         lo, hi = -(1 << (fmt - 1)), (1 << (fmt - 1)) - 1
         codes = [rng.randint(lo, hi) for _ in range(32)]
-        words, highs = _chunk_operands(fmt, codes, rng)
+        words, highs = chunk_operands(fmt, codes)
         for i in range(32):
             xs = [0x3F80 if li == i else 0 for li in range(32)]
             ops = [0] + words + highs + [xs[2 * q] | (xs[2 * q + 1] << 16) for q in range(16)]
-            assert _f32(_emulate(src, ops)["$0"]) == codes[i], (fmt, i)
+            assert f32(emulate(src, ops)["$0"]) == codes[i], (fmt, i)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Tensor-core decode GEMV routes (q4_gemv_tc, q5_gemv_tc, q6_gemv_tc).
 
 CPU: the inline-PTX K step of one warp, run by a bit-level warp emulation of its PTX (per-lane
-prmt / lop3 / bf16x2 / cvt semantics from the lowreg emulator; `mma.sync.m16n8k16` gathered over
+prmt / lop3 / bf16x2 / cvt semantics, ptx_emulator.py; `mma.sync.m16n8k16` gathered over
 the 32 lanes with the PTX fragment layouts) against the decoded codes, for every format and 1 / 2
 column tiles: this checks the K permutation shared by the A and B fragments, the row pair per lane,
 the group scales and the accumulator fragment. The launcher under the interpreter (its fallback
@@ -10,7 +10,6 @@ GPU-marked: the asm path against the reference on odd shapes, every epilogue, sp
 """
 
 import random
-import re
 
 import pytest
 import torch
@@ -18,56 +17,25 @@ import torch
 from ninfer_compile.errors import RouteError
 from ninfer_compile.kernels import registry
 from ninfer_compile.kernels.linear import gemv_tc as TC
+from ninfer_compile.kernels.linear import ptx
 
 from _linear_helpers import assert_close_rel, run_route
-from test_gemv_lowreg import _bf, _bf16_round, _chunk_operands, _f32, _f32_round, _step_line, _u32
+from ptx_emulator import bf, bf16_round, chunk_operands, emulate_warp, f32, f32_round, u32
 
 ROUTES = {"q4_gemv_tc": "Q4G64_F16S", "q5_gemv_tc": "Q5G64_F16S", "q6_gemv_tc": "Q6G64_F16S"}
-_BRACES = re.compile(r"\{([^}]*)\}")
-
-
-def _emulate_warp(src: str, lanes: list) -> list:
-    """Run the asm on 32 lanes in lockstep; lanes[L] = operand values ($i) of lane L."""
-    regs = [{f"${i}": v for i, v in enumerate(ops)} for ops in lanes]
-    for line in src.splitlines():
-        s = line.strip()
-        if not s.startswith("mma.sync"):
-            for r in regs:
-                _step_line(r, s)
-            continue
-        d, a, b, c = [[t.strip() for t in grp.split(",")] for grp in _BRACES.findall(s)]
-        A = [[0.0] * 16 for _ in range(16)]
-        B = [[0.0] * 8 for _ in range(16)]
-        C = [[0.0] * 8 for _ in range(16)]
-        for lane, r in enumerate(regs):
-            g, q = lane // 4, lane % 4
-            for i, (row, col) in enumerate(((g, 2 * q), (g + 8, 2 * q), (g, 2 * q + 8), (g + 8, 2 * q + 8))):
-                v = r[a[i]]
-                A[row][col], A[row][col + 1] = _bf(v), _bf(v >> 16)
-            for i, k in enumerate((2 * q, 2 * q + 8)):
-                v = r[b[i]]
-                B[k][g], B[k + 1][g] = _bf(v), _bf(v >> 16)
-            for i, (row, col) in enumerate(((g, 2 * q), (g, 2 * q + 1), (g + 8, 2 * q), (g + 8, 2 * q + 1))):
-                C[row][col] = _f32(r[c[i]])
-        out = [[_f32_round(C[m][n] + sum(A[m][k] * B[k][n] for k in range(16))) for n in range(8)] for m in range(16)]
-        for lane, r in enumerate(regs):
-            g, q = lane // 4, lane % 4
-            for i, (row, col) in enumerate(((g, 2 * q), (g, 2 * q + 1), (g + 8, 2 * q), (g + 8, 2 * q + 1))):
-                r[d[i]] = out[row][col]
-    return regs
 
 
 @pytest.mark.parametrize("fmt", [4, 5, 6])
 @pytest.mark.parametrize("n_tiles", [1, 2])
 def test_tc_step_emulated(fmt, n_tiles):
     rng = random.Random(fmt * 10 + n_tiles)
-    src = TC.tc_step_asm_source(fmt, n_tiles)
+    src = ptx.tc_step_asm_source(fmt, n_tiles)
     lo, hi = -(1 << (fmt - 1)), (1 << (fmt - 1)) - 1
     codes = [[rng.randint(lo, hi) for _ in range(128)] for _ in range(16)]
     codes[0] = [lo if i % 2 else hi for i in range(128)]                  # extremes
     scales = [[rng.choice([0.0078125, 0.01171875, 0.0234375, 0.003]) for _ in range(2)] for _ in range(16)]
     n_cols = 8 * n_tiles
-    xs = [[_bf16_round(rng.gauss(0.0, 1.0)) for _ in range(128)] for _ in range(n_cols)]
+    xs = [[bf16_round(rng.gauss(0.0, 1.0)) for _ in range(128)] for _ in range(n_cols)]
     acc0 = [[rng.gauss(0.0, 0.5) for _ in range(n_cols)] for _ in range(16)]
     n_acc = 4 * n_tiles
     lanes = []
@@ -76,12 +44,12 @@ def test_tc_step_emulated(fmt, n_tiles):
         frag = []
         for t in range(n_tiles):
             for row, col in ((g, 2 * c), (g, 2 * c + 1), (g + 8, 2 * c), (g + 8, 2 * c + 1)):
-                frag.append(_f32_round(acc0[row][8 * t + col]))
+                frag.append(f32_round(acc0[row][8 * t + col]))
         ops = [0] * n_acc + frag
         for row in (g, g + 8):
-            words, highs = _chunk_operands(fmt, codes[row][32 * c:32 * c + 32], rng)
+            words, highs = chunk_operands(fmt, codes[row][32 * c:32 * c + 32])
             ops += words + highs
-        ops += [_u32(scales[g][c // 2]), _u32(scales[g + 8][c // 2])]
+        ops += [u32(scales[g][c // 2]), u32(scales[g + 8][c // 2])]
         for t in range(n_tiles):
             col = g + 8 * t
             for j in range(4):
@@ -89,17 +57,17 @@ def test_tc_step_emulated(fmt, n_tiles):
                     k = 32 * c + 8 * j + 2 * p
                     ops.append(xs[col][k] | (xs[col][k + 1] << 16))
         lanes.append(ops)
-    regs = _emulate_warp(src, lanes)
+    regs = emulate_warp(src, lanes)
     for lane in range(32):
         g, c = lane // 4, lane % 4
         for t in range(n_tiles):
             for i, (row, col) in enumerate(((g, 2 * c), (g, 2 * c + 1), (g + 8, 2 * c), (g + 8, 2 * c + 1))):
                 col += 8 * t
-                got = _f32(regs[lane][f"${4 * t + i}"])
+                got = f32(regs[lane][f"${4 * t + i}"])
                 # the kernel's weight: bf16(q * bf16(scale)); products exact, fp32 accumulation
-                w = [_bf(_bf16_round(codes[row][k] * _bf(_bf16_round(scales[row][k // 64])))) for k in range(128)]
-                exact = acc0[row][col] + sum(w[k] * _bf(xs[col][k]) for k in range(128))
-                mag = abs(acc0[row][col]) + sum(abs(w[k] * _bf(xs[col][k])) for k in range(128))
+                w = [bf(bf16_round(codes[row][k] * bf(bf16_round(scales[row][k // 64])))) for k in range(128)]
+                exact = acc0[row][col] + sum(w[k] * bf(xs[col][k]) for k in range(128))
+                mag = abs(acc0[row][col]) + sum(abs(w[k] * bf(xs[col][k])) for k in range(128))
                 assert abs(got - exact) <= mag * 2.0 ** -20 + 1e-30, (fmt, n_tiles, row, col, got, exact)
 
 

@@ -1,6 +1,6 @@
 """Tensor-core decode GEMV for W8 G32 (w8_gemv_tc).
 
-CPU: the inline-PTX K step of one warp, run by the bit-level warp emulation of test_gemv_tc (per-lane
+CPU: the inline-PTX K step of one warp, run by the bit-level warp emulation of ptx_emulator.py (per-lane
 prmt / lop3 / bf16x2 / cvt semantics; `mma.sync.m16n8k16` gathered over the 32 lanes with the PTX
 fragment layouts) against the decoded codes, for 1 / 2 column tiles: this checks the two chunks per
 lane, the K permutation shared by the A and B fragments, the sign-split dequant (every code of
@@ -19,10 +19,10 @@ import torch
 from ninfer_compile.errors import RouteError
 from ninfer_compile.kernels import registry
 from ninfer_compile.kernels.linear import gemv_tc_w8 as W8
+from ninfer_compile.kernels.linear import ptx
 
 from _linear_helpers import assert_close_rel, run_route
-from test_gemv_lowreg import _bf, _bf16_round, _f32, _f32_round, _u32
-from test_gemv_tc import _emulate_warp
+from ptx_emulator import bf, bf16_round, emulate_warp, f32, f32_round, step_line, u32
 
 NAME = "w8_gemv_tc"
 FMT = "W8G32_F16S"
@@ -40,14 +40,14 @@ def _word(codes: list, k0: int) -> int:
 @pytest.mark.parametrize("n_tiles", [1, 2])
 def test_tc_w8_step_emulated(n_tiles):
     rng = random.Random(80 + n_tiles)
-    src = W8.tc_w8_step_asm_source(n_tiles)
+    src = ptx.tc_w8_step_asm_source(n_tiles)
     codes = [[rng.randint(-128, 127) for _ in range(128)] for _ in range(16)]
     codes[0] = [-128 if i % 2 else 127 for i in range(128)]                 # extremes
     codes[1] = [(i % 256) - 128 for i in range(128)]                       # -128 .. -1
     codes[9] = [i for i in range(128)]                                     # 0 .. 127
     scales = [[rng.choice([0.0078125, 0.01171875, 0.0234375, 0.003, 0.0]) for _ in range(4)] for _ in range(16)]
     n_cols = 8 * n_tiles
-    xs = [[_bf16_round(rng.gauss(0.0, 1.0)) for _ in range(128)] for _ in range(n_cols)]
+    xs = [[bf16_round(rng.gauss(0.0, 1.0)) for _ in range(128)] for _ in range(n_cols)]
     acc0 = [[rng.gauss(0.0, 0.5) for _ in range(n_cols)] for _ in range(16)]
     n_acc = 4 * n_tiles
     lanes = []
@@ -56,12 +56,12 @@ def test_tc_w8_step_emulated(n_tiles):
         frag = []
         for t in range(n_tiles):
             for row, col in ((g, 2 * c), (g, 2 * c + 1), (g + 8, 2 * c), (g + 8, 2 * c + 1)):
-                frag.append(_f32_round(acc0[row][8 * t + col]))
+                frag.append(f32_round(acc0[row][8 * t + col]))
         ops = [0] * n_acc + frag
         for row in (g, g + 8):
             ops += [_word(codes[row], _lane_k(c, j)) for j in range(8)]
         # scales of (g, chunk 0), (g, chunk 1), (g+8, chunk 0), (g+8, chunk 1): groups c // 2, 2 + c // 2
-        ops += [_u32(scales[r][grp]) for r in (g, g + 8) for grp in (c // 2, 2 + c // 2)]
+        ops += [u32(scales[r][grp]) for r in (g, g + 8) for grp in (c // 2, 2 + c // 2)]
         for t in range(n_tiles):
             col = g + 8 * t
             for k0 in (16 * c, 16 * c + 8, 64 + 16 * c, 64 + 16 * c + 8):      # the 4 x loads
@@ -69,33 +69,31 @@ def test_tc_w8_step_emulated(n_tiles):
                     k = k0 + 2 * p
                     ops.append(xs[col][k] | (xs[col][k + 1] << 16))
         lanes.append(ops)
-    regs = _emulate_warp(src, lanes)
+    regs = emulate_warp(src, lanes)
     for lane in range(32):
         g, c = lane // 4, lane % 4
         for t in range(n_tiles):
             for i, (row, col) in enumerate(((g, 2 * c), (g, 2 * c + 1), (g + 8, 2 * c), (g + 8, 2 * c + 1))):
                 col += 8 * t
-                got = _f32(regs[lane][f"${4 * t + i}"])
+                got = f32(regs[lane][f"${4 * t + i}"])
                 # the kernel's weight: bf16(q * bf16(scale)); products exact, fp32 accumulation
-                w = [_bf(_bf16_round(codes[row][k] * _bf(_bf16_round(scales[row][k // 32])))) for k in range(128)]
-                exact = acc0[row][col] + sum(w[k] * _bf(xs[col][k]) for k in range(128))
-                mag = abs(acc0[row][col]) + sum(abs(w[k] * _bf(xs[col][k])) for k in range(128))
+                w = [bf(bf16_round(codes[row][k] * bf(bf16_round(scales[row][k // 32])))) for k in range(128)]
+                exact = acc0[row][col] + sum(w[k] * bf(xs[col][k]) for k in range(128))
+                mag = abs(acc0[row][col]) + sum(abs(w[k] * bf(xs[col][k])) for k in range(128))
                 assert abs(got - exact) <= mag * 2.0 ** -20 + 1e-30, (n_tiles, row, col, got, exact)
 
 
 def test_w8_dequant_is_exact_for_every_code():
     """The per-pair dequant (prmt, two lop3, one fma) gives every two's complement byte exactly, at
     both pair positions, times the scale rounded once."""
-    from test_gemv_lowreg import _step_line
-
     for p in (0, 1):
         for code in range(-128, 128):
             other = (-code - 1) & 0xFF
             w = ((code & 0xFF) << (16 * p)) | (other << (16 * p + 8)) | (0x5A << (16 * (1 - p)))
             regs = {"$0": w, "one": 0x3F803F80, "zr": 0, "nz": 0x80008000, "sc": 0x3F803F80}
-            for line in W8.w8_pair_lines("$0", p, "d", "sc"):
-                _step_line(regs, line)
-            assert _bf(regs["d"]) == float(code) and _bf(regs["d"] >> 16) == float(-code - 1), (p, code)
+            for line in ptx.w8_pair_lines("$0", p, "d", "sc"):
+                step_line(regs, line)
+            assert bf(regs["d"]) == float(code) and bf(regs["d"] >> 16) == float(-code - 1), (p, code)
 
 
 def test_registered_with_launcher_and_domain():

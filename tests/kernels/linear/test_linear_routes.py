@@ -19,9 +19,9 @@ from _linear_helpers import PREFIX_FORMAT, assert_close_rel, random_weight
 
 # the `<f>_dequant_gemm` routes (own launcher module, always need a workspace): test_dequant_gemm.py
 ROUTES = [r.name for r in registry.routes_for("linear")
-          if not r.name.endswith(("_dequant_gemm", "_gemv_lowreg", "_gemv_packed", "_gemv_tc"))]
-# (`*_gemv_lowreg` / `*_gemv_packed` / `*_gemv_tc`: own launcher modules, tested in test_gemv_lowreg.py /
-# test_gemv_tc.py)
+          if not r.name.endswith(("_dequant_gemm", "_gemv_lowreg", "_gemv_packed", "_gemv_tc", "_gemm_tc"))]
+# (`*_gemv_lowreg` / `*_gemv_packed` / `*_gemv_tc` / `*_gemm_tc`: own launcher modules, tested in
+# test_gemv_lowreg.py / test_gemv_tc.py / test_gemm_tc.py)
 SHAPES = [(40, 192), (72, 200), (40, 320)]
 EPIS = ["none", "swiglu", "residual"]
 T_BY_KIND = {"gemv": [1, 3, 4], "small_t_mma": [1, 5, 17, 33], "wide_mma": [3, 33, 70],

@@ -121,7 +121,7 @@ def test_scale_pair_asm_emulated():
     import struct
 
     from ninfer_compile.kernels.linear.prologue import SCALE_PAIR_ASM
-    from test_gemv_lowreg import _bf, _bf16_round, _emulate
+    from ptx_emulator import bf as _bf, bf16_round as _bf16_round, emulate as _emulate
 
     def bits(v: float) -> int:
         return _bf16_round(struct.unpack("<f", struct.pack("<f", v))[0])
