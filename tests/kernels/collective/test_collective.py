@@ -29,6 +29,14 @@ def test_group_is_bound_as_a_group_not_a_scalar():
     assert b == [{"arg": "x", "buffer": "a"}, {"arg": "out", "buffer": "b"}, {"arg": "group", "group": "tensor_parallel"}]
 
 
+def _mp_context():
+    """forkserver: a clean server process (not the test process, whose threads may hold locks a fork
+    would copy) that imports torch and the compiler once; each rank is a fork of it."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "ninfer_compile.ir.execute"])
+    return ctx
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -62,7 +70,7 @@ def _worker(rank: int, world: int, port: int, q) -> None:
 
 @pytest.mark.parametrize("world", [2])
 def test_gloo_ranks_match_the_reference(world):
-    ctx = mp.get_context("spawn")
+    ctx = _mp_context()
     q = ctx.Queue()
     port = _free_port()
     procs = [ctx.Process(target=_worker, args=(r, world, port, q)) for r in range(world)]
