@@ -288,8 +288,9 @@ def launch_ranks(target: Callable, world: int, args: tuple = (), *, poll_s: floa
                  start_method: str = "spawn") -> None:
     """Run `target(rank, world, init_method, *args)` in `world` processes and wait for all of them.
     A rank that exits non-zero (or is killed) ends the others (SIGTERM, then SIGKILL after 5 s) and
-    raises RankFailed naming it; SIGINT / SIGTERM of this process end every rank the same way and
-    are re-raised (KeyboardInterrupt / SystemExit(143))."""
+    raises RankFailed naming it; SIGINT / SIGTERM of this process end every rank the same way (rank 0
+    first, silently) and are then delivered again to this process's own handlers (the CLI's one
+    line and exit status)."""
     import multiprocessing as mp
 
     ctx = mp.get_context(start_method)
@@ -321,15 +322,18 @@ def launch_ranks(target: Callable, world: int, args: tuple = (), *, poll_s: floa
         for s, h in old.items():
             signal.signal(s, h)
         if got_signal:
-            if got_signal[0] == signal.SIGINT:
-                raise KeyboardInterrupt
-            raise SystemExit(128 + got_signal[0])
+            os.kill(os.getpid(), got_signal[0])  # now to the caller's handler (the CLI's one line)
+            time.sleep(1.0)  # (delivered at once; a caller without a handler never gets here)
 
 
 def _end_all(procs, grace_s: float = 5.0) -> None:
     alive = [p for p in procs if p.pid is not None and p.exitcode is None]
+    if alive and alive[0] is procs[0]:  # rank 0 first: it must not report the others' exits as errors
+        alive[0].terminate()
+        alive[0].join(1.0)
     for p in alive:
-        p.terminate()
+        if p.exitcode is None:
+            p.terminate()
     deadline = time.monotonic() + grace_s
     for p in alive:
         p.join(max(0.0, deadline - time.monotonic()))
@@ -374,9 +378,9 @@ def _cli_rank(rank: int, world: int, init: str, argv: list[str]) -> None:
     try:
         init_ranks(rank, world, init)
         if rank == 0:
-            from .cli import main
+            from .cli import _main  # the CLI without its signal handlers: SIGTERM from the parent is silent
 
-            rc = main(argv)
+            rc = _main(argv)
         else:
             from .cli import _parser
 
