@@ -1,7 +1,8 @@
-"""--tp 2 and --tp 4 plans of a TP-friendly tiny transformers model (bf16 recipe) run as 2 / 4 gloo
-rank processes on the CPU's torch path: rank 0's greedy tokens are transformers' argmax (near-tie
-rule: the all-reduce changes the summation order), every rank uploads only its section's weights,
-and every rank runs exactly the all-reduces the plan lists for the extents rank 0 ran."""
+"""--tp 2 and --tp 4 plans (draft window K = 2, the MTP head) of a TP-friendly tiny transformers
+model (bf16 recipe) run as 2 / 4 gloo rank processes on the CPU's torch path: rank 0's greedy tokens,
+plain and speculative (MTP drafts, verify rounds), are transformers' argmax (near-tie rule: the
+all-reduce changes the summation order), every rank uploads only its section's weights, and every
+rank runs exactly the all-reduces the plan lists for the extents rank 0 ran."""
 
 from __future__ import annotations
 
@@ -33,10 +34,16 @@ pytestmark = pytest.mark.skipif(not _torch_path() and not os.environ.get("NINFER
 
 @pytest.fixture(scope="module")
 def tp_model(tmp_path_factory):
+    import torch
+    from safetensors.torch import load_file, save_file
+
     d = tmp_path_factory.mktemp("tp")
     model = S._tiny.make_hf_model(0, **TP_OVERRIDES)
     (d / "hf").mkdir()
     model.save_pretrained(d / "hf", safe_serialization=True)
+    sd = load_file(str(d / "hf" / "model.safetensors"))  # + the random MTP head (tests/reference/hf_tiny.py)
+    sd.update({k: v.to(torch.bfloat16) for k, v in S._tiny.random_hf_mtp(model.config).items()})
+    save_file(sd, str(d / "hf" / "model.safetensors"), metadata={"format": "pt"})
     art = S.pack(d / "hf", d / "tp-bf16.ninfer", "bf16")
     return d, model, art
 
@@ -65,8 +72,10 @@ def _rank(rank: int, world: int, init: str, plan: str, art: str, out: str) -> No
             real_run(runner, n, graph)
 
         eng.lockstep.run = record
-        r = eng.generate(S.PROMPT, N_NEW, ignore_eos=True)
-        tokens = r.tokens
+        plain = eng.generate(S.PROMPT, N_NEW, ignore_eos=True, spec="none").tokens
+        spec = eng.generate(S.PROMPT, N_NEW, ignore_eos=True, spec="mtp")
+        assert spec.finish_reason == "length" and eng.last_stats["spec"]["rounds"] >= 1
+        tokens = [plain, spec.tokens]
     else:
         tp.follow(eng)
         tokens = None
@@ -85,14 +94,15 @@ def test_tp_plan_greedy_matches_transformers(tp_model, tp, tmp_path):
     from ninfer_compile.ir.lower import LowerOptions
     from ninfer_compile.plan.writer import write_plan
 
-    c = compile_artifact(art, 90, opts=LowerOptions(prefill_chunk=8, concurrency=(1,), max_context=32), tp=tp,
-                         binaries=False)
+    opts = LowerOptions(prefill_chunk=8, concurrency=(1,), max_context=32, draft_tokens=2, mtp=True)
+    c = compile_artifact(art, 90, opts=opts, tp=tp, binaries=False)
     plan = write_plan(tmp_path / "plan", c.manifest, c.memory_txt, extra_files=c.kernel_files)
     out = tmp_path / "rank"
     launch_ranks(_rank, tp, (str(plan), str(art), str(out)), start_method="forkserver")
     res = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(tp)]
-    bad = S.check_tokens_against(lambda t: S.hf_logits(model, t), S.PROMPT, res[0]["tokens"])
-    assert len(res[0]["tokens"]) == N_NEW and not bad, "\n".join(bad)
+    for tokens in res[0]["tokens"]:  # plain, then speculative
+        bad = S.check_tokens_against(lambda t: S.hf_logits(model, t), S.PROMPT, tokens)
+        assert len(tokens) == N_NEW and not bad, "\n".join(bad)
     p = json.loads((plan / "plan.json").read_text())
     sections = p["tensor_parallel"]["ranks"]
     per_extent = {n: sum(L["kind"] == "all_reduce" for L in x["launches"]) for n, x in sections[0]["extents"].items()}
