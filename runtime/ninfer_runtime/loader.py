@@ -140,7 +140,9 @@ class Engine:
         t_kern = time.perf_counter() - t_kern
         t_up = time.perf_counter()
         self._upload(used, progress)
-        self._upload_shards()
+        from .tensor_parallel import upload_shards
+
+        self._shards = upload_shards(self, _DIRECT, GROUPED)  # a --tp rank's copies (row / column ranges)
         self.backend.synchronize()
         t_up = time.perf_counter() - t_up
         try:
@@ -336,28 +338,6 @@ class Engine:
             if bar is not None:
                 bar.close()
         self.weight_bytes = total
-
-    def _upload_shards(self) -> None:
-        """A --tp rank's copies of objects (rows / columns of its shard), made from the mmap at upload."""
-        from types import SimpleNamespace
-
-        from .tensor_parallel import shard_copy, shard_nbytes
-
-        self._shards: dict[tuple, Any] = {}
-        geometry = None
-        for name, key in sorted(self._shard_refs, key=repr):
-            e = self.artifact.objects.get(name)
-            if e is None or e.kind != "tensor":
-                raise PlanMismatch(f"plan references object {name!r}, absent from artifact {self.artifact.path.name}")
-            if e.format in GROUPED and geometry is None:
-                geometry = sys.modules[self.quant_weight_cls().__module__].row_split_geometry
-            shape, nbytes = shard_nbytes(e.format, tuple(e.shape), key, _DIRECT, geometry)
-            dev = self.backend.upload(lambda e=e, key=key: shard_copy(
-                e.name, e.format, tuple(e.shape), torch.frombuffer(self.artifact.span(e.name), dtype=torch.uint8),
-                key, _DIRECT, geometry)[1], nbytes)
-            self._shards[(name, key)] = self._bind_object(
-                SimpleNamespace(name=name, format=e.format, shape=shape, bytes=nbytes), dev)
-            self.weight_bytes += nbytes
 
     def process_group(self, name: str):
         """The process group a collective launch names (None: a one-GPU plan)."""

@@ -198,6 +198,31 @@ def shard_nbytes(fmt: str, shape: tuple[int, ...], key: tuple, direct: dict, geo
     return new, int(geometry(fmt, new[0], new[1]).total)
 
 
+def upload_shards(engine, direct: dict, grouped) -> dict[tuple, Any]:
+    """A --tp rank's copies of objects (`engine._shard_refs`: rows / columns of its shard), made from
+    the artifact's mmap at upload through the engine's backend; adds their bytes to weight_bytes."""
+    import sys
+    from types import SimpleNamespace
+
+    from .errors import PlanMismatch
+
+    out: dict[tuple, Any] = {}
+    geometry = None
+    for name, key in sorted(engine._shard_refs, key=repr):
+        e = engine.artifact.objects.get(name)
+        if e is None or e.kind != "tensor":
+            raise PlanMismatch(f"plan references object {name!r}, absent from artifact {engine.artifact.path.name}")
+        if e.format in grouped and geometry is None:
+            geometry = sys.modules[engine.quant_weight_cls().__module__].row_split_geometry
+        shape, nbytes = shard_nbytes(e.format, tuple(e.shape), key, direct, geometry)
+        dev = engine.backend.upload(lambda e=e, key=key: shard_copy(
+            e.name, e.format, tuple(e.shape), torch.frombuffer(engine.artifact.span(e.name), dtype=torch.uint8),
+            key, direct, geometry)[1], nbytes)
+        out[(name, key)] = engine._bind_object(SimpleNamespace(name=name, format=e.format, shape=shape, bytes=nbytes), dev)
+        engine.weight_bytes += nbytes
+    return out
+
+
 def shard_key(ref: dict) -> tuple | None:
     s = ref.get("shard")
     if not s:
