@@ -428,3 +428,44 @@ def _follow_cli(args) -> int:
     finally:
         engine.close()
     return 0
+
+
+def serve_ranks(args, argv: list[str]) -> int | None:
+    """ninfer-serve with a --tp N plan: start N rank processes (rank 0 serves; the others follow) and
+    return the exit status; None when this process serves (a one-GPU plan, or rank 0 itself, whose
+    prefix cache is off: the other ranks would have to mirror its state snapshots, not done yet)."""
+    import sys
+
+    n = plan_degree(args.plan)
+    if n <= 1:
+        return None
+    if TensorParallel.current() is not None or TensorParallel.from_env() is not None:
+        if TensorParallel.current().rank != 0:
+            return _follow_cli(args)
+        if args.prefix_cache_gib or args.prefix_cache_host_gib:
+            print(f"note: prefix cache off with a --tp {n} plan (the ranks do not mirror state snapshots yet)",
+                  file=sys.stderr)
+        args.prefix_cache_gib = args.prefix_cache_host_gib = 0
+        return None
+    launch_ranks(_serve_rank, n, (argv,))
+    return 0
+
+
+def _serve_rank(rank: int, world: int, init: str, argv: list[str]) -> None:
+    import sys
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *a: os._exit(143))
+    rc = 2
+    try:
+        init_ranks(rank, world, init)
+        from .serve.cli import main
+
+        rc = main(argv)
+    except Exception as exc:  # noqa: BLE001 - one line per rank, never a traceback
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"error: rank {rank}: {text}", file=sys.stderr)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
