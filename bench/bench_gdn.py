@@ -5,7 +5,7 @@ C = 1, 2, 4, 8 concurrent sequences, cold state (rotated over copies > 3x L2, as
 floor = state bytes read + written / measured copy bandwidth.
 Prefill: chunked, one sequence of T = 1024, 4096; floor = (q,k,v,g,beta in + o out + state r/w)
 bytes / copy bandwidth. Both prefill routes are timed: gdn_chunked_prefill ("ours") and
-gdn_chunked_prefill_fast ("fast", launch_fast; block_v x num_warps x num_stages sweep). fla (`fused_recurrent_gated_delta_rule`, `chunk_gated_delta_rule`) runs
+gdn_chunked_wy_prefill ("fast", launch_chunked_wy; block_v x num_warps x num_stages sweep). fla (`fused_recurrent_gated_delta_rule`, `chunk_gated_delta_rule`) runs
 in the same process on the same inputs (its output is also compared with ours).
 Writes gdn.json and gdn.md to --out.
 
@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 
 from _common import best, copy_bandwidth, streaming_read, env_info, out_dir, pick_best, timed, try_config, write_results  # noqa: E402
-from ninfer_compile.kernels.gdn import launch, launch_fast  # noqa: E402
+from ninfer_compile.kernels.gdn import launch, launch_chunked_wy  # noqa: E402
 
 HK, HV, DK, DV = 16, 48, 128, 128
 
@@ -111,8 +111,8 @@ def bench_prefill(T, bw, chunk, res):
         fn = lambda: launch.gated_delta_rule_chunked(q, k, v, g, beta, st, pos, slots, o, ws, block_v=bv)  # noqa: E731
         try_config(row, f"bv{bv}", fn)
     pick_best(row)
-    # route gdn_chunked_prefill_fast: its own workspace size (launch_fast.chunked_workspace_numel)
-    ws_fast = torch.empty(launch_fast.chunked_workspace_numel(T, HV, DK, DV), device="cuda")
+    # route gdn_chunked_wy_prefill: its own workspace size (launch_chunked_wy.chunked_workspace_numel)
+    ws_fast = torch.empty(launch_chunked_wy.chunked_workspace_numel(T, HV, DK, DV), device="cuda")
     fast = {"configs": {}}
     for bv in (32, 64):
         for nw in (4, 8):
@@ -124,7 +124,7 @@ def bench_prefill(T, bw, chunk, res):
                 if only is not None and name not in only.split(","):
                     continue
                 st = state.clone()
-                fn = lambda bv=bv, nw=nw, ns=ns, st=st: launch_fast.gated_delta_rule_chunked_fast(  # noqa: E731
+                fn = lambda bv=bv, nw=nw, ns=ns, st=st: launch_chunked_wy.gated_delta_rule_chunked_wy(  # noqa: E731
                     q, k, v, g, beta, st, pos, slots, o, ws_fast, block_v=bv, num_warps=nw, num_stages=ns)
                 try_config(fast, name, fn)
     try:
@@ -134,7 +134,7 @@ def bench_prefill(T, bw, chunk, res):
         o1 = torch.empty_like(o)
         launch.gated_delta_rule_chunked(q, k, v, g, beta, s1, pos, slots, o1, ws)
         bv_, nw_, ns_ = (int(x) for x in re.fullmatch(r"bv(\d+)_w(\d+)_s(\d+)", fast["best_config"]).groups())
-        launch_fast.gated_delta_rule_chunked_fast(q, k, v, g, beta, s2, pos, slots, o, ws_fast, block_v=bv_,
+        launch_chunked_wy.gated_delta_rule_chunked_wy(q, k, v, g, beta, s2, pos, slots, o, ws_fast, block_v=bv_,
                                                   num_warps=nw_, num_stages=ns_)
         row["max_abs_diff_o_fast_vs_ours"] = (o.float() - o1.float()).abs().max().item()
         row["max_abs_diff_state_fast_vs_ours"] = (s2 - s1).abs().max().item()

@@ -238,7 +238,7 @@ def probe_shape(op, fmt, n, k, epi, l2_bytes, gen) -> dict:
         res["row_pattern"][f"r{rows}_bw{bw}_sk{split}_w{warps}"] = _graph_us(fns)
     # the T = 1 route's own loads without its math (low-register / packed routes only)
     route1, p1 = _table_route(fmt, n, k, epi, 1)
-    if route1.name.endswith(("_gemv_lowreg", "_gemv_packed")):
+    if route1.name.endswith("_gemv_lowreg"):
         fmt_code = {"Q4G64_F16S": 4, "Q5G64_F16S": 5, "Q6G64_F16S": 6}[fmt]
         swiglu = epi == "swiglu"
         n_out = n // 2 if swiglu else n

@@ -5,7 +5,7 @@
 
 A plan compiled with binaries (`ninfer-compile ... --sm 90` on any machine: the AOT phase runs on
 the CPU) holds the cubins of every launch. For each low-register T=1 GEMV binary of an extent
-(routes q4_gemv_lowreg / q5_gemv_packed / q6_gemv_packed) this reads its SASS (`cuobjdump -sass`),
+(routes q4_gemv_lowreg / q5_gemv_lowreg / q6_gemv_lowreg) this reads its SASS (`cuobjdump -sass`),
 takes the K loop (the backward branch whose body holds the most bf16x2 FMA-pipe instructions) and
 counts what one pass of it issues, per class. At T=1 every weight costs exactly one bf16x2 FMA-class
 instruction per lane pair and column plus one for its bias (`gemv_lowreg`: one fma.rn.bf16x2 removes
@@ -46,7 +46,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-LOWREG_ROUTES = ("q4_gemv_lowreg", "q5_gemv_packed", "q6_gemv_packed")
+LOWREG_ROUTES = ("q4_gemv_lowreg", "q5_gemv_lowreg", "q6_gemv_lowreg")
 SMS, SCHEDULERS = 132, 4  # H200
 BITS = {"Q4": 4.25, "Q5": 5.25, "Q6": 6.25}  # bits per weight with the fp16 scale per 64 (the G64 formats)
 

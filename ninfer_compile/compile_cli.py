@@ -77,6 +77,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-binaries", action="store_true",
                         help="emit kernel source only: skip the ahead-of-time cubins (kernels/bin/); the "
                              "runtime then JIT-compiles every kernel at load")
+    parser.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
+                        help="the binary cache: kernel binaries kept between compiles, keyed by everything that "
+                             "decides their bytes (default $XDG_CACHE_HOME/ninfer-compile or "
+                             "~/.cache/ninfer-compile); plans still get their own copies")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="neither read nor write the binary cache: compile every kernel binary")
+    parser.add_argument("--cache-size", default=None, metavar="SIZE",
+                        help="the binary cache's size cap, e.g. 2G (default), 500M; least recently used "
+                             "entries are deleted beyond it")
     parser.add_argument("--weight-digests", action="store_true",
                         help="hash every weight payload the plan binds into plan.json (reads all bound "
                              "payload bytes: ~15 GB on the 27B) so that `ninfer-run --verify-weights` can "
@@ -125,10 +134,10 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
                      opts: LowerOptions, budget_gib: float | None = None, disabled: list[str] = (),
                      dump_dir: Path | None = None, binaries: bool = True,
                      progress: Callable[[str], None] | None = None, auto_context: bool = False,
-                     tp: int = 1) -> Compiled:
+                     tp: int = 1, cache=None) -> Compiled:
     """Compile an artifact for `sm`. `binaries`: also compile every launched kernel ahead of time
     into kernels/bin/ (codegen/aot.py; problems are recorded in the kernel manifest, fatal only
-    under NINFER_AOT_STRICT=1).
+    under NINFER_AOT_STRICT=1). `cache`: the binary cache (codegen/binary_cache.py; None: none).
     `progress(line)` is told each phase and count ("lowering 5 extents", "passes: extent 3/5", ...).
     `auto_context`: opts.max_context is only the first probe; the plan gets the largest context per
     slot whose plan fits `budget_gib` (`_fit_context`)."""
@@ -217,7 +226,8 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
         files, _ = kernel_files([L for m in manifests for L in launches_from_manifest(m, registry=ctx.registry)])
         # ahead-of-time binaries for the plan's sm (needs the kernel source just rendered; the ranks'
         # launches have the same shapes, so rank 0's specialisations are every rank's)
-        result = (aot.precompile(rank_view(manifest, 0), files, objects, sm, progress=progress) if binaries
+        result = (aot.precompile(rank_view(manifest, 0), files, objects, sm, progress=progress, cache=cache)
+                  if binaries
                   else aot.disabled("--no-binaries"))
         files = aot.attach_binaries(files, result)
         bins = result.summary
@@ -313,6 +323,13 @@ def run(args) -> int:
     auto = args.max_context == "auto"
     if auto and args.memory_budget is None:
         raise CompileError("--max-context auto needs --memory-budget (the budget the context is fitted to)")
+    from .codegen.binary_cache import open_cache, parse_size
+
+    try:
+        cache_size = parse_size(args.cache_size) if args.cache_size is not None else None
+    except ValueError as exc:
+        raise CompileError(str(exc)) from None
+    cache = None if args.no_binaries or args.no_cache else open_cache(args.cache_dir, cache_size)
     max_context = max(chunk, args.draft_tokens + 1, 1) if auto else args.max_context  # auto: the first probe
     if 1 <= max_context < chunk:
         print(f"note: --prefill-chunk {chunk} clamped to --max-context {max_context}", file=sys.stderr)
@@ -346,7 +363,7 @@ def run(args) -> int:
         compiled = compile_artifact(args.artifact, args.sm, routes=args.routes, contract=args.contract, opts=opts,
                                     budget_gib=args.memory_budget, disabled=args.disable_pass, dump_dir=dump_tmp,
                                     binaries=not args.no_binaries, progress=progress, auto_context=auto,
-                                    tp=args.tp)
+                                    tp=args.tp, cache=cache)
         if args.weight_digests:
             from .plan.integrity import add_weight_digests, weight_digests
 

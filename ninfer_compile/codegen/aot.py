@@ -15,7 +15,16 @@ It is split along its seams (each file's docstring says what it requires and gua
 - aot_binaries.py: the worker pool and the authoritative compile pass (`JITFunction.preload`, what
   the runtime replays at load) into a private scratch cache, then `kernels/bin/<cache key>/` and
   `kernels/bin/manifest.json` (read by ninfer_runtime/triton_cache.py);
-- this file: the entry point `precompile` (prerequisites, scratch directories, cleanup, status).
+- binary_cache.py: the user's content-addressed binary cache (kernel binaries and whole results);
+- this file: the entry point `precompile` (prerequisites, the cache, scratch directories,
+  cleanup, status).
+
+With a binary cache (`cache`, the CLI's default; --no-cache: none), a compile whose inputs all
+equal an earlier one's (`result_key`: the plan, the emitted source, the artifact's object table,
+the sm, the toolchain, the capture code and the environment) takes that earlier result and its
+binaries from the cache without capturing anything; otherwise every kernel the cache holds is
+taken from it and only the rest is compiled. Either way the binaries are copied into the plan,
+each checked against its sha256, and the plan's bytes are the same as a compile without cache.
 
 Failures do not break the plan: an unsupported toolchain, a launch that cannot be reproduced or a
 kernel that does not compile is recorded (`status` skipped / partial, with reasons), the plan keeps
@@ -23,8 +32,7 @@ the source, which the runtime JITs, and `failure(summary)` is the one line `ninf
 as `warning: binaries: ...`. With NINFER_AOT_STRICT=1 (the test suite sets it, tests/conftest.py)
 such a failure raises `AotFailure` instead, so a test that compiles binaries fails when they fail;
 a process in Triton's interpreter mode (which cannot compile kernels) is a recorded skip either
-way. `NINFER_AOT_CACHE=DIR` keeps the scratch cache between compiles (entries are compiled from the
-canonical file names, so reusing them keeps the plan bytes identical).
+way.
 """
 
 from __future__ import annotations
@@ -42,7 +50,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CompileError
-from .aot_binaries import bin_manifest, compile_captures, harvest
+from . import binary_cache
+from .aot_binaries import ACTIVE, bin_manifest, compile_captures, harvest, publish, store_manager_class
 from .aot_capture import MemoryImporter, Session, one_line, prefill_columns, reproduce_launches
 from .aot_device import aot_engine, environment, fake_tensors
 
@@ -96,8 +105,9 @@ def strict() -> bool:
 # ----------------------------------------------------------------------------- prerequisites
 
 
-def toolchain_problem(sm: int) -> str | None:
-    """Why binaries cannot be built here (None: they can)."""
+def toolchain_problem(sm: int, runtime: bool = True) -> str | None:
+    """Why binaries cannot be built here (None: they can). `runtime`: also import the runtime
+    (torch; not needed to take a whole result from the binary cache)."""
     try:
         import triton
         from triton.backends.compiler import GPUTarget  # noqa: F401
@@ -119,13 +129,14 @@ def toolchain_problem(sm: int) -> str | None:
         from triton.backends.nvidia.compiler import CUDABackend  # noqa: F401
     except Exception as exc:  # noqa: BLE001
         return f"triton's CUDA backend is not available: {one_line(exc)}"
-    try:
-        import ninfer_runtime.executor  # noqa: F401
-        import ninfer_runtime.loader  # noqa: F401
-    except Exception as exc:  # noqa: BLE001
-        return f"ninfer_runtime is not importable: {one_line(exc)}"
     if not isinstance(sm, int) or sm < 50:
         return f"unsupported sm {sm!r}"
+    if runtime:
+        try:
+            import ninfer_runtime.executor  # noqa: F401
+            import ninfer_runtime.loader  # noqa: F401
+        except Exception as exc:  # noqa: BLE001
+            return f"ninfer_runtime is not importable: {one_line(exc)}"
     return None
 
 
@@ -152,49 +163,142 @@ def remove_stale_scratch(tmp: str | None = None) -> list[str]:
 
 
 def precompile(plan: Mapping[str, Any], kernel_files: Mapping[str, str], objects: Mapping[str, Any],
-               sm: int, progress=None) -> AotResult:
+               sm: int, progress=None, cache: binary_cache.BinaryCache | None = None) -> AotResult:
     """Compile every (kernel, specialisation) the runtime will launch for `plan` (plan.json as a
     dict) into binary files for the plan dir. Never raises for toolchain / kernel problems: the
     summary says what was skipped and why, unless NINFER_AOT_STRICT=1, where such a failure raises
     `AotFailure` (an interrupt — KeyboardInterrupt — is raised after the workers are killed and the
-    scratch directory removed). `progress(line)`: phase and count."""
-    result = _precompile_or_skip(plan, kernel_files, objects, sm, progress)
+    scratch directory removed). `progress(line)`: phase and count. `cache`: the binary cache to
+    take binaries from and store new ones in (None: compile everything)."""
+    result = _precompile_or_skip(plan, kernel_files, objects, sm, progress, cache)
     if strict() and failure(result.summary) is not None:
         raise AotFailure(f"binaries failed ({STRICT_ENV}=1): {result.summary.get('reason')}")
     return result
 
 
-def _precompile_or_skip(plan, kernel_files, objects, sm, progress) -> AotResult:
-    problem = toolchain_problem(sm)
+def _precompile_or_skip(plan, kernel_files, objects, sm, progress, cache) -> AotResult:
+    problem = toolchain_problem(sm, runtime=False)
     if problem:
         return _skipped(problem)
     km_text = kernel_files.get("kernels/manifest.json")
     if km_text is None:
         return _skipped("the plan has no emitted kernels")
+    rkey = None
+    if cache is not None:
+        try:
+            rkey = result_key(plan, kernel_files, objects, int(sm), cache)
+            hit = _cached_result(cache, rkey, int(sm), progress)
+        except OSError:
+            hit = None
+        if hit is not None:
+            return hit
+    problem = toolchain_problem(sm)
+    if problem:
+        return _skipped(problem)
     kernel_manifest = json.loads(km_text)
-    persistent = os.environ.get("NINFER_AOT_CACHE")
-    # one private temp directory: the scratch cache (unless NINFER_AOT_CACHE) and the workers' TMPDIR
+    # one private temp directory: the scratch cache and the workers' TMPDIR
     remove_stale_scratch()
     work = tempfile.mkdtemp(prefix=f"ninfer-aot-{os.getpid()}-")
-    if persistent:
-        os.makedirs(persistent, exist_ok=True)
-        scratch = persistent
-    else:
-        scratch = os.path.join(work, "cache")
-        os.mkdir(scratch)
+    scratch = os.path.join(work, "cache")
+    os.mkdir(scratch)
     worker_tmp = os.path.join(work, "tmp")
     os.mkdir(worker_tmp)
     root = _root_name(kernel_files)
     importer = MemoryImporter(root, kernel_files)
     session = Session(root)
+    ACTIVE.update(cache=cache, identity=cache.identity(int(sm)) if cache is not None else None, probe=False,
+                  restored=set())
     try:
-        return _precompile(plan, kernel_manifest, importer, session, objects, int(sm), scratch,
-                           worker_tmp, progress)
+        result = _precompile(plan, kernel_manifest, importer, session, objects, int(sm), scratch,
+                             worker_tmp, progress, cache)
     except Exception as exc:  # noqa: BLE001 - the plan is written with source only
         return _skipped(f"ahead-of-time compilation failed: {one_line(exc)}")
     finally:
+        ACTIVE.update(cache=None, identity=None, probe=False, restored=set())
         _forget_package(root, importer)
         shutil.rmtree(work, ignore_errors=True)
+    if cache is not None:
+        try:
+            if rkey is not None and result.summary.get("status") == "ok":
+                cache.put_json("results-v1", rkey, {"manifest": result.manifest, "summary": result.summary})
+            cache.trim()
+        except OSError:
+            pass
+    return result
+
+
+# ----------------------------------------------------------------------------- whole results from the cache
+
+# environment variables that cannot change a binary compile's output (everything else named
+# NINFER_* / TRITON_* enters the result key)
+_ENV_IGNORED = ("NINFER_AOT_JOBS", "NINFER_AOT_STRICT", "TRITON_CACHE_DIR", "TRITON_HOME", "NINFER_SIGNAL_TEST")
+
+
+def _code_digest() -> str:
+    """sha256 of the code a capture runs: the runtime package and this compiler's aot*.py."""
+    import importlib.util
+
+    h = hashlib.sha256()
+    here = os.path.dirname(os.path.abspath(__file__))
+    files = [os.path.join(here, n) for n in sorted(os.listdir(here)) if n.startswith(("aot", "binary_cache"))
+             and n.endswith(".py")]
+    spec = importlib.util.find_spec("ninfer_runtime")  # located, not imported (that would import torch)
+    rt = os.path.dirname(os.path.abspath(spec.origin))
+    for d, _, names in sorted(os.walk(rt)):
+        files += [os.path.join(d, n) for n in sorted(names) if n.endswith(".py")]
+    for f in files:
+        with open(f, "rb") as fh:
+            h.update(os.path.relpath(f, os.path.dirname(rt)).encode() + b"\0" + fh.read() + b"\0")
+    return h.hexdigest()
+
+
+def result_key(plan, kernel_files, objects, sm: int, cache) -> str:
+    """The key of a whole binary-compile result: everything the capture and the compile read."""
+    from importlib import metadata
+
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = ""
+    env = {k: v for k, v in sorted(os.environ.items())
+           if k.startswith(("NINFER_", "TRITON_")) and k not in _ENV_IGNORED}
+    files = {rel: hashlib.sha256(t if isinstance(t, bytes) else t.encode("utf-8")).hexdigest()
+             for rel, t in sorted(kernel_files.items())}
+    objs = sorted((name, repr(o)) for name, o in objects.items())
+    return binary_cache.digest({"format": binary_cache.STORE_FORMAT, "what": "result", "plan": plan,
+                                "kernel_files": files, "objects": binary_cache.digest(objs), "sm": sm,
+                                "identity": cache.identity(sm), "code": _code_digest(), "torch": torch_version,
+                                "env": env})
+
+
+def _cached_result(cache, rkey: str, sm: int, progress) -> AotResult | None:
+    """The earlier result stored under `rkey`, its binaries taken from the cache and checked
+    against the manifest's sha256 (None: not there, or a binary is missing or damaged)."""
+    got = cache.get_json("results-v1", rkey)
+    if not isinstance(got, dict) or not isinstance(got.get("manifest"), dict):
+        return None
+    man, summary = got["manifest"], got.get("summary") or {}
+    bin_dir = summary.get("dir")
+    ident = cache.identity(sm)
+    files: dict[str, bytes] = {}
+    for e in man.get("entries") or []:
+        members = cache.get("bin-v1", binary_cache.kernel_key(e["dir"], f"{e['name']}.json", ident)) or {}
+        for name, sha in e["files"].items():
+            data = members.get(name)
+            if name.startswith("__grp__"):
+                keep = sorted(c for c in e["files"] if not c.startswith("__grp__"))
+                data = json.dumps({"child_paths": {c: c for c in keep}}, sort_keys=True).encode()
+            if data is None or hashlib.sha256(data).hexdigest() != sha:
+                return None
+            files[f"{bin_dir}/{e['dir']}/{name}"] = data
+    text = json.dumps(man, sort_keys=True, indent=1) + "\n"
+    if hashlib.sha256(text.encode("utf-8")).hexdigest() != summary.get("manifest_sha256"):
+        return None
+    files[f"{bin_dir}/manifest.json"] = text.encode("utf-8")
+    n = len(man.get("entries") or [])
+    if progress is not None:
+        progress(f"binaries {n}/{n} ({n} cached)")
+    return AotResult(dict(sorted(files.items())), dict(summary), man)
 
 
 def _root_name(files: Mapping[str, str]) -> str:
@@ -222,7 +326,7 @@ def _forget_package(root: str, importer: MemoryImporter) -> None:
 
 
 def _precompile(plan, kernel_manifest, importer, session, objects, sm, scratch, worker_tmp,
-                progress=None) -> AotResult:
+                progress=None, cache=None) -> AotResult:
     from ninfer_runtime.triton_cache import BIN_DIR, BIN_FORMAT, hash_in_canonical_order, kernel_modules
 
     fake = fake_tensors()
@@ -231,7 +335,7 @@ def _precompile(plan, kernel_manifest, importer, session, objects, sm, scratch, 
         linecache.cache.pop(f, None)
     for name in [m for m in sys.modules if m == root or m.startswith(root + ".")]:
         del sys.modules[name]
-    with environment(sm, scratch, session.hook) as triton:
+    with environment(sm, scratch, session.hook, store_manager_class()) as triton:
         sys.meta_path.insert(0, importer)
         try:
             importlib.import_module(root)
@@ -244,11 +348,14 @@ def _precompile(plan, kernel_manifest, importer, session, objects, sm, scratch, 
                 unbound = reproduce_launches(engine, session, fake.AotTensor)
             # compile every distinct specialisation, through the path the runtime replays
             session.compiling = True
-            compiled, failed = compile_captures(list(session.captures.values()), root, worker_tmp, progress)
+            compiled, failed, n_cached = compile_captures(list(session.captures.values()), root, worker_tmp,
+                                                          progress, cached=cache is not None)
         finally:
             sys.meta_path.remove(importer)
         files, entries, unharvested = harvest(compiled, root, BIN_DIR)
         failed += unharvested
+        if cache is not None:
+            publish(cache, files, entries, BIN_DIR, ACTIVE["identity"])
         cols = sorted({c for r in engine.extents.values() if r.phase == "prefill" for c in prefill_columns(r.t)})
         man = bin_manifest(triton.__version__, sm, cols, entries, failed, unbound)
     text = json.dumps(man, sort_keys=True, indent=1) + "\n"

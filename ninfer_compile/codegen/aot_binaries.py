@@ -6,10 +6,13 @@ Requires: the captures of aot_capture (inside aot_device.environment, so Triton 
 the plan's target into the private scratch cache).
 Guarantees:
 - `compile_captures` compiles every distinct specialisation with `JITFunction.preload` on
-  Triton's serialised specialisation (exactly what the runtime replays at load), first in forked,
+  Triton's serialised specialisation (exactly what the runtime replays at load). A first pass in
+  this process takes every kernel the binary cache holds (binary_cache.py; `StoreBackedManager`
+  copies a verified entry into the scratch cache) and lists the rest; those are compiled in forked,
   interrupt-safe workers (ninfer_compile/workers.py: killed and reaped whatever ends the wait;
-  best effort) that fill the scratch cache, then once more in this process (cache hits), which is
-  the pass whose results count. Failures are returned, never raised (an interrupt is).
+  best effort; one per usable core) that fill the scratch cache, then once more in this process
+  (cache hits), which is the pass whose results count. Failures are returned, never raised (an
+  interrupt is). `publish` stores the newly compiled binaries in the binary cache.
 - `harvest` collects the metadata + cubin of each compiled kernel into `kernels/bin/<cache key>/`
   (group files with relative child paths, see ninfer_runtime/triton_cache.py); `bin_manifest`
   writes the manifest the runtime checks. Both are deterministic: sorted entries, sorted-key JSON,
@@ -29,33 +32,97 @@ from typing import Any
 from .aot_capture import ROOT_PLACEHOLDER, one_line
 
 
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def workers(n: int) -> int:
-    """Compile processes: NINFER_AOT_JOBS, else the CPU count, at most n (Triton's compiler holds
-    the GIL, so parallel compiles need processes)."""
+    """Compile processes: NINFER_AOT_JOBS, else the cores this process may use, at most n
+    (Triton's compiler holds the GIL, so parallel compiles need processes)."""
     env = os.environ.get("NINFER_AOT_JOBS")
     try:
-        jobs = int(env) if env else (os.cpu_count() or 1)
+        jobs = int(env) if env else usable_cores()
     except ValueError:
         jobs = 1
     return max(1, min(jobs, n, 32))
 
 
 class Counter:
-    """`binaries i/N` progress lines: the first, the last and at most one a second between."""
+    """`binaries i/N` progress lines: the first, the last and at most one a second between;
+    `(c cached)` appended when a binary cache is in use (`cached` is not None)."""
 
-    def __init__(self, progress, what: str = "binaries"):
+    def __init__(self, progress, what: str = "binaries", cached: int | None = None, offset: int = 0,
+                 total: int | None = None):
         self.progress, self.what, self.last = progress, what, 0.0
+        self.cached, self.offset, self.total = cached, offset, total
 
     def __call__(self, done: int, total: int) -> None:
         if self.progress is None:
             return
+        done, total = done + self.offset, self.total or total
         now = time.monotonic()
         if done in (1, total) or now - self.last >= 1.0:
             self.last = now
-            self.progress(f"{self.what} {done}/{total}")
+            tail = "" if self.cached is None else f" ({self.cached} cached)"
+            self.progress(f"{self.what} {done}/{total}{tail}")
 
 
-def warm_scratch_in_parallel(recs, specs, root, tmpdir: str, progress=None) -> bool:
+# ----------------------------------------------------------------------------- the binary cache's Triton side
+
+ACTIVE: dict[str, Any] = {"cache": None, "identity": None, "probe": False, "restored": set()}
+
+
+class NotCached(LookupError):
+    """Raised by the store-backed manager during the probe pass for a kernel nobody holds yet."""
+
+
+def store_manager_class():
+    """Triton's FileCacheManager on the scratch cache, which on a miss first looks in the binary
+    cache (ACTIVE["cache"]): a verified entry is copied into the scratch directory and served from
+    there. During the probe pass (ACTIVE["probe"]) a kernel neither holds raises NotCached instead
+    of compiling."""
+    from triton.runtime.cache import FileCacheManager
+
+    class StoreBackedManager(FileCacheManager):
+        def get_group(self, filename):
+            grp = super().get_group(filename)
+            if grp is not None:
+                return grp
+            cache, ident = ACTIVE["cache"], ACTIVE["identity"]
+            if cache is not None and filename.endswith(".json"):
+                from .binary_cache import kernel_key
+
+                members = cache.get("bin-v1", kernel_key(self.key, filename, ident))
+                if members is not None and filename in members:
+                    paths = {name: self.put(data, name, binary=True) for name, data in sorted(members.items())}
+                    self.put_group(filename, paths)
+                    ACTIVE["restored"].add(self.key)
+                    return super().get_group(filename)
+            if ACTIVE["probe"]:
+                raise NotCached(f"{self.key}/{filename}")
+            return None
+
+    return StoreBackedManager
+
+
+def publish(cache, files: dict[str, bytes], entries: list[dict], bin_dir: str, ident) -> int:
+    """Store every harvested kernel the binary cache did not supply. Returns how many were written."""
+    from .binary_cache import kernel_key
+
+    n = 0
+    for e in entries:
+        if e["dir"] in ACTIVE["restored"]:
+            continue
+        members = {c: files[f"{bin_dir}/{e['dir']}/{c}"] for c in e["files"] if not c.startswith("__grp__")}
+        if cache.put("bin-v1", kernel_key(e["dir"], f"{e['name']}.json", ident), members):
+            n += 1
+    return n
+
+
+def warm_scratch_in_parallel(recs, specs, root, tmpdir: str, progress=None, counter=None) -> bool:
     """Compile the specialisations in forked worker processes (they inherit the imported kernels,
     the stub driver and the knobs) so the parent's sequential pass only reads the scratch cache.
     Best effort: without fork, or on a pool failure, the parent compiles everything itself.
@@ -71,7 +138,7 @@ def warm_scratch_in_parallel(recs, specs, root, tmpdir: str, progress=None) -> b
         jfs[i].preload(specs[i].replace(ROOT_PLACEHOLDER + ".", root + "."))
 
     try:
-        run_forked(build, len(recs), n, on_done=Counter(progress), tmpdir=tmpdir)
+        run_forked(build, len(recs), n, on_done=counter or Counter(progress), tmpdir=tmpdir)
     except Exception:  # noqa: BLE001 - e.g. a broken pipe: the sequential pass compiles what is missing
         return False
     return True
@@ -105,23 +172,48 @@ def entry_kernel_ref(jf, root: str) -> str:
     return f"{mod}:{jf.fn.__qualname__}"
 
 
-def compile_captures(recs, root: str, worker_tmp: str, progress=None) -> tuple[list, list[dict]]:
-    """([(capture, kernel, normalised spec)] compiled, [failure records]) for `recs` (Captures)."""
+def compile_captures(recs, root: str, worker_tmp: str, progress=None,
+                     cached: bool = False) -> tuple[list, list[dict], int]:
+    """([(capture, kernel, normalised spec)] compiled, [failure records], how many came from the
+    binary cache) for `recs` (Captures). `cached`: a binary cache is active (ACTIVE), probe it first."""
     specs = [normalize_spec(rec.spec, root) for rec in recs]
-    warmed = warm_scratch_in_parallel(recs, specs, root, worker_tmp, progress)  # fills the scratch cache
-    count = Counter(None if warmed else progress)
+    kernels: dict[int, Any] = {}
+    if cached:  # the probe pass: what the cache holds is loaded now, the rest is compiled below
+        ACTIVE["probe"] = True
+        try:
+            for i, (rec, spec) in enumerate(zip(recs, specs)):
+                try:
+                    k = rec.jf.preload(spec.replace(ROOT_PLACEHOLDER + ".", root + "."))
+                    if k is not None:
+                        kernels[i] = k
+                except Exception:  # noqa: BLE001 - NotCached, or a failure the last pass records
+                    pass
+        finally:
+            ACTIVE["probe"] = False
+    n_cached = len(kernels)
+    missing = [i for i in range(len(recs)) if i not in kernels]
+    total = len(recs)
+    counter = Counter(progress, cached=n_cached if cached else None, offset=n_cached, total=total)
+    if n_cached and progress is not None:
+        Counter(progress, cached=n_cached, total=total)(n_cached, total)
+    warmed = bool(missing) and warm_scratch_in_parallel(  # fills the scratch cache
+        [recs[i] for i in missing], [specs[i] for i in missing], root, worker_tmp, counter=counter)
+    count = Counter(None if warmed else progress, cached=n_cached if cached else None, offset=n_cached,
+                    total=total)
     compiled, failed = [], []
-    for i, (rec, spec) in enumerate(zip(recs, specs), start=1):  # the authoritative pass
-        count(i, len(recs))
+    for j, i in enumerate(missing, start=1):  # the authoritative pass for the rest
+        rec, spec = recs[i], specs[i]
+        count(j, len(missing))
         try:
             kernel = rec.jf.preload(spec.replace(ROOT_PLACEHOLDER + ".", root + "."))
             if kernel is None:
                 raise RuntimeError("Triton returned no kernel")
-            compiled.append((rec, kernel, spec))
+            kernels[i] = kernel
         except Exception as exc:  # noqa: BLE001 - left to the JIT
             failed.append({"kernel": entry_kernel_ref(rec.jf, root), "first_use": rec.first_use,
                            "reason": one_line(exc)})
-    return compiled, failed
+    compiled = [(recs[i], kernels[i], specs[i]) for i in range(len(recs)) if i in kernels]
+    return compiled, failed, n_cached
 
 
 def harvest(compiled, root: str, bin_dir: str) -> tuple[dict[str, bytes], list[dict], list[dict]]:
@@ -156,23 +248,12 @@ def harvest(compiled, root: str, bin_dir: str) -> tuple[dict[str, bytes], list[d
     return files, entries, failed
 
 
-def ptxas_version(sm: int) -> str:
-    try:
-        from triton.backends.nvidia.compiler import get_ptxas_version
-
-        try:
-            ver = get_ptxas_version(sm)
-        except TypeError:  # older Triton: one ptxas for every arch
-            ver = get_ptxas_version()
-        return next((ln.strip() for ln in ver.splitlines() if "release" in ln), ver.strip()[:120])
-    except Exception:  # noqa: BLE001
-        return ""
-
-
 def bin_manifest(triton_version: str, sm: int, prefill_cols: list[int], entries: list[dict],
                  failed: list[dict], unbound: dict[tuple, dict]) -> dict[str, Any]:
     """kernels/bin/manifest.json: what the runtime checks before using the binaries."""
     from ninfer_runtime.triton_cache import BIN_FORMAT, backend_digest, cache_env, triton_build_digest
+
+    from .binary_cache import ptxas_version
 
     return {
         "format": BIN_FORMAT,

@@ -16,8 +16,8 @@ Guarantees:
 - `aot_engine(...)`: a real `ninfer_runtime.loader.Engine`, built through its constructor with
   the plan held in memory (`PlanInMemory`), the compiler's artifact object table and the fake
   device: weights, arena, state and extents bound exactly as at load.
-- `environment(sm, scratch, hook)`: Triton's knobs set for capture (real JITFunctions, the
-  `jit_cache_hook`, a private scratch cache), its active driver a stub whose target is
+- `environment(sm, scratch, hook, manager_class)`: Triton's knobs set for capture (real
+  JITFunctions, the `jit_cache_hook`, a private scratch cache behind `manager_class`), its active driver a stub whose target is
   `GPUTarget("cuda", sm, 32)` and `torch.cuda.get_device_capability` reporting sm; all restored
   on exit.
 """
@@ -277,8 +277,9 @@ class AotDriver:
 
 
 @contextlib.contextmanager
-def environment(sm: int, scratch: str, hook):
-    """Triton set up to capture specialisations for sm (see the module docstring); yields triton."""
+def environment(sm: int, scratch: str, hook, manager_class=None):
+    """Triton set up to capture specialisations for sm (see the module docstring); yields triton.
+    `manager_class`: Triton's cache manager on the scratch directory (default FileCacheManager)."""
     import torch
     import triton
     from triton import knobs
@@ -298,7 +299,7 @@ def environment(sm: int, scratch: str, hook):
         os.environ["TRITON_INTERPRET"] = "0"
         knobs.runtime.jit_cache_hook = hook
         knobs.cache.dir = scratch
-        knobs.cache.manager_class = FileCacheManager
+        knobs.cache.manager_class = manager_class or FileCacheManager
         for name in ("override", "dump_ir", "always_compile"):
             if hasattr(knobs.compilation, name):
                 setattr(knobs.compilation, name, False)

@@ -5,6 +5,7 @@
     check_artifact(artifact, spec)             # ContractError listing every problem
     spec.objects["text/layers/3/attention/query_key"].shape  -> (7168, 5120)
     spec.views[(name, "query")]                               -> RowView(...)
+    spec.expert_banks[name].row(expert, "up", r)              -> stored row (MoE banks)
 """
 
 from .check import artifact_problems, check_artifact
@@ -24,6 +25,7 @@ from .schema import (
     PART_NAMES,
     Contract,
     ExpectedObject,
+    ExpertBank,
     ExpressionError,
     ModelSpec,
     RowView,
@@ -35,6 +37,7 @@ __all__ = [
     "CONTRACT_SUFFIX",
     "Contract",
     "ExpectedObject",
+    "ExpertBank",
     "ExpressionError",
     "FORMAT_LAYOUTS",
     "GRAPHS_DIR",

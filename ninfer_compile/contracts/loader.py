@@ -158,12 +158,14 @@ _HF_LAYER_KINDS = {"full_attention": "attention", "linear_attention": "gdn"}
 
 def dims_from_hf_config(text_config: dict) -> tuple[dict[str, int], dict[str, Any], list[str]]:
     """Map a Hugging Face Qwen3.5 text config (a dict; a full config's `text_config` is used
-    when present) onto contract dims, params and per-layer kinds ("attention" | "gdn")."""
+    when present) onto contract dims, params and per-layer kinds ("attention" | "gdn"). A sparse
+    MoE config (`num_experts`, family qwen3_5_moe) gives the expert dims instead of `intermediate`."""
     cfg = text_config.get("text_config", text_config) if isinstance(text_config, dict) else None
     if not isinstance(cfg, dict):
         raise ContractError("Hugging Face config: expected a mapping")
-    if cfg.get("num_experts") or cfg.get("num_local_experts"):
-        raise ContractError("Hugging Face config: mixture-of-experts models are not family qwen3_5_hybrid")
+    if cfg.get("num_local_experts"):
+        raise ContractError("Hugging Face config: num_local_experts is not a Qwen3.5 MoE field (num_experts)")
+    moe = bool(cfg.get("num_experts"))
 
     def need(key: str) -> Any:
         if key not in cfg:
@@ -204,7 +206,7 @@ def dims_from_hf_config(text_config: dict) -> tuple[dict[str, int], dict[str, An
         "vocab_rows": need("vocab_size"),
         "hidden": hidden,
         "layers": layers,
-        "intermediate": need("intermediate_size"),
+        **({} if moe else {"intermediate": need("intermediate_size")}),
         "attn_heads": heads,
         "kv_heads": need("num_key_value_heads"),
         "head_dim": head_dim,
@@ -215,6 +217,10 @@ def dims_from_hf_config(text_config: dict) -> tuple[dict[str, int], dict[str, An
         "gdn_v_dim": need("linear_value_head_dim"),
         "conv_kernel": need("linear_conv_kernel_dim"),
     }
+    if moe:
+        dims.update(experts=need("num_experts"), experts_per_token=need("num_experts_per_tok"),
+                    expert_intermediate=need("moe_intermediate_size"),
+                    shared_intermediate=need("shared_expert_intermediate_size"))
     regular = attention_interval(layer_kinds)
     if regular is not None:
         dims["full_attention_interval"] = regular
@@ -325,7 +331,8 @@ def render_contract(base: Union[Contract, str], model_id: str, dims: dict[str, i
     data["views"] = [v for v in data.get("views", []) if v["parent"] not in absent_patterns]
     data["aliases"] = [a for a in data.get("aliases", [])
                        if a["part"] not in absent and a["target"] not in absent_patterns]
-    used_roles = {t["role"] for s in kept_sections for t in _section_tensors(s)}
+    used_roles = {role for s in kept_sections for t in _section_tensors(s)
+                  for role in [t["role"], *(t.get("layer_roles") or {})]}
     formats = {role: fmt for role, fmt in data["formats"].items() if role in used_roles}
     for role, fmt in (formats_override or {}).items():
         if role not in used_roles:

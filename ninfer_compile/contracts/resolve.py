@@ -61,6 +61,24 @@ class RowView:
 
 
 @dataclass(frozen=True)
+class ExpertBank:
+    """An expert-major stored bank: `experts` blocks of `block_rows` rows; `roles` maps each role
+    of one block to its (begin, count) rows relative to the block start."""
+
+    parent: str
+    experts: int
+    block_rows: int
+    roles: dict[str, tuple[int, int]]
+
+    def row(self, expert: int, role: str, r: int) -> int:
+        """The stored row of row `r` of `role` of expert `expert`."""
+        begin, count = self.roles[role]
+        if not (0 <= expert < self.experts and 0 <= r < count):
+            raise IndexError(f"{self.parent}: expert {expert} row {r} of {role} is outside the bank")
+        return expert * self.block_rows + begin + r
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A contract made concrete: every dimension evaluated, every pattern expanded.
 
@@ -78,6 +96,8 @@ class ModelSpec:
     contract_path: Optional[str] = None
     # layer -> {suffix after "text/layers/{l}/": object name}
     layer_objects: dict[int, dict[str, str]] = field(default_factory=dict, repr=False)
+    # stored expert bank name -> its per-expert row geometry (views with `experts:`)
+    expert_banks: dict[str, ExpertBank] = field(default_factory=dict, repr=False)
 
     def text_layer_objects(self, l: int) -> dict[str, str]:
         """Objects of text layer `l` keyed by suffix, e.g. {"attention/query_key": "text/layers/3/..."}."""
@@ -125,7 +145,7 @@ class ContractResolver:
                                  f"{self.family} (known: {', '.join(sorted(known))})")
         needed = list(rules.text_dims)
         for part, names in rules.part_dims.items():
-            if parts_present[part]:
+            if parts_present.get(part):
                 needed += names
         if self.layers.attention_every is not None and not isinstance(self.layers.attention_every, int):
             needed += sorted(as_expr(self.layers.attention_every).names)
@@ -182,7 +202,13 @@ class ContractResolver:
     # ---- resolution ------------------------------------------------------------------------
 
     def part_status(self) -> dict[str, str]:
-        return self.parts.model_dump()
+        """Status of every part the contract declares (the drafter parts only when named)."""
+        return self.parts.model_dump(exclude_none=True)
+
+    def _declared_part(self, part: str, path: Path_, status: dict[str, str]) -> str:
+        if part not in status:
+            raise self.error(path, f"part {part!r} is not declared under parts")
+        return part
 
     def resolve(self, present: Optional[Iterable[str]] = None) -> ModelSpec:
         """Make the contract concrete.
@@ -227,15 +253,20 @@ class ContractResolver:
             patterns[pattern] = (part, names)
             return names
 
-        def tensor(t: TensorPattern, path: Path_, part: str, name: str) -> ExpectedObject:
-            if t.role not in self.formats:
-                raise self.error(path + ("role",), f"role {t.role!r} has no entry in formats")
-            fmt = self.formats[t.role]
+        def tensor(t: TensorPattern, path: Path_, part: str, name: str, layer: Optional[int] = None) -> ExpectedObject:
+            role, role_path = t.role, path + ("role",)
+            for other, on_layers in (t.layer_roles or {}).items():
+                if layer in on_layers:
+                    role, role_path = other, path + ("layer_roles", other)
+            if role not in self.formats:
+                raise self.error(role_path, f"role {role!r} has no entry in formats")
+            fmt = self.formats[role]
             shape = self._tensor_shape(t, path, name)
             if FORMAT_LAYOUTS[fmt] == ROW_SPLIT_LAYOUT and len(shape) != 2:
-                raise self.error(path + ("shape",), f"{name}: quantized format {fmt} (role {t.role}) "
+                raise self.error(path + ("shape",), f"{name}: quantized format {fmt} (role {role}) "
                                                     f"needs a matrix [N, K], shape is {list(shape)}")
-            return ExpectedObject(name, "tensor", shape, fmt, t.role, part)
+            used_roles.add(role)
+            return ExpectedObject(name, "tensor", shape, fmt, role, part)
 
         for s_index, section in enumerate(self.inventory):
             spath: Path_ = ("inventory", s_index)
@@ -247,11 +278,24 @@ class ContractResolver:
                 raise self.error(spath + ("repeat",), "repeat applies to a tensors section only")
             if section.part == "text" and section.resources is not None:
                 raise self.error(spath, "resources belong to a non-text part (frontend)")
-            present_here = parts[section.part]
+            present_here = parts[self._declared_part(section.part, spath + ("part",), status)]
 
-            for group in self._section_groups(section):
-                for t_index, t in enumerate(group[1]):
+            for group_key, group in self._section_groups(section):
+                for t_index, t in enumerate(group):
                     roles_everywhere.add(t.role)
+                    for other, on_layers in (t.layer_roles or {}).items():
+                        lpath = spath + group_key + (t_index, "layer_roles", other)
+                        if section.per_layer is None:
+                            raise self.error(lpath, "layer_roles applies to per_layer sections only")
+                        bad = [l for l in on_layers if l >= len(layer_kinds)]
+                        if bad or not on_layers or len(set(on_layers)) != len(on_layers):
+                            raise self.error(lpath, f"layers {on_layers} must be distinct text layers "
+                                                    f"0..{len(layer_kinds) - 1}")
+                        other_kind = [l for l in on_layers if layer_kinds[l] != group_key[1]]
+                        if other_kind:
+                            raise self.error(lpath, f"layer {other_kind[0]} is of kind {layer_kinds[other_kind[0]]}, "
+                                                    f"not {group_key[1]} (the kind of this group)")
+                        roles_everywhere.add(other)
 
             if section.resources is not None:
                 for r_index, name in enumerate(section.resources):
@@ -278,8 +322,7 @@ class ContractResolver:
                     for t_index, t in enumerate(getattr(section.per_layer, kind)):
                         path = spath + ("per_layer", kind, t_index)
                         name = t.name.replace("{l}", str(l))
-                        add(tensor(t, path, section.part, name), path)
-                        used_roles.add(t.role)
+                        add(tensor(t, path, section.part, name, l), path)
                         patterns[t.name][1].append(name)
                         suffix = t.name.split("{l}", 1)[1].lstrip("/")
                         layer_objects[l][suffix] = name
@@ -302,15 +345,14 @@ class ContractResolver:
                     path = spath + ("tensors", t_index)
                     name = t.name.replace("{" + index_name + "}", str(i)) if index_name else t.name
                     add(tensor(t, path, section.part, name), path)
-                    used_roles.add(t.role)
                     patterns[t.name][1].append(name)
 
         for role in self.formats:
             if role not in roles_everywhere:
                 raise self.error(("formats", role), f"role {role!r} is used by no tensor")
 
-        views = self._resolve_views(patterns, objects)
-        aliases = self._resolve_aliases(patterns, parts)
+        views, banks = self._resolve_views(patterns, objects)
+        aliases = self._resolve_aliases(patterns, parts, status)
 
         params = self.params.model_dump()
         if params["partial_rotary_factor"] is None:
@@ -328,6 +370,7 @@ class ContractResolver:
             aliases=aliases,
             contract_path=self._source,
             layer_objects=layer_objects,
+            expert_banks=banks,
         )
 
     def resolve_for(self, artifact: Any) -> ModelSpec:
@@ -341,15 +384,16 @@ class ContractResolver:
         return self.resolve(present=present & optional)
 
     @staticmethod
-    def _section_groups(section: Section) -> list[tuple[str, list[TensorPattern]]]:
+    def _section_groups(section: Section) -> list[tuple[Path_, list[TensorPattern]]]:
         if section.tensors is not None:
-            return [("tensors", section.tensors)]
+            return [(("tensors",), section.tensors)]
         if section.per_layer is not None:
-            return [(k, getattr(section.per_layer, k)) for k in LAYER_KINDS]
+            return [(("per_layer", k), getattr(section.per_layer, k)) for k in LAYER_KINDS]
         return []
 
-    def _resolve_views(self, patterns: dict, objects: dict[str, ExpectedObject]) -> dict:
+    def _resolve_views(self, patterns: dict, objects: dict[str, ExpectedObject]) -> tuple[dict, dict]:
         views: dict[tuple[str, str], RowView] = {}
+        banks: dict[str, ExpertBank] = {}
         seen_parents: set[str] = set()
         for v_index, group in enumerate(self.views):
             vpath: Path_ = ("views", v_index)
@@ -369,6 +413,17 @@ class ContractResolver:
                 ranges.append((begin, end, role, rpath))
             if objects[names[0]].kind != "tensor":
                 raise self.error(vpath + ("parent",), f"view parent {group.parent!r} is not a tensor")
+            if group.experts is not None:
+                experts = self._eval_positive(group.experts, vpath + ("experts",), "expert count")
+                for name in names:
+                    rows = objects[name].shape[0]
+                    if rows % experts:
+                        raise self.error(vpath + ("experts",), f"{name}: {rows} rows do not split "
+                                                               f"into {experts} equal expert blocks")
+                    self._check_tiling(f"one expert block of {name}", rows // experts, ranges, vpath)
+                    banks[name] = ExpertBank(name, experts, rows // experts,
+                                             {role: (b, e - b) for b, e, role, _ in ranges})
+                continue
             # Every concrete parent of the pattern is checked (per-layer groups of different
             # kinds could in principle give one pattern different row counts).
             for rows in sorted({objects[name].shape[0] for name in names}):
@@ -377,7 +432,7 @@ class ContractResolver:
                 shape = objects[name].shape
                 for begin, end, role, _ in ranges:
                     views[(name, role)] = RowView(name, role, begin, end - begin, (end - begin, *shape[1:]))
-        return views
+        return views, banks
 
     def _check_tiling(self, parent: str, rows: int, ranges: list, vpath: Path_) -> None:
         """The row ranges of a parent's views must tile [0, rows) exactly."""
@@ -394,10 +449,11 @@ class ContractResolver:
         if cursor != rows:
             raise self.error(vpath + ("rows",), f"views of {parent} cover rows [0, {cursor}) of {rows}")
 
-    def _resolve_aliases(self, patterns: dict, parts: dict[str, bool]) -> dict[str, str]:
+    def _resolve_aliases(self, patterns: dict, parts: dict[str, bool], status: dict[str, str]) -> dict[str, str]:
         aliases: dict[str, str] = {}
         for a_index, alias in enumerate(self.aliases):
             apath: Path_ = ("aliases", a_index)
+            self._declared_part(alias.part, apath + ("part",), status)
             if alias.target not in patterns or self._placeholders(alias.target):
                 raise self.error(apath + ("target",), f"alias target {alias.target!r} is not an inventory object")
             if alias.role in aliases or alias.role in patterns:

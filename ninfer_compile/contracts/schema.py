@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, PrivateAttr, 
 from ..errors import ContractError
 from ..yaml_lines import format_path, nearest_line
 from .expr import ExpressionError, ShapeExpr, as_expr, parse_expr, validate_expr  # noqa: F401  (re-exported)
-from .resolve import ContractResolver, ExpectedObject, ModelSpec, Path_, RowView  # noqa: F401  (re-exported)
+from .resolve import ContractResolver, ExpectedObject, ExpertBank, ModelSpec, Path_, RowView  # noqa: F401  (re-exported)
 from .vocab import (  # noqa: F401  (re-exported)
     DIRECT_LAYOUT,
     FAMILIES,
@@ -76,6 +76,10 @@ class Params(StrictModel):
     token_ids: PositiveInt = Field(description="tokenizer-addressable ids 0..token_ids-1 (<= vocab_rows)")
     max_positions: Optional[PositiveInt] = Field(None, description="native context capacity")
     vision_rope_theta: Optional[PositiveFloat] = Field(None, description="RoPE base of the vision tower")
+    dflash_target_layers: Optional[list[Annotated[int, Field(strict=True, ge=0)]]] = Field(
+        None, description="text layers whose outputs feed the DFlash/DFlash2 feature projection, in order")
+    dflash_mask_row: Optional[Annotated[int, Field(strict=True, ge=0)]] = Field(
+        None, description="embedding row the DFlash/DFlash2 drafter uses as its mask token")
 
 
 class LayerPattern(StrictModel):
@@ -88,13 +92,16 @@ class LayerPattern(StrictModel):
 
 
 class Parts(StrictModel):
-    """Per model component: `required`, `absent`, or `optional` (all of its objects or none)."""
+    """Per model component: `required`, `absent`, or `optional` (all of its objects or none).
+    The drafter companions (`dflash`, `dflash2`) exist only in contracts that name them."""
 
     text: PartStatus
     mtp: PartStatus
     draft_head: PartStatus
     vision: PartStatus
     frontend: PartStatus
+    dflash: Optional[PartStatus] = None
+    dflash2: Optional[PartStatus] = None
 
 
 class TensorPattern(StrictModel):
@@ -103,6 +110,9 @@ class TensorPattern(StrictModel):
     name: str = Field(min_length=1)
     shape: list[Expr] = Field(min_length=1, description="expressions over the dims, [N, K] for matrices")
     role: Identifier = Field(description="key into `formats`; groups tensors that share a format")
+    layer_roles: Optional[dict[Identifier, list[Annotated[int, Field(strict=True, ge=0)]]]] = Field(
+        None, description="per_layer sections only: role -> the text layers whose object takes that "
+                          "role (and its format) instead of `role`")
 
 
 class PerLayerGroups(StrictModel):
@@ -132,10 +142,15 @@ class Section(StrictModel):
 
 class ViewGroup(StrictModel):
     """Fused row views of one parent: role -> [begin, end) row range (expressions). The views of
-    a parent must tile its rows exactly, so a wrong dim cannot silently drop or share rows."""
+    a parent must tile its rows exactly, so a wrong dim cannot silently drop or share rows.
+
+    With `experts: E` the parent is an expert bank: E equal blocks of rows, expert e's block
+    first at row e*(rows/E); `rows` then tile one block (rows relative to its start), so row r of
+    role p of expert e is stored at e*(rows/E) + begin(p) + r."""
 
     parent: str = Field(min_length=1)
     rows: dict[Identifier, tuple[Expr, Expr]] = Field(min_length=1)
+    experts: Optional[Expr] = Field(None, description="number of expert blocks of an expert bank")
 
 
 class Alias(StrictModel):
@@ -160,7 +175,7 @@ class Contract(ContractResolver, StrictModel):
     """One model contract file. Load with `load_contract`; make concrete with `resolve()`."""
 
     model_id: str = Field(pattern=MODEL_ID_PATTERN)
-    family: Literal["qwen3_5_hybrid"]
+    family: Literal["qwen3_5_hybrid", "qwen3_5_moe"]
     dims: dict[Identifier, PositiveInt]
     params: Params
     layers: LayerPattern

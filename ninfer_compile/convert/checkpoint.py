@@ -17,8 +17,9 @@ from .mapping import _one_line, text_geometry
 
 FRONTEND_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json",
                   "preprocessor_config.json", "video_preprocessor_config.json")
-MODEL_TYPES = {"qwen3_5", "qwen3_5_text"}
-ARCHITECTURES = {"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"}
+MODEL_TYPES = {"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
+ARCHITECTURES = {"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration",
+                 "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration"}
 
 
 class HFCheckpoint:
@@ -156,6 +157,21 @@ class HFCheckpoint:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class SafetensorsDir(HFCheckpoint):
+    """A directory of safetensors files read lazily like a checkpoint, without config checks (e.g.
+    a DFlash companion: `names`, `shape`, `dtype`, `get`)."""
+
+    def __init__(self, path):  # noqa: super().__init__ would demand a Qwen3.5 config.json
+        from pathlib import Path
+
+        self.dir = Path(path)
+        if not self.dir.is_dir():
+            raise ConvertError(f"{self.dir}: not a directory")
+        self._index = self._read_index()
+        self.names = set(self._index)
+        self._handles = {}
 
 
 def _json_file(path) -> dict:

@@ -1,7 +1,7 @@
 """`ninfer-compile pack`: a Hugging Face checkpoint (or a synthetic inventory) → `.ninfer`.
 
     ninfer-compile pack HF_DIR -o model.ninfer [--recipe default|bf16] [--model-id ID] [--contract FILE]
-                       [--draft-ranking FILE.i64 [--draft-rows N]]
+                       [--draft-ranking FILE.i64 [--draft-rows N]] [--dflash DIR]
     ninfer-compile pack --synthetic MODEL_ID -o model.ninfer [--seed N] [--contract FILE] [--sparse]
 
 A model id registered in graphs/ uses its contract (default recipe only). Any other id gets a
@@ -27,16 +27,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="output .ninfer path (written to OUT.tmp, then renamed); an existing file is "
                              "replaced only if it is a .ninfer artifact, a directory is refused")
     parser.add_argument("--recipe", choices=("default", "bf16"), default=None,
-                        help="numeric formats: default = the qwen3.6-27b table (Q4/Q5/Q6/W8), "
-                             "bf16 = every matrix BF16 (default: default)")
+                        help="numeric formats: default = the qwen3.6-27b table (qwen3.6-35b-a3b for "
+                             "sparse MoE; Q4/Q5/Q6/W8), bf16 = every matrix BF16 (default: default)")
     parser.add_argument("--model-id", default=None,
-                        help="artifact model id (default: hf-qwen3_5-<hidden>x<layers>)")
+                        help="artifact model id (default: hf-qwen3_5-<hidden>x<layers>, "
+                             "hf-qwen3_5_moe-... for sparse MoE)")
     parser.add_argument("--contract", default=None, metavar="FILE", help="use this contract YAML")
     parser.add_argument("--draft-ranking", default=None, metavar="FILE.i64",
                         help="token-frequency counts (LE I64, row width = vocab rows; row 0 used) "
                              "for the optimized MTP draft head")
     parser.add_argument("--draft-rows", type=int, default=None, metavar="N",
                         help="draft-head rows for a generated contract (default 131072, capped)")
+    parser.add_argument("--dflash", default=None, metavar="DIR",
+                        help="the DFlash drafter's safetensors directory, for a contract with the "
+                             "dflash part (e.g. qwen3.6-35b-a3b)")
     parser.add_argument("--synthetic", default=None, metavar="MODEL_ID",
                         help="write MODEL_ID's exact inventory with random valid payloads")
     parser.add_argument("--seed", type=int, default=0, help="synthetic: random seed (default 0)")
@@ -82,8 +86,8 @@ def run(args) -> int:
     if args.synthetic is not None:
         if args.hf_dir is not None:
             raise ConvertError("pack: give either HF_DIR or --synthetic MODEL_ID, not both")
-        if args.recipe or args.draft_ranking or args.model_id:
-            raise ConvertError("pack --synthetic: --recipe/--model-id/--draft-ranking do not apply "
+        if args.recipe or args.draft_ranking or args.model_id or args.dflash:
+            raise ConvertError("pack --synthetic: --recipe/--model-id/--draft-ranking/--dflash do not apply "
                                "(formats and ids come from the contract)")
         from .synthetic import pack_synthetic
         res = pack_synthetic(args.synthetic, args.output, seed=args.seed, contract_file=args.contract,
@@ -97,7 +101,7 @@ def run(args) -> int:
         from .hf import pack_hf
         res = pack_hf(args.hf_dir, args.output, recipe=args.recipe, model_id=args.model_id,
                       contract_file=args.contract, draft_ranking=args.draft_ranking,
-                      draft_rows=args.draft_rows, progress=progress)
+                      draft_rows=args.draft_rows, dflash_dir=args.dflash, progress=progress)
         kind = f"from {args.hf_dir}"
     extra = f", contract {res.contract_path}" if res.contract_path else ""
     print(f"wrote {res.path}: {res.model_id}, {res.objects} objects, {res.file_size} bytes ({kind}){extra}",

@@ -48,11 +48,19 @@ from .mapping import (  # noqa: F401  (re-exported)
 
 RECIPES = ("default", "bf16")
 BASE_CONTRACT = "qwen3.6-27b"  # structure (inventory, views, aliases) and the `default` formats
+MOE_BASE_CONTRACT = "qwen3.6-35b-a3b"  # the same for sparse-MoE (`qwen3_5_moe`) checkpoints
+
+
+def base_contract_id(geometry: TextGeometry) -> str:
+    """The registered contract whose structure a new checkpoint's contract takes."""
+    return MOE_BASE_CONTRACT if geometry.experts else BASE_CONTRACT
 
 
 def default_model_id(geometry: TextGeometry, recipe: str = "default") -> str:
-    """`hf-qwen3_5-<hidden>x<layers>`, with `-<recipe>` for a non-default recipe."""
-    base = f"hf-qwen3_5-{geometry.hidden}x{geometry.layers}"
+    """`hf-qwen3_5-<hidden>x<layers>` (`hf-qwen3_5_moe-...` for sparse MoE), with `-<recipe>` for a
+    non-default recipe."""
+    family = "qwen3_5_moe" if geometry.experts else "qwen3_5"
+    base = f"hf-{family}-{geometry.hidden}x{geometry.layers}"
     return base if recipe == "default" else f"{base}-{recipe}"
 
 
@@ -159,7 +167,9 @@ def _known_ids() -> set[str]:
 
 
 def _base_with_resources(base, present_files: list[str]):
-    """The base contract with its frontend resource list narrowed to the files present."""
+    """The base contract with its frontend resource list narrowed to the files present, and without
+    its per-layer role exceptions (they pick layers of that one checkpoint, e.g. the 35B-A3B's
+    higher-precision routed-down layers; a new checkpoint gets the role's format on every layer)."""
     from ..contracts import Contract
     data = base.model_dump(mode="python", exclude_none=True)
     keep = {f"frontend/{f}" for f in present_files}
@@ -169,17 +179,29 @@ def _base_with_resources(base, present_files: list[str]):
             section = {**section, "resources": [r for r in section["resources"] if r in keep]}
             if not section["resources"]:
                 continue
+        for group in (section.get("per_layer") or {}).values():
+            for tensor in group:
+                tensor.pop("layer_roles", None)
         inventory.append(section)
+    data["formats"] = {role: fmt for role, fmt in data["formats"].items()
+                       if any(t["role"] == role for s in inventory for t in _tensors_of(s))}
     data["inventory"] = inventory
     return Contract.model_validate(data)
+
+
+def _tensors_of(section: dict):
+    yield from section.get("tensors") or ()
+    for group in (section.get("per_layer") or {}).values():
+        yield from group
 
 
 def build_contract(ckpt: HFCheckpoint, *, model_id: str, recipe: str, draft_rows: int | None,
                    with_draft: bool):
     """(contract, yaml text) for a checkpoint whose model id is not in graphs/: the structure of
-    qwen3.6-27b with this checkpoint's dims/params/layer pattern, the recipe's formats, and the
-    parts the checkpoint actually has (MTP if `mtp.*`, vision if `model.visual.*`, the frontend
-    files present, the draft head only with a ranking)."""
+    qwen3.6-27b (qwen3.6-35b-a3b for sparse MoE) with this checkpoint's dims/params/layer pattern,
+    the recipe's formats, and the parts the checkpoint actually has (MTP if `mtp.*`, vision if
+    `model.visual.*`, the frontend files present, the draft head only with a ranking; never the
+    DFlash drafters, which come from separate checkpoints)."""
     from ..contracts import dims_from_hf_config, load_contract, parse_contract, render_contract
     from ..errors import ContractError
 
@@ -212,7 +234,9 @@ def build_contract(ckpt: HFCheckpoint, *, model_id: str, recipe: str, draft_rows
         parts["draft_head"] = "absent"
     files = [f for f in FRONTEND_FILES if (ckpt.dir / f).is_file()]
     parts["frontend"] = "required" if files else "absent"
-    base = load_contract(BASE_CONTRACT)
+    base = load_contract(base_contract_id(ckpt.geometry))
+    for part in base.part_status():
+        parts.setdefault(part, "absent")
     absent = {p for p, st in parts.items() if st == "absent"}
     used_roles = set()
     for section in base.model_dump(mode="python", exclude_none=True)["inventory"]:
@@ -230,10 +254,38 @@ def build_contract(ckpt: HFCheckpoint, *, model_id: str, recipe: str, draft_rows
     return contract, text
 
 
+class _Sources:
+    """Source tensors of one pack: the checkpoint's, and the DFlash companion's under `dflash:`."""
+
+    def __init__(self, ckpt, dflash):
+        from .mapping_dflash import PREFIX
+        self.ckpt, self.dflash, self.prefix = ckpt, dflash, PREFIX
+        self.names = set(ckpt.names) | ({PREFIX + n for n in dflash.names} if dflash else set())
+
+    def _of(self, name: str):
+        if name.startswith(self.prefix) and self.dflash is not None:
+            return self.dflash, name[len(self.prefix):]
+        return self.ckpt, name
+
+    def get(self, name: str):
+        src, n = self._of(name)
+        return src.get(n)
+
+    def shape(self, name: str):
+        src, n = self._of(name)
+        return src.shape(n)
+
+    def dtype(self, name: str):
+        src, n = self._of(name)
+        return src.dtype(n)
+
+
 def pack_hf(hf_dir, out, *, recipe: str | None = None, model_id: str | None = None, contract_file=None,
-            draft_ranking=None, draft_rows: int | None = None, progress: bool = True) -> PackResult:
-    """Convert a Hugging Face Qwen3.5/3.6 checkpoint to `out` (.ninfer), streaming one object at
-    a time. See `ninfer-compile pack --help` for the contract rules."""
+            draft_ranking=None, draft_rows: int | None = None, dflash_dir=None,
+            progress: bool = True) -> PackResult:
+    """Convert a Hugging Face Qwen3.5/3.6 checkpoint (plus, for a contract with the dflash part,
+    the DFlash companion's safetensors directory `dflash_dir`) to `out` (.ninfer), streaming one
+    object at a time. See `ninfer-compile pack --help` for the contract rules."""
     import sys
     from pathlib import Path
 
@@ -279,6 +331,8 @@ def pack_hf(hf_dir, out, *, recipe: str | None = None, model_id: str | None = No
         present.append("vision")
     if status["draft_head"] == "optional" and draft_ranking is not None:
         present.append("draft_head")
+    if status.get("dflash") == "optional" and dflash_dir is not None:
+        present.append("dflash")
     if status["frontend"] == "optional":
         from ..contracts import PART_NAMES
         wanted = [n for n, o in contract.resolve(present=PART_NAMES).objects.items() if o.part == "frontend"]
@@ -309,11 +363,21 @@ def pack_hf(hf_dir, out, *, recipe: str | None = None, model_id: str | None = No
     if spec.parts.get("vision") and not ckpt.has_vision():
         raise ConvertError(f"{where}: contract {model_id} requires the vision part but the checkpoint "
                            f"has no model.visual.* tensors")
+    if spec.parts.get("dflash") and dflash_dir is None:
+        raise ConvertError(f"{model_id}: the contract requires the DFlash drafter (dflash/*), which comes "
+                           f"from its own checkpoint; pass --dflash DIR (its safetensors directory)")
+    if dflash_dir is not None and not spec.parts.get("dflash"):
+        raise ConvertError(f"--dflash: contract {model_id} has no dflash part")
+    from .checkpoint import SafetensorsDir
+    from .mapping_dflash import dflash_recipes
+    src = _Sources(ckpt, SafetensorsDir(dflash_dir) if dflash_dir is not None else None)
 
     recipes = text_recipes(ckpt.text_config, ckpt.names, include_mtp=bool(spec.parts.get("mtp")),
                            draft_token_ids=draft_ids, where=ckpt.config_where)
     if spec.parts.get("vision"):
         recipes += vision_recipes(ckpt.names)
+    if spec.parts.get("dflash"):
+        recipes += dflash_recipes(src.names)
     by_name = {r.name: r for r in recipes}
     resources = dict(ckpt.resources())
 
@@ -334,10 +398,10 @@ def pack_hf(hf_dir, out, *, recipe: str | None = None, model_id: str | None = No
         if r is None:
             raise ConvertError(f"{where}: contract {model_id} expects {name}, which this converter "
                                f"cannot produce from the checkpoint")
-        check_sources([r], ckpt.names, where=where)
-        shapes = {s: ckpt.shape(s) for s in r.sources}
-        shape = r.meta_shape(shapes, {s: ckpt.dtype(s) for s in r.sources}) if r.sources else \
-            tuple(r.build(ckpt.get).shape)
+        check_sources([r], src.names, where=f"{dflash_dir} (DFlash)" if r.part == "dflash" else where)
+        shapes = {s: src.shape(s) for s in r.sources}
+        shape = r.meta_shape(shapes, {s: src.dtype(s) for s in r.sources}) if r.sources else \
+            tuple(r.build(src.get).shape)
         if tuple(shape) != tuple(exp.shape):
             desc = ", ".join(f"{s} {list(v)}" for s, v in shapes.items())
             raise ConvertError(f"{name}: built shape {list(shape)} from {desc}, contract {model_id} "
@@ -358,7 +422,7 @@ def pack_hf(hf_dir, out, *, recipe: str | None = None, model_id: str | None = No
                     if len(payload) != ws.nbytes:
                         raise ConvertError(f"{resources[ws.name]}: changed size while packing")
                 else:
-                    tensor = by_name[ws.name].build(ckpt.get)
+                    tensor = by_name[ws.name].build(src.get)
                     if tuple(tensor.shape) != ws.shape:
                         raise ConvertError(f"{ws.name}: built shape {list(tensor.shape)}, contract "
                                            f"expects {list(ws.shape)}")

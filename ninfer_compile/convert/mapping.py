@@ -98,6 +98,11 @@ class TextGeometry:
     layer_kinds: tuple[str, ...]  # "attention" | "gdn"
     mtp_layers: int
     tie_word_embeddings: bool
+    # sparse MoE (`qwen3_5_moe`, mapping_moe.py); 0 for the dense models
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_intermediate: int = 0
+    shared_intermediate: int = 0
 
 
 def text_geometry(text_config: Mapping, *, where: str = "config.json") -> TextGeometry:
@@ -123,6 +128,7 @@ def text_geometry(text_config: Mapping, *, where: str = "config.json") -> TextGe
             kinds.append("gdn")
         else:
             raise ConvertError(f"{where}: layer_types[{i}] = {t!r} is not full_attention/linear_attention")
+    experts = int(c.get("num_experts") or 0)
     if c.get("attention_bias"):
         raise ConvertError(f"{where}: attention_bias=true is not supported (NInfer attention has no bias)")
     return TextGeometry(
@@ -131,11 +137,17 @@ def text_geometry(text_config: Mapping, *, where: str = "config.json") -> TextGe
         k_dim=int(_cfg(c, "linear_key_head_dim", 128, where=where)),
         v_heads=int(_cfg(c, "linear_num_value_heads", 32, where=where)),
         v_dim=int(_cfg(c, "linear_value_head_dim", 128, where=where)),
-        intermediate=int(_cfg(c, "intermediate_size", where=where)),
+        intermediate=(int(c.get("intermediate_size") or 0) if experts
+                      else int(_cfg(c, "intermediate_size", where=where))),
         vocab=int(_cfg(c, "vocab_size", where=where)),
         layer_kinds=tuple(kinds),
         mtp_layers=int(c.get("mtp_num_hidden_layers") or 0),
         tie_word_embeddings=bool(c.get("tie_word_embeddings", False)),
+        **({"experts": experts,
+            "experts_per_token": int(_cfg(c, "num_experts_per_tok", where=where)),
+            "expert_intermediate": int(_cfg(c, "moe_intermediate_size", where=where)),
+            "shared_intermediate": int(_cfg(c, "shared_expert_intermediate_size", where=where))}
+           if experts else {}),
     )
 
 
@@ -255,7 +267,10 @@ def text_recipes(text_config: Mapping, names: set[str] | Iterable[str], *, inclu
     g = text_geometry(text_config, where=where)
     p = text_prefix(names)
     rec: list[ObjectRecipe] = [ObjectRecipe("text/token_embedding", (p + "embed_tokens.weight",), _identity, "text")]
-    for l, kind in enumerate(g.layer_kinds):
+    if g.experts:
+        from .mapping_moe import moe_layer_recipes
+        rec += moe_layer_recipes(g, names, p)
+    for l, kind in enumerate(g.layer_kinds if not g.experts else ()):
         out, src = f"text/layers/{l}/", f"{p}layers.{l}."
         rec.append(ObjectRecipe(out + "input_norm", (src + "input_layernorm.weight",), _identity, "text"))
         if kind == "attention":
@@ -276,7 +291,11 @@ def text_recipes(text_config: Mapping, names: set[str] | Iterable[str], *, inclu
                                 "draft_head"))
         rec.append(ObjectRecipe("text/draft_head_token_ids", (), lambda: ids, "draft_head"))
     if include_mtp and any(n.startswith("mtp.") for n in names):
-        rec += mtp_recipes(g, names)
+        if g.experts:
+            from .mapping_moe import moe_mtp_recipes
+            rec += moe_mtp_recipes(g, names)
+        else:
+            rec += mtp_recipes(g, names)
     return rec
 
 

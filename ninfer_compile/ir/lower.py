@@ -135,6 +135,9 @@ def draft_head(spec, opts: LowerOptions) -> str:
 
 class _Builder:
     def __init__(self, spec, dims: Dims, extent: Extent, opts: LowerOptions):
+        if dims.is_moe:  # lowered once the router / expert kernel families exist (issue 32)
+            raise CompileError(f"op moe_experts ({spec.model_id}, every layer's sparse-MoE block): no kernel "
+                               "family 'moe' is registered yet, so contract family qwen3_5_moe cannot compile")
         self.spec = spec
         self.d = dims
         self.T = extent.t

@@ -71,7 +71,7 @@ class Attr:
     """One op attribute. `types`: allowed Python types of its value. `to_launcher`: the launcher
     takes it as a scalar argument (a `scalar` binding); otherwise the compiler consumes it (route
     selection / the match, e.g. `kv_dtype`, `mode`, `epilogue`). `optional` (a launcher attribute
-    whose default is None, e.g. the eps of an optional prologue): bound only when the op sets it,
+    whose default is None, e.g. attention's `window`, set on verify ops): bound only when the op sets it,
     so launches of ops without it keep their argument list. `binding`: the kind of its launch
     binding, `scalar` (the value itself) or `group` (the value names a process group; the runtime
     binds the group it created for that name: the collective family, kernels/collective/)."""

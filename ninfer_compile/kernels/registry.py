@@ -137,9 +137,6 @@ class RouteDomain:
     max_t: int | None = None
     epilogues: tuple[str, ...] = ("none",)
     extra: Mapping[str, tuple] = field(default_factory=dict)
-    # input prologues the route's launcher applies (match key `prologue`, absent = "none"), e.g.
-    # "rmsnorm": the linear family's folded RMSNorm (operand norm_weight, attribute norm_eps)
-    prologues: tuple[str, ...] = ("none",)
     k_multiple: int | None = None
     n_multiple: int | None = None
     min_k: int | None = None
@@ -148,11 +145,10 @@ class RouteDomain:
     max_n: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.formats, str) or isinstance(self.epilogues, str) or isinstance(self.prologues, str):
-            raise RouteError("RouteDomain: formats/epilogues/prologues must be tuples of strings, not a string")
+        if isinstance(self.formats, str) or isinstance(self.epilogues, str):
+            raise RouteError("RouteDomain: formats/epilogues must be tuples of strings, not a string")
         object.__setattr__(self, "formats", tuple(self.formats))
         object.__setattr__(self, "epilogues", tuple(self.epilogues))
-        object.__setattr__(self, "prologues", tuple(self.prologues))
         extra = {}
         for key, vals in dict(self.extra).items():
             if isinstance(vals, (str, int)):
@@ -171,7 +167,7 @@ class RouteDomain:
             v = getattr(self, rule)
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise RouteError(f"RouteDomain: {rule} must be a positive int, got {v!r}")
-        for reserved in ("format", "epilogue", "prologue", "n", "k", "t"):
+        for reserved in ("format", "epilogue", "n", "k", "t"):
             if reserved in extra:
                 raise RouteError(f"RouteDomain.extra must not restrict {reserved!r}; use the field")
 
@@ -190,8 +186,6 @@ class RouteDomain:
             out["formats"] = list(self.formats)
         if self.epilogues != ("none",):
             out["epilogues"] = list(self.epilogues)
-        if self.prologues != ("none",):
-            out["prologues"] = list(self.prologues)
         for k, v in sorted(self.extra.items()):
             out[k] = list(v)
         for rule in SHAPE_RULES:
@@ -220,9 +214,6 @@ class RouteDomain:
         epi = match.get("epilogue", "none")
         if epi not in self.epilogues:
             return f"epilogue {epi} is not supported by the route (supports {list(self.epilogues)})"
-        pro = match.get("prologue", "none")
-        if pro not in self.prologues:
-            return f"prologue {pro} is not supported by the route (supports {list(self.prologues)})"
         for key, allowed in self.extra.items():
             if key not in match:
                 return f"match does not pin {key}; the route supports only {key} in {list(allowed)}"

@@ -17,12 +17,9 @@ Guarantees: the graph computes the same values with fewer launches:
     fused family whose operands, outputs and attributes the rule maps from the members' — only
     when every member input is a link or a mapped operand, every member output a link or a mapped
     output, the intermediates have no other reader, no unmapped attribute is set, the family's
-    shape check passes and a route covers the op (and the table selects one) (e.g. GDN conv1d ->
-    gated_delta_rule -> gated_rmsnorm -> gdn_decode_fused in decode).
-  - prologue_into: a producer (e.g. rmsnorm) whose every consumer reads it as its `t_operand` is
-    removed and folded into each consumer as a prologue (the producer's input + renamed operands /
-    attributes), only where every consumer's fused form is covered by a registered route and
-    selected by the table (the route domain's `prologues`; e.g. rmsnorm -> decode GEMVs).
+    shape check passes and a route covers the op (and the table selects one) (no shipped rule uses
+    it now: the GDN decode chain conv1d -> gated_delta_rule -> gated_rmsnorm did, until its fused
+    kernel measured slower than the three ops, bench/results/removed_fusions.md).
 Each applied rewrite is counted in `graph.meta["fusions"]`. A rule the context's route table switches
 off (its `fuse_off:`, with the measurement that says why) is skipped and listed, with that reason, in
 `graph.meta["fusions_off"]`; a `fuse_off` name that is no rule is a CompileError at the table's line.
@@ -45,7 +42,7 @@ from .context import PassContext
 NAME = "fuse"
 RULES_PATH = Path(__file__).with_name("fuse_rules.yaml")
 _KINDS = ("concat_into", "merge_views", "epilogue_through_split", "epilogue", "norm_rope_pair",
-          "projections_into", "prologue_into", "chain_into")
+          "projections_into", "chain_into")
 
 
 def load_rules(path: Path = RULES_PATH) -> tuple[dict, ...]:
@@ -371,61 +368,6 @@ def _concat_into(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
     return n
 
 
-def _plain_number(v: Any) -> Any:
-    """An integer attribute value as a float (an eps written `0`), anything else unchanged."""
-    return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
-
-
-def _prologue_into(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
-    """A `producer` op (input `x`, output `out` of x's shape) whose output is not a graph output and
-    is read only as the `t_operand` of `consumers` ops becomes part of each of them: the consumer
-    reads the producer's `x`, gains the producer's operands renamed by `operands` and attributes
-    renamed by `attrs`, and presents match `prologue: <rule prologue>`. Applied only when every
-    consumer's fused form is covered by a registered route of its family and selected by the
-    context's table (`_fused_route_ok`); `formats`: allowed formats of the producer's weights."""
-    from ..kernels.family import family_spec
-    from .select_routes import op_match, op_t
-
-    kinds = set(rule.get("consumers") or [])
-    renames, attr_renames = dict(rule.get("operands") or {}), dict(rule.get("attrs") or {})
-    formats = set(rule.get("formats") or [])
-    n = 0
-    for prod in g.ops_of([rule["producer"]]):
-        out, src = prod.outputs.get("out"), prod.inputs.get("x")
-        if out is None or src is None or g.tensors[out].role == "output" \
-                or g.tensors[out].shape != g.tensors[src].shape or len(g.tensors[out].shape) != 2:
-            continue
-        if not all(k in prod.inputs for k in renames):
-            continue
-        if formats and any((g.tensors[prod.inputs[k]].format or g.tensors[prod.inputs[k]].dtype) not in formats
-                           for k in renames):
-            continue
-        cons = g.consumers(out)
-        if not cons or any(c.kind not in kinds for c in cons):
-            continue
-        fused = []
-        for c in cons:
-            t_op = family_spec(c.kind).t_operand
-            if c.inputs.get(t_op) != out or sum(1 for v in c.inputs.values() if v == out) != 1 \
-                    or any(new in c.inputs or new in c.attrs for new in (*renames.values(), *attr_renames.values())):
-                break
-            op = c.model_copy(update={
-                "inputs": {**c.inputs, t_op: src, **{new: prod.inputs[old] for old, new in renames.items()}},
-                "attrs": {**c.attrs, **{new: _plain_number(prod.attrs.get(old)) for old, new in attr_renames.items()},
-                          "merged": [*(c.attrs.get("merged") or []), prod.name]}})
-            match = op_match(g, op)
-            if match.get("prologue") != rule["prologue"] or not _fused_route_ok(ctx, op.kind, op_t(g, op), match):
-                break
-            fused.append(op)
-        if len(fused) != len(cons):
-            continue
-        g.remove_op(prod.name)
-        for op in fused:
-            g.replace_op(op)
-        n += 1
-    return n
-
-
 def _chain_into(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
     from .fuse_chain import chain_into  # its own module (fuse.py's size); it uses this module's helpers
 
@@ -433,7 +375,6 @@ def _chain_into(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
 
 
 _REWRITERS = {
-    "prologue_into": _prologue_into,
     "chain_into": _chain_into,
     "concat_into": _concat_into,
     "projections_into": _projections_into,

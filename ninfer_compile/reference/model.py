@@ -5,7 +5,7 @@ The schedule (model doc §3-§6), per layer, with pre-norm residuals:
     h = RMSNorm(x, input_norm) * (1+w)            # zero-centred norms everywhere except GDN's gated norm
     x = x + mixer(h)                               # full attention or Gated DeltaNet
     h = RMSNorm(x, post_attention_norm) * (1+w)
-    x = x + down(SiLU(gate(h)) * up(h))
+    x = x + down(SiLU(gate(h)) * up(h))            # family qwen3_5_moe: x + moe(h), moe.py
 
 then `logits = output_head(RMSNorm(x, final_norm))`. Every op is evaluated in float32 on
 dequantized weights; it is written for clarity, not speed (the GDN recurrence is a per-token loop).
@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import NinferError
+from .moe import moe_block
 from .state import GDNState, KVCache, ModelState
 from .weights import (
     AttentionWeights,
@@ -176,6 +177,11 @@ def mlp(h: torch.Tensor, w: LayerWeights) -> torch.Tensor:
     return linear(F.silu(linear(h, w.mlp_gate)) * linear(h, w.mlp_up), w.mlp_down)
 
 
+def feed_forward(h: torch.Tensor, w: LayerWeights, dims: HybridDims) -> torch.Tensor:
+    """The layer's feed-forward block: the sparse MoE block (moe.py) or the dense SwiGLU MLP."""
+    return moe_block(h, w.moe, dims.experts_per_token) if w.moe is not None else mlp(h, w)
+
+
 def decoder_layer(x: torch.Tensor, w: LayerWeights, dims: HybridDims, *, cache: KVCache | None = None,
                   gdn_state: GDNState | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
     """One pre-norm residual layer. x: [T, H] residual stream -> [T, H]."""
@@ -184,7 +190,7 @@ def decoder_layer(x: torch.Tensor, w: LayerWeights, dims: HybridDims, *, cache: 
         x = x + attention_mixer(h, w.attention, cache, positions, dims)
     else:
         x = x + gdn_mixer(h, w.gdn, gdn_state, dims)
-    return x + mlp(rms_norm(x, w.post_attention_norm, dims.rms_eps), w)
+    return x + feed_forward(rms_norm(x, w.post_attention_norm, dims.rms_eps), w, dims)
 
 
 # ------------------------------------------------------------------------------ model

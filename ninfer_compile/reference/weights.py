@@ -17,6 +17,7 @@ import torch
 
 from ..contracts.dims import HybridDims
 from ..errors import ArtifactError
+from .moe import MoEWeights, load_moe_weights
 
 
 @runtime_checkable
@@ -189,11 +190,13 @@ class LayerWeights:
     kind: str                                   # "attention" | "gdn"
     input_norm: torch.Tensor                    # [H]  (1+w)
     post_attention_norm: torch.Tensor           # [H]  (1+w)
-    mlp_gate: torch.Tensor                      # [I, H]
-    mlp_up: torch.Tensor                        # [I, H]
-    mlp_down: torch.Tensor                      # [H, I]
+    # the feed-forward block: a dense SwiGLU MLP, or (family qwen3_5_moe) a sparse MoE block
+    mlp_gate: torch.Tensor | None = None        # [I, H]
+    mlp_up: torch.Tensor | None = None          # [I, H]
+    mlp_down: torch.Tensor | None = None        # [H, I]
     attention: AttentionWeights | None = None
     gdn: GDNWeights | None = None
+    moe: MoEWeights | None = None
 
 
 @dataclass
@@ -213,40 +216,76 @@ class MTPWeights:
     final_norm: torch.Tensor        # [H]  (1+w)
 
 
-def _mlp(source, spec, dims: HybridDims, prefix: str):
+def _feed_forward(source, spec, dims: HybridDims, prefix: str) -> dict:
+    """LayerWeights fields of the feed-forward block under `prefix` (dense MLP or sparse MoE)."""
+    if dims.is_moe:
+        return {"moe": load_moe_weights(source, spec, dims, prefix)}
     gu = _rows(source, spec, f"{prefix}/mlp/gate_up",
                [("mlp_gate", dims.intermediate), ("mlp_up", dims.intermediate)])
     down = _mat(source, f"{prefix}/mlp/down", dims.hidden, dims.intermediate)
-    return gu["mlp_gate"], gu["mlp_up"], down
+    return {"mlp_gate": gu["mlp_gate"], "mlp_up": gu["mlp_up"], "mlp_down": down}
+
+
+def _stored(source: WeightSource, spec, name: str) -> bool:
+    """Whether the model stores object `name` (the contract's inventory when `spec` has one)."""
+    objects = getattr(spec, "objects", None)
+    if objects is not None:
+        return name in objects
+    try:
+        return name in source
+    except TypeError:
+        return False
+
+
+def _attention_weights(source: WeightSource, spec, dims: HybridDims, p: str) -> AttentionWeights:
+    """Query/key/gate/value from one `[query, key, output_gate, value]` parent, or from the split
+    `query_key` + `gate_value` parents (the 27B structure)."""
+    fused = f"{p}/attention/query_key_gate_value"
+    if _stored(source, spec, fused):
+        r = _rows(source, spec, fused, [("query", dims.q_width), ("key", dims.kv_width),
+                                        ("gate", dims.q_width), ("value", dims.kv_width)])
+    else:
+        r = _rows(source, spec, f"{p}/attention/query_key", [("query", dims.q_width), ("key", dims.kv_width)])
+        r.update(_rows(source, spec, f"{p}/attention/gate_value", [("gate", dims.q_width), ("value", dims.kv_width)]))
+    return AttentionWeights(
+        query=r["query"], key=r["key"], gate=r["gate"], value=r["value"],
+        query_norm=_vec(source, f"{p}/attention/query_norm", dims.head_dim),
+        key_norm=_vec(source, f"{p}/attention/key_norm", dims.head_dim),
+        output=_mat(source, f"{p}/attention/output", dims.hidden, dims.q_width),
+    )
+
+
+def _gdn_inputs(source: WeightSource, spec, dims: HybridDims, p: str) -> dict:
+    """q/k/v/z and a/b of a GDN layer from the fused `query_key_value_z` + `a_b_projection` parents,
+    or from the split `query_key`, `value_z`, `a_projection`, `b_projection` ones."""
+    kw, vw, Hv = dims.gdn_k_width, dims.gdn_v_width, dims.gdn_v_heads
+    if _stored(source, spec, f"{p}/gdn/query_key_value_z"):
+        r = _rows(source, spec, f"{p}/gdn/query_key_value_z", [("query", kw), ("key", kw), ("value", vw), ("z", vw)])
+        r.update(_rows(source, spec, f"{p}/gdn/a_b_projection", [("a", Hv), ("b", Hv)]))
+        return r
+    r = _rows(source, spec, f"{p}/gdn/query_key", [("query", kw), ("key", kw)])
+    r.update(_rows(source, spec, f"{p}/gdn/value_z", [("value", vw), ("z", vw)]))
+    r["a"] = _mat(source, f"{p}/gdn/a_projection", Hv, dims.hidden)
+    r["b"] = _mat(source, f"{p}/gdn/b_projection", Hv, dims.hidden)
+    return r
 
 
 def load_layer_weights(source: WeightSource, spec, dims: HybridDims, layer: int) -> LayerWeights:
     """Bind text layer `layer` (names `text/layers/{l}/...`) to its logical tensors."""
     p = f"text/layers/{layer}"
     H = dims.hidden
-    gate, up, down = _mlp(source, spec, dims, p)
     lw = LayerWeights(
         kind=dims.layer_kinds[layer],
         input_norm=_vec(source, f"{p}/input_norm", H),
         post_attention_norm=_vec(source, f"{p}/post_attention_norm", H),
-        mlp_gate=gate, mlp_up=up, mlp_down=down,
+        **_feed_forward(source, spec, dims, p),
     )
     if lw.kind == "attention":
-        qk = _rows(source, spec, f"{p}/attention/query_key", [("query", dims.q_width), ("key", dims.kv_width)])
-        gv = _rows(source, spec, f"{p}/attention/gate_value", [("gate", dims.q_width), ("value", dims.kv_width)])
-        lw.attention = AttentionWeights(
-            query=qk["query"], key=qk["key"], gate=gv["gate"], value=gv["value"],
-            query_norm=_vec(source, f"{p}/attention/query_norm", dims.head_dim),
-            key_norm=_vec(source, f"{p}/attention/key_norm", dims.head_dim),
-            output=_mat(source, f"{p}/attention/output", H, dims.q_width),
-        )
+        lw.attention = _attention_weights(source, spec, dims, p)
     else:
-        qk = _rows(source, spec, f"{p}/gdn/query_key", [("query", dims.gdn_k_width), ("key", dims.gdn_k_width)])
-        vz = _rows(source, spec, f"{p}/gdn/value_z", [("value", dims.gdn_v_width), ("z", dims.gdn_v_width)])
+        r = _gdn_inputs(source, spec, dims, p)
         lw.gdn = GDNWeights(
-            query=qk["query"], key=qk["key"], value=vz["value"], z=vz["z"],
-            a=_mat(source, f"{p}/gdn/a_projection", dims.gdn_v_heads, H),
-            b=_mat(source, f"{p}/gdn/b_projection", dims.gdn_v_heads, H),
+            query=r["query"], key=r["key"], value=r["value"], z=r["z"], a=r["a"], b=r["b"],
             a_log=_vec(source, f"{p}/gdn/a_log", dims.gdn_v_heads),
             dt_bias=_vec(source, f"{p}/gdn/dt_bias", dims.gdn_v_heads),
             convolution=_mat(source, f"{p}/gdn/convolution", dims.conv_kernel, dims.conv_channels),
@@ -273,20 +312,12 @@ def load_mtp_weights(source: WeightSource, spec, dims: HybridDims | None = None)
     dims = dims or HybridDims.from_spec(spec)
     H = dims.hidden
     p = "mtp/layer"
-    qkgv = _rows(source, spec, f"{p}/attention/query_key_gate_value",
-                 [("query", dims.q_width), ("key", dims.kv_width), ("gate", dims.q_width), ("value", dims.kv_width)])
-    gate, up, down = _mlp(source, spec, dims, p)
     layer = LayerWeights(
         kind="attention",
         input_norm=_vec(source, f"{p}/input_norm", H),
         post_attention_norm=_vec(source, f"{p}/post_attention_norm", H),
-        mlp_gate=gate, mlp_up=up, mlp_down=down,
-        attention=AttentionWeights(
-            query=qkgv["query"], key=qkgv["key"], gate=qkgv["gate"], value=qkgv["value"],
-            query_norm=_vec(source, f"{p}/attention/query_norm", dims.head_dim),
-            key_norm=_vec(source, f"{p}/attention/key_norm", dims.head_dim),
-            output=_mat(source, f"{p}/attention/output", H, dims.q_width),
-        ),
+        attention=_attention_weights(source, spec, dims, p),
+        **_feed_forward(source, spec, dims, p),
     )
     return MTPWeights(
         input_projection=_mat(source, "mtp/input_projection", H, 2 * H),

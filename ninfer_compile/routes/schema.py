@@ -26,7 +26,7 @@ RouteError quoting the reason) — so every T from 1 to max has a stated outcome
 
 A table may switch fusion rules off for its sm, each with the reason (the measurement)::
 
-    fuse_off: {rmsnorm_prologue: "H200 2026-12-02: C=1 93.1 tok/s with it, 131.0 without (bench/results/...)"}
+    fuse_off: {qk_norm_rope: "H200 <date>: <what the fused op measured against the ops it replaces> (bench/results/...)"}
 
 A table may say `extends: base.yaml` (a path relative to it): it inherits the base's family
 sections, and each of its own groups replaces the base group with the same match (or adds one).

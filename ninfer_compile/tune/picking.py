@@ -185,6 +185,22 @@ def render_report(cases, records, groups, prov: dict, dropped: list[str], carrie
 
 
 # --------------------------------------------------------------------------- replay
+def _registered_only(merged: dict, records: list[dict], warnings: list[str]) -> list[dict]:
+    """Drop the cases of families and the records of routes no longer registered (a deleted route's
+    measurements stay in the files as history), renumbering the cases; one warning names them."""
+    from ..kernels.registry import all_routes
+
+    names = {r.name for r in all_routes()}
+    families = {r.family for r in all_routes()}
+    keep = [i for i, c in enumerate(merged["cases"]) if c.get("family") in families]
+    new = {old: i for i, old in enumerate(keep)}
+    gone = sorted({r.get("route") for r in records if r.get("route") not in names or int(r["case"]) not in new})
+    if gone:
+        warnings.append(f"measurements of routes no longer registered skipped: {', '.join(map(str, gone))}")
+    merged["cases"] = [merged["cases"][i] for i in keep]
+    return [{**r, "case": new[int(r["case"])]} for r in records if r.get("route") in names and int(r["case"]) in new]
+
+
 def merge_measurements(paths, sm: int) -> dict:
     """Saved measurement files (`--save-measurements`) merged into one: cases are matched by
     (family, match, verify window, variant); a later file's record of the same (op, T, context,
@@ -226,8 +242,9 @@ def merge_measurements(paths, sm: int) -> dict:
         commands.append(str(saved.get("command", "")))
         last = saved
     assert merged is not None
+    records = _registered_only(merged, list(by_key.values()), warnings)
     merged.update(sm=sm, source=last.get("source", ""), environment=last.get("environment", {}),
-                  t_points=sorted(t_points), warnings=warnings, records=list(by_key.values()),
+                  t_points=sorted(t_points), warnings=warnings, records=records,
                   elapsed_s=last.get("elapsed_s"),
                   command=commands[0] if len(commands) == 1 else
                   "merged measurements of: " + " | ".join(commands))

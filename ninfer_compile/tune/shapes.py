@@ -163,12 +163,10 @@ def derive_match_set(spec, objects: Mapping[str, Any] | None = None,
 
     fams = set(families) if families is not None else None
     steps = [(n, f) for n, f in PIPELINE if n in ("bind_weights", "fuse")]
-    # fuse rules marked `tune_plain` (their fused ops select the plain ops' rows, e.g. a folded
-    # rmsnorm prologue) are off here: the tuner measures the ops they fuse, as before the rule
-    rules = tuple({**r, "enabled": False} if r.get("tune_plain") else r for r in load_rules())
+    rules = load_rules()
     ctx = PassContext(spec=spec, objects=objects, fuse_rules=rules)
-    # fuse rules marked `tune_unfused` (tables without their fused route keep the ops they replace,
-    # e.g. gdn_decode_fused): the matches of the graph fused without them are measured too
+    # fuse rules marked `tune_unfused` (a chain_into rule, say: tables without its fused route keep the
+    # ops it replaces): the matches of the graph fused without them are measured too
     unfused = PassContext(spec=spec, objects=objects, fuse_rules=tuple(
         {**r, "enabled": False} if r.get("tune_unfused") else r for r in rules)) \
         if any(r.get("tune_unfused") for r in rules) else None

@@ -21,7 +21,7 @@ from .signal_mask import unblocked
 
 SEED_MAX = 2**63 - 1
 CONCURRENCY_MAX = 4096
-STOP_WORDS = {"stop": "eos", "length": "max tokens", "context": "context full"}
+STOP_WORDS = {"stop": "eos", "length": "max tokens"}  # finish_reason (steps.py) -> the CLI's word
 
 
 class _Terminated(BaseException):
@@ -242,9 +242,16 @@ def spec_line(st: dict) -> str:
             f"({r} round{'s' if r != 1 else ''}, {p} plain step{'s' if p != 1 else ''})")
 
 
-def _stop_line(results) -> str:
+def _stop_word(r, max_new_tokens: int) -> str:
+    """The CLI's word for a finish reason: "length" short of max_new_tokens is a full context."""
+    if r.finish_reason == "length" and len(r.tokens) < max_new_tokens:
+        return "context full"
+    return STOP_WORDS.get(r.finish_reason or "", r.finish_reason or "unknown")
+
+
+def _stop_line(results, max_new_tokens: int) -> str:
     """`stopped: eos` (all sequences alike) or `stopped: seq 0 eos, seq 1 max tokens, ...`."""
-    reasons = [STOP_WORDS.get(r.finish_reason or "", r.finish_reason or "unknown") for r in results]
+    reasons = [_stop_word(r, max_new_tokens) for r in results]
     if len(set(reasons)) == 1:
         n = len(results[0].tokens)
         return f"stopped: {reasons[0]} after {n} token{'s' if n != 1 else ''}" + \
@@ -282,6 +289,9 @@ def _run(args) -> int:
             print(f"loaded {args.plan}: {engine.device_note}; {engine.weight_bytes / 2**20:.1f} MiB weights; load "
                   f"{lt['total']:.2f}s (upload {lt['upload']:.2f}s, kernels {lt['kernels']:.2f}s, capture "
                   f"{lt['capture']:.2f}s)" + ("; weights verified" if args.verify_weights else ""), file=sys.stderr)
+            from .triton_cache import format_phases
+
+            print(f"load phases: {format_phases(getattr(engine, 'load_phases', {}))}", file=sys.stderr)
         for c in args.concurrency_values:
             _generate(engine, args, prompt, c, several=len(args.concurrency_values) > 1)
         sys.stdout.flush()
@@ -314,7 +324,7 @@ def _generate(engine, args, prompt, concurrency: int, several: bool) -> None:
               f"in {st['decode_steps']} steps, {dc:.1f} tok/s", file=sys.stderr)
         if "spec" in st:
             print(head + spec_line(st), file=sys.stderr)
-        print(head + _stop_line(results), file=sys.stderr)
+        print(head + _stop_line(results, args.max_new_tokens), file=sys.stderr)
     for r in results[1:]:
         print(f"tokens[{r.index}]: " + " ".join(str(t) for t in r.tokens))
     print("tokens: " + " ".join(str(t) for t in results[0].tokens))

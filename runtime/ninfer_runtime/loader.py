@@ -134,6 +134,7 @@ class Engine:
         self.backend.prepare_kernels()
         t_kern = time.perf_counter()
         self.kernel_package = self.source.import_kernels()
+        t_import = time.perf_counter() - t_kern
         self._launchers: dict[str, Any] = {}
         self._quant_weight_cls = None
         self.binaries, self.kernel_note = self.backend.kernel_binaries(self.source, self.kernel_package)
@@ -145,6 +146,10 @@ class Engine:
         self._shards = upload_shards(self, _DIRECT, GROUPED)  # a --tp rank's copies (row / column ranges)
         self.backend.synchronize()
         t_up = time.perf_counter() - t_up
+        t_wait = time.perf_counter()
+        if self.binaries is not None:  # the modules loaded in the background during the upload
+            self.binaries.wait_modules()
+        t_kern += time.perf_counter() - t_wait
         try:
             self._allocate()
         except (RuntimeError, ValueError, OverflowError, TypeError) as exc:  # an absurd (edited) size
@@ -152,9 +157,11 @@ class Engine:
             raise PlanError(f"buffers: cannot allocate the plan's arena / state: {msg}") from None
         t_bind = time.perf_counter()
         self._bind_extents()
+        t_warm = time.perf_counter()
         if self.backend.warm:
             self._warm_kernels()
         t_kern += time.perf_counter() - t_bind
+        t_warm, t_bind = time.perf_counter() - t_warm, t_warm - t_bind
         if self.binaries is not None:
             self.kernel_note = self.binaries.note()
         self.device_note = f"{self.device_note}; {self.kernel_note}{self._pdl_note()}"
@@ -170,6 +177,9 @@ class Engine:
         t_cap = time.perf_counter() - t_cap
         self.load_times = {"upload": t_up, "kernels": t_kern, "capture": t_cap,
                            "total": time.perf_counter() - t0}
+        # the phases inside "kernels" (binaries: triton_cache.PlanBinaries.phases) and the capture
+        self.load_phases = {"import": t_import, **(self.binaries.phases if self.binaries is not None else {}),
+                            "binding": t_bind, "warmup": t_warm, "capture": t_cap}
         if self.tp is not None and self.tp.world > 1 and self.tp.rank == 0:
             from .tensor_parallel import Lockstep
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import NinferRuntimeError
-from .generate import upload_columns
+from .steps import upload_columns
 from .sampling import greedy_rows
 
 # The compile option that makes the prefill extent return every column's logits.

@@ -24,6 +24,11 @@ into a plan directory.
 
 A binary or bin manifest whose sha256 differs from its record is refused (PlanMismatch, one line
 naming the file), as the loader's integrity check (integrity.py) already does for every plan file.
+
+Load phases (`PlanBinaries.phases`, seconds): "check" (manifest, toolchain, sha256), "driver"
+(Triton's GPU driver, its utilities built on first use), "hash", "preload" (every entry's lookup
+and metadata), "module_load" (every cubin loaded onto the GPU with its launcher, in a thread that
+`preload_binaries` starts so it overlaps the weight upload), "module_wait" (`wait_modules`).
 This module imports only the standard library (and the runtime's errors) at import time; Triton is
 imported when used.
 """
@@ -34,6 +39,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -251,13 +257,51 @@ class PlanBinaries:
         self.stale: list[str] = []
         self._stats0 = dict(STATS)
         self._registered = False
+        self.phases: dict[str, float] = {}
+        self.kernels: list = []  # the preloaded CompiledKernels
+        self._loader: threading.Thread | None = None
+        self.load_errors = 0  # modules the background thread could not load (left to the first launch)
 
     def register(self) -> None:
         _install(str(self.bin_dir))
         self._registered = True
         self._stats0 = dict(STATS)
 
+    def start_module_loads(self, device) -> None:
+        """Load every preloaded kernel's cubin onto `device` (a torch device) and build its launcher
+        in a background thread, so it overlaps the weight upload; `wait_modules()` joins it. A
+        module that fails to load here is loaded (and its error raised) at its first launch."""
+        if self._loader is not None or not self.kernels:
+            return
+        kernels = list(self.kernels)
+
+        def run():
+            t = time.perf_counter()
+            try:
+                import torch
+
+                torch.cuda.set_device(device)
+                for k in kernels:
+                    try:
+                        k._init_handles()
+                    except Exception:  # noqa: BLE001 - raised again at the kernel's first launch
+                        self.load_errors += 1
+            finally:
+                self.phases["module_load"] = time.perf_counter() - t
+
+        self._loader = threading.Thread(target=run, name="ninfer-module-load", daemon=True)
+        self._loader.start()
+
+    def wait_modules(self) -> None:
+        """Join the background module loads (before anything launches a kernel)."""
+        if self._loader is not None:
+            t = time.perf_counter()
+            self._loader.join()
+            self._loader = None
+            self.phases["module_wait"] = self.phases.get("module_wait", 0.0) + time.perf_counter() - t
+
     def release(self) -> None:
+        self.wait_modules()
         if self._registered:
             _uninstall(str(self.bin_dir))
             self._registered = False
@@ -283,6 +327,7 @@ def binaries_for(plan_dir: Path, plan: dict, kernels: dict) -> tuple[PlanBinarie
     naming why the runtime JITs from source: another Triton, sm, ptxas or environment). A binary
     or bin manifest whose sha256 differs from its record is refused (PlanMismatch naming the file):
     damage is not a reason to silently run something else."""
+    t0 = time.perf_counter()
     summary = kernels.get("binaries")
     if not summary:
         return None, "kernels: JIT from source (the plan has no precompiled binaries)"
@@ -340,6 +385,7 @@ def binaries_for(plan_dir: Path, plan: dict, kernels: dict) -> tuple[PlanBinarie
                 raise PlanMismatch(f"{p}: kernel binary is damaged (sha256 differs from {BIN_DIR}/manifest.json)")
     b = PlanBinaries(bin_dir, man, kernel_modules(kernels))
     b.register()
+    b.phases["check"] = time.perf_counter() - t0
     return b, (f"kernels: precompiled binaries (triton {man.get('triton')}, sm_{man.get('sm')}, "
                f"{len(b.entries)} entries)")
 
@@ -409,19 +455,45 @@ def preload_binaries(binaries: PlanBinaries, package: str) -> int:
     """Hand every entry to `JITFunction.preload` (plan-only lookups: an entry whose key the plan
     does not hold is counted stale, never compiled here). Returns the number loaded."""
     n = 0
+    ph = binaries.phases
+    t = time.perf_counter()
+    try:  # Triton's GPU driver (its utilities module is built on first use): timed on its own
+        from triton.runtime.driver import driver
+
+        driver.active.get_current_device()
+    except Exception:  # noqa: BLE001 - the first preload reports it
+        pass
+    ph["driver"] = time.perf_counter() - t
     _PLAN_ONLY.on = True
     try:
+        t = time.perf_counter()
         hash_in_canonical_order(package, binaries.modules)
+        ph["hash"] = time.perf_counter() - t
+        t = time.perf_counter()
         for e in binaries.entries:
             try:
                 jf = _jit_function(package, e["kernel"])
                 spec = json.loads(e["specialization"])
                 spec["name"] = getattr(jf, "_fn_name", f"{jf.__module__}.{jf.__qualname__}")
-                jf.preload(json.dumps(spec))
+                k = jf.preload(json.dumps(spec))
+                if k is not None and hasattr(k, "_init_handles"):
+                    binaries.kernels.append(k)
                 n += 1
             except Exception as exc:  # noqa: BLE001 - a stale entry is left to the JIT
                 binaries.stale.append(f"{e.get('kernel')}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200])
+        ph["preload"] = time.perf_counter() - t
     finally:
         _PLAN_ONLY.on = False
     binaries.preloaded = n
+    try:
+        import torch
+
+        binaries.start_module_loads(torch.device("cuda", torch.cuda.current_device()))
+    except Exception:  # noqa: BLE001 - the modules load at their first launch instead
+        pass
     return n
+
+
+def format_phases(phases: dict[str, float]) -> str:
+    """`name 0.12s, ...` in the order given (for the load line)."""
+    return ", ".join(f"{k} {v:.2f}s" for k, v in phases.items())

@@ -75,7 +75,7 @@ def test_floors_are_weights_times_instructions_over_the_slots():
 def test_variant_table_sets_every_t1_lowreg_row(tmp_path):
     base = tmp_path / "sm90.yaml"
     base.write_text(yaml.safe_dump({"sm": 90, "linear": [{"match": {"n": 8}, "routes": [
-        {"t": [1, 1], "route": "q5_gemv_packed", "params": {"BLOCK_N": 2, "PREFETCH": True, "L2_HINT": True}},
+        {"t": [1, 1], "route": "q5_gemv_lowreg", "params": {"BLOCK_N": 2, "PREFETCH": True, "L2_HINT": True}},
         {"t": [2, 4], "route": "q5_gemv_tc", "params": {"PREFETCH": True}}]}]}))
     S.variant_table(base, S._parse_variant("ASYNC=4,CHAIN=2"), tmp_path / "v.yaml")
     rows = yaml.safe_load((tmp_path / "v.yaml").read_text())["linear"][0]["routes"]

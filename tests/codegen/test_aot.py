@@ -3,8 +3,9 @@
 
 The test suite runs Triton in interpreter mode (tests/conftest.py), where a process cannot compile
 kernels, so the binaries are built by `ninfer-compile` in a child process without TRITON_INTERPRET
-(the real CLI path). Two compiles share a scratch cache (NINFER_AOT_CACHE) to stay fast. Every
-child compiles with NINFER_AOT_STRICT=1: a binary compile that fails fails the compile (and the test).
+(the real CLI path). The two compiles of the `aot` fixture (conftest.py) share a binary cache to
+stay fast. Every child compiles with NINFER_AOT_STRICT=1: a binary compile that fails fails the
+compile (and the test).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 import pytest
 from runtime.support import BLOCK_NINFER_COMPILE  # a child that cannot import the compiler
 
+from .aot_support import aot_env
+
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME = REPO / "runtime"
 SM = 90
@@ -27,34 +30,11 @@ CHUNK = 16
 
 
 def _env(tmp: Path, **extra) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp)  # a private "user cache": must stay free of kernels
-    env["NINFER_AOT_JOBS"] = "2"
-    env["NINFER_AOT_STRICT"] = "1"
-    env.update(extra)
-    return env
+    return aot_env(tmp, **extra)
 
 
 def _tree(d: Path) -> dict[str, bytes]:
     return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
-
-
-@pytest.fixture(scope="module")
-def aot(tmp_path_factory):
-    from ninfer_compile.convert.synthetic import pack_synthetic
-
-    d = tmp_path_factory.mktemp("aot")
-    art = d / "tiny.ninfer"
-    pack_synthetic("tiny-qwen3.5", art, progress=False)
-    env = _env(d / "compile-user-cache", NINFER_AOT_CACHE=str(d / "aot-scratch"))
-    out = []
-    for name in ("a.plan", "b.plan"):
-        p = subprocess.run([sys.executable, "-m", "ninfer_compile.cli", "compile", str(art), "--sm", str(SM),
-                            "-o", str(d / name), "--prefill-chunk", str(CHUNK), "--concurrency", "1",
-                            "--max-context", "64"], capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
-        assert p.returncode == 0, p.stderr[-3000:]
-        out.append((d / name, p.stderr))
-    return {"dir": d, "artifact": art, "plan": out[0][0], "again": out[1][0], "stderr": out[0][1]}
 
 
 def _kernel_params(src: Path, fn: str) -> list[str]:
@@ -325,7 +305,7 @@ def test_aot_failure_is_recorded_not_fatal(aot, tmp_path, monkeypatch, capsys):
         raise RuntimeError("ptxas exploded\nsecond line")
 
     monkeypatch.delenv("NINFER_AOT_STRICT", raising=False)  # what a user's ninfer-compile does
-    monkeypatch.setattr(A, "toolchain_problem", lambda sm: None)
+    monkeypatch.setattr(A, "toolchain_problem", lambda sm, runtime=True: None)
     monkeypatch.setattr(A, "_precompile", boom)
     out = tmp_path / "x.plan"
     assert main([str(aot["artifact"]), "-o", str(out), "--sm", str(SM), "--prefill-chunk", str(CHUNK),
@@ -361,7 +341,7 @@ def test_strict_aot_failure_fails_the_compile(aot, tmp_path, monkeypatch, capsys
         raise RuntimeError("ptxas exploded\nsecond line")
 
     monkeypatch.setenv("NINFER_AOT_STRICT", "1")
-    monkeypatch.setattr(A, "toolchain_problem", lambda sm: None)
+    monkeypatch.setattr(A, "toolchain_problem", lambda sm, runtime=True: None)
     monkeypatch.setattr(A, "_precompile", boom)
     out = tmp_path / "x.plan"
     assert main([str(aot["artifact"]), "-o", str(out), "--sm", str(SM), "--prefill-chunk", str(CHUNK),

@@ -76,6 +76,7 @@ class Child:
         self.tmpdir.mkdir()
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         env.update({"TMPDIR": str(self.tmpdir), "TRITON_CACHE_DIR": str(tmp / "user-cache"),
+                    "XDG_CACHE_HOME": str(tmp / "xdg-cache"),  # a cold binary cache: the binaries phase runs
                     "NINFER_AOT_JOBS": "2", "NINFER_SIGNAL_TEST": self.marker,
                     "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "runtime")])})
         env.pop("NINFER_AOT_CACHE", None)

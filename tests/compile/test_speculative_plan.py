@@ -227,11 +227,8 @@ def test_shipped_table_picks_the_verify_routes(arts, tmp_path, capsys):
     # the untimed rows are cited (sm90.yaml lines) like every other row
     assert all(L["source"].startswith("sm90.yaml:") for L in v["launches"] if L["route"])
     assert _routes(ext["mtp_verify_c2_k3"], "attention") == {"attention_verify_packed"}
-    # decode: sm90.yaml switches the fuse rule gdn_decode_fused off (measured slower), so decode keeps the
-    # three ops too, with the decode routes
-    assert not _routes(ext["decode_c2_k0"], "gdn_decode_fused")
+    # decode keeps the three ops too, with the decode routes
     assert _routes(ext["decode_c2_k0"], "gated_delta_rule") == {"gdn_recurrent_decode"}
-    assert "gdn_decode_fused" in ext["decode_c2_k0"]["fusions_off"]
 
 
 def test_27b_header_plan_with_draft_window(tmp_path, tmp_path_factory, capsys):

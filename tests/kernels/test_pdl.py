@@ -22,7 +22,7 @@ from ninfer_compile.kernels import pdl
 
 KERNELS = Path(pdl.__file__).resolve().parent
 REPO = KERNELS.parents[1]
-SKIP = {"gdn/launch_fast.py", "gdn/kernels_fast.py"}  # the fast GDN prefill: in no table, launched plainly
+SKIP = {"gdn/launch_chunked_wy.py", "gdn/kernels_chunked_wy.py"}  # the fast GDN prefill: in no table, launched plainly
 
 
 def _modules():
@@ -104,9 +104,9 @@ def test_launch_decision(monkeypatch, arch, interpret, env, on):
         assert pdl.pdl_launch(rmsnorm_rows_kernel) == ({"PDL": True, "launch_pdl": True} if on else {})
     finally:
         pdl.allow(old)
-    from ninfer_compile.kernels.gdn.kernels_fast import gdn_fast_prep_kernel
+    from ninfer_compile.kernels.gdn.kernels_chunked_wy import gdn_wy_prep_kernel
 
-    assert pdl.pdl_launch(gdn_fast_prep_kernel) == {}  # no PDL parameter: never launched with PDL
+    assert pdl.pdl_launch(gdn_wy_prep_kernel) == {}  # no PDL parameter: never launched with PDL
     pdl._ARCH.clear()
 
 

@@ -61,11 +61,7 @@ def gating_graph(t: int = 1, phase: str = "decode", a_is_output: bool = False) -
 
 
 def _ctx(**kw):
-    """The gdn_gating_proj rule on its own: rmsnorm_prologue (which would then fold the norm into
-    the fused op, tests/passes/test_norm_prologue_fuse.py) off."""
     spec = _spec()
-    kw.setdefault("fuse_rules", tuple({**r, "enabled": False} if r["name"] == "rmsnorm_prologue" else r
-                                      for r in fuse.load_rules()))
     return PassContext(spec=spec, objects=spec.objects, **kw)
 
 

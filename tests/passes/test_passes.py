@@ -65,8 +65,7 @@ def test_fuse_before_after(ctx):
     kinds = [o.kind for o in after.ops()]
     assert "add" not in kinds and "swiglu" not in kinds
     assert after.meta["fusions"] == {"merge_row_views": 2, "swiglu_epilogue": 1, "residual_epilogue": 1,
-                                     "gdn_gating_proj": 0, "qk_norm_rope": 0, "conv_input_parts": 0,
-                                     "rmsnorm_prologue": 0, "gdn_decode_fused": 0}
+                                     "gdn_gating_proj": 0, "qk_norm_rope": 0, "conv_input_parts": 0}
     lin = {o.name: o for o in after.ops_of(["linear"])}
     qk = lin["fused.qk"]
     assert after.tensors[qk.inputs["weight"]].view is None  # the whole parent p/qk

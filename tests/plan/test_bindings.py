@@ -98,7 +98,7 @@ def test_bind_carries_launcher_attributes_params_and_workspace():
 
 
 def test_extent_workspace_is_the_max_of_its_launches():
-    g, op = _gdn_graph(route="gdn_chunked_prefill_fast")
+    g, op = _gdn_graph(route="gdn_chunked_wy_prefill")
     e = extent_entry(g)
     ws = [b["workspace"] for L in e["launches"] for b in L["bind"] if "workspace" in b]
     assert e["workspace"] == {"numel": max(ws), "dtype": "f32"} and max(ws) > 0

@@ -144,6 +144,6 @@ def test_shipped_unmeasured_tables_share_one_base():
 
 def test_base_takes_no_fuse_off(pair, reg):
     """Switching a fusion rule off is a per-sm, measured decision: a base table refuses `fuse_off:`."""
-    table, _ = pair(base_head=BASE_HEAD + "fuse_off: {rmsnorm_prologue: slower}\n")
+    table, _ = pair(base_head=BASE_HEAD + "fuse_off: {qk_norm_rope: slower}\n")
     with pytest.raises(TableErrors, match=r"^base.yaml:2: fuse_off: unknown key"):
         load_table(table, registry=reg)

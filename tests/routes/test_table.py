@@ -264,7 +264,7 @@ def test_unsupported_rows(write, reg):
 def test_fuse_off_header(write, reg):
     """`fuse_off:` maps fusion rules to the reason this sm's table switches them off; the table keeps
     each with its YAML line (the fuse pass cites it); a reason must be a string."""
-    t = load(write, reg, "fuse_off:\n  rmsnorm_prologue: 'measured slower (bench/results/x.md)'\n" + GOOD_BODY)
-    assert t.fuse_off == {"rmsnorm_prologue": ("measured slower (bench/results/x.md)", 5)}
+    t = load(write, reg, "fuse_off:\n  qk_norm_rope: 'measured slower (bench/results/x.md)'\n" + GOOD_BODY)
+    assert t.fuse_off == {"qk_norm_rope": ("measured slower (bench/results/x.md)", 5)}
     assert load(write, reg).fuse_off == {}
-    one_error(write, reg, "fuse_off:\n  rmsnorm_prologue: 3\n" + GOOD_BODY, 5, "fuse_off.rmsnorm_prologue")
+    one_error(write, reg, "fuse_off:\n  qk_norm_rope: 3\n" + GOOD_BODY, 5, "fuse_off.qk_norm_rope")

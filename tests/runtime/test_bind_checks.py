@@ -18,7 +18,7 @@ from . import support as S
 
 
 def _gdn_launch(pj):
-    # a decode one where the table keeps it unfused, else prefill's (fuse rule gdn_decode_fused)
+    # a decode one, else prefill's
     for phase in ("decode", "prefill"):
         for ext, x in sorted(pj["extents"].items()):
             if x["phase"] != phase:

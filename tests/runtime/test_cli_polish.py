@@ -118,11 +118,10 @@ def test_stop_line_words():
     from ninfer_runtime.generate import GenerationResult
 
     a = GenerationResult(0, [1], tokens=[5], finish_reason="stop")
-    b = GenerationResult(1, [1], tokens=[5, 6], finish_reason="context")
-    assert cli._stop_line([a]) == "stopped: eos after 1 token"
-    assert cli._stop_line([a, b]) == "stopped: seq 0 eos, seq 1 context full"
-    c = GenerationResult(0, [1], tokens=[5, 6], finish_reason="length")
-    assert cli._stop_line([c, c]) == "stopped: max tokens after 2 tokens (all 2 sequences)"
+    b = GenerationResult(1, [1], tokens=[5, 6], finish_reason="length")  # short of max tokens: the context
+    assert cli._stop_line([a], 4) == "stopped: eos after 1 token"
+    assert cli._stop_line([a, b], 4) == "stopped: seq 0 eos, seq 1 context full"
+    assert cli._stop_line([b, b], 2) == "stopped: max tokens after 2 tokens (all 2 sequences)"
 
 
 def test_invalid_utf8_prompt_from_argv_bytes(tiny_plan):

@@ -72,7 +72,7 @@ def test_decode_step_reads_only_its_new_ids(engine, monkeypatch):
     monkeypatch.undo()
     st = eng.last_stats
     assert len(events) == 9 and st["decode_steps"] > 0
-    assert calls.count("ninfer_runtime.generate:tolist") == len(prompts) + st["decode_steps"], calls
+    assert calls.count("ninfer_runtime.steps:tolist") == len(prompts) + st["decode_steps"], calls
     assert len(calls) == len(prompts) + st["decode_steps"], calls
 
 

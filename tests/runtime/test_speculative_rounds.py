@@ -147,14 +147,16 @@ def test_oracle_and_wrong_drafters(model, plain, k, c):
 
 
 def test_plain_steps_near_the_context_end(model):
-    """max_context 16, prompt 10, K=5: a lane with fewer than W positions left takes plain steps;
-    the output still equals the plain run's and stops at the context."""
+    """max_context 18, prompt 10, K=5: a lane with fewer than W positions left (from position 13)
+    takes plain steps; the output still equals the plain run's and stops when prompt + completion
+    fill the context ("length", 8 tokens, well short of max tokens 40)."""
     prompt = _prompts(model, 1)[0]
-    eng = FakeEngine(model, k=5, max_context=16)
+    eng = FakeEngine(model, k=5, max_context=18)
     r = generate(eng, prompt, 40, ignore_eos=True)
-    ref = FakeEngine(model, k=5, max_context=16)
+    ref = FakeEngine(model, k=5, max_context=18)
     p = generate(ref, prompt, 40, spec="none", ignore_eos=True)
-    assert r.tokens == p.tokens and r.finish_reason == p.finish_reason == "context"
+    assert r.tokens == p.tokens and r.finish_reason == p.finish_reason == "length"
+    assert len(r.tokens) == 18 - len(prompt)
     assert eng.last_stats["spec"]["plain_steps"] >= 1 and not eng.violations
 
 

@@ -1,4 +1,5 @@
-"""A deterministic stand-in for `EngineAdapter` (same methods), for the scheduler / HTTP tests that
+"""A deterministic stand-in for `EngineAdapter` (the step API's primitives; admission, `admit_chunk`,
+is the runtime's own `SlotSteps`), for the scheduler / HTTP tests that
 need many requests: interpreter tokens cost seconds, these cost microseconds.
 
 The toy model: a slot's state is a running hash of every (token, position) it was fed plus a KV-like
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ninfer_runtime.serve.engine_adapter import StateSnapshot
+from ninfer_runtime.steps import SlotSteps, StateSnapshot, StepOut
 
 V = 128
 STOP = 10
@@ -50,7 +51,7 @@ def _next(h: int) -> int:
     return STOP if r == 0 else 32 + (h // 97) % 95
 
 
-class FakeAdapter:
+class FakeAdapter(SlotSteps):
     speculative = False
 
     def __init__(self, slots: int = 4, max_context: int = 256, chunk: int = 8, decode_extents=(1, 4)):
@@ -122,7 +123,7 @@ class FakeAdapter:
         self.h[slot] = _mix(self.h[slot], tok, pos)
 
     # steps
-    def prefill(self, slot, chunk, start, sampler=None):
+    def prefill(self, slot, chunk, start, sampler=None, *, final=True, next_token=None):
         self.gate.wait(30)
         assert 1 <= len(chunk) <= self.chunk
         for i, tok in enumerate(chunk):
@@ -130,9 +131,9 @@ class FakeAdapter:
         self.prefill_tokens += len(chunk)
         self.calls.append(("prefill", slot, start, len(chunk)))
         row = self._row(self.h[slot])
-        return row, (int(torch.argmax(row).item()) if sampler is not None else None)
+        return row, (int(torch.argmax(row).item()) if final else None)
 
-    def decode(self, columns, busy, samplers):
+    def step(self, columns, busy, samplers):
         self.gate.wait(30)
         a = len(columns)
         C = next(c for c in self.extents if c >= a)
@@ -150,11 +151,7 @@ class FakeAdapter:
         for tok, pos, slot in columns:
             self._feed(slot, tok, pos)
             out.append(self._row(self.h[slot]))
-        logits = torch.stack(out)
-        return logits, [int(v) for v in torch.argmax(logits, -1).tolist()]
-
-    def sync(self):
-        pass
+        return [StepOut([int(torch.argmax(row).item())], last_row=row) for row in out]
 
     def close(self):
         self.closed = True
@@ -169,6 +166,6 @@ def fake_generate(prompt: list[int], max_tokens: int, max_context: int = 256) ->
     while True:
         tok = _next(h)
         out.append(tok)
-        if tok == STOP or len(out) >= max_tokens or len(prompt) + len(out) > max_context:
+        if tok == STOP or len(out) >= max_tokens or len(prompt) + len(out) >= max_context:
             return out
         h = _mix(h, tok, len(prompt) + len(out) - 1)

@@ -13,21 +13,11 @@ the accepted drafts plus its own next token.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from ninfer_runtime.serve.engine_adapter import StateSnapshot
+from ninfer_runtime.steps import StateSnapshot, StepOut
 
 from .fake_engine import V, FakeAdapter, _mix, _next
-
-
-@dataclass
-class RoundOut:
-    tokens: list
-    proposed: int
-    accepted: int
-    logits: object = None
 
 
 class FakeSpecAdapter(FakeAdapter):
@@ -58,11 +48,11 @@ class FakeSpecAdapter(FakeAdapter):
         m = snap.tensors["mtp"].tolist()
         self.mtp[slot][:len(m)] = m
 
-    def prefill(self, slot, chunk, start, sampler=None, next_token=None):
-        row, tok = super().prefill(slot, chunk, start, sampler)
-        if self.spec_mode != "mtp":
-            assert next_token is None
+    def prefill(self, slot, chunk, start, sampler=None, *, final=True, next_token=None):
+        row, tok = super().prefill(slot, chunk, start, sampler, final=final)
+        if self.spec_mode != "mtp":  # no MTP rows: the follower is not used
             return row, tok
+        assert (next_token is None) == final, "the MTP chunk's follower: the next prompt token inside the prompt"
         follow = list(chunk[1:]) + [next_token if next_token is not None else tok]
         assert follow[-1] is not None, "a non-final MTP chunk needs the next prompt token"
         for i, f in enumerate(follow):
@@ -77,7 +67,7 @@ class FakeSpecAdapter(FakeAdapter):
         self.lanes.pop(slot)
         self.released.append(slot)
 
-    def decode_speculative(self, columns, busy, samplers):
+    def step(self, columns, busy, samplers):
         self.gate.wait(30)
         self.rounds += 1
         self.calls.append(("round", len(columns)))
@@ -108,5 +98,5 @@ class FakeSpecAdapter(FakeAdapter):
             self.lanes[slot] += emitted
             row = torch.zeros(V)
             row[emitted[-1]] = 1.0
-            out.append(RoundOut(emitted, k, a, row))
+            out.append(StepOut(emitted, k, a, True, last_row=row))
         return out

@@ -1,4 +1,5 @@
-"""Shared helpers for the serve tests: a server in a thread on a free loopback port, bounded waits."""
+"""Shared helpers for the serve tests: a server in a thread on a free loopback port, bounded waits,
+`ninfer-run` in-process."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import io
 import json
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 
 import httpx
 
@@ -79,3 +80,18 @@ def sse_events(resp) -> list[str]:
         if line.startswith("data: "):
             out.append(line[len("data: "):])
     return out
+
+
+def ninfer_run(plan, art, *args, quiet: bool = True):
+    """`ninfer-run PLAN --artifact ART [--quiet] ARGS` in-process: the generated ids (its last line);
+    with quiet=False, (ids, stderr)."""
+    from ninfer_runtime.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = main([str(plan), "--artifact", str(art), *(["--quiet"] if quiet else []), *args])
+    assert rc == 0, err.getvalue()
+    last = out.getvalue().strip().splitlines()[-1]
+    assert last.startswith("tokens: "), out.getvalue()
+    ids = [int(t) for t in last.split()[1:]]
+    return ids if quiet else (ids, err.getvalue())

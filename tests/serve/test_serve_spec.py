@@ -9,13 +9,13 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
-import pytest
 
 from ninfer_runtime.serve.scheduler import Request, Scheduler
 
+from .conftest import SPEC_K
 from .fake_engine import STOP, fake_generate
 from .spec_fake import FakeSpecAdapter
-from .support import health, metric, running, wait_until
+from .support import health, metric, ninfer_run, running, wait_until
 
 MODEL = "fake-model"
 
@@ -187,47 +187,7 @@ def test_server_metrics_log_and_cancel_with_spec():
 
 
 # ---------------------------------------------------------------------- the real engine (interpreter)
-SPEC_K = 2
-TINY_CHUNK, TINY_CONTEXT = 16, 64
 MSGS = [{"role": "user", "content": "x = 1"}]  # 14 chat tokens: one prefill chunk
-
-
-def _tiny_spec_plan(d, art):
-    """The trained tiny model (it has the MTP head; `art`: packed bf16, the session's shared
-    tiny_trained_bf16) compiled with --draft-tokens 2, one slot (C = 1: the fewest extents to warm
-    under the interpreter), chunk 16, context 64."""
-    from ninfer_compile.compile_cli import compile_artifact
-    from ninfer_compile.ir.lower import LowerOptions
-    from ninfer_compile.plan.writer import write_plan
-    from runtime import support as RS
-
-    table = RS.interp_table(d / "interp90.yaml")
-    opts = LowerOptions(prefill_chunk=TINY_CHUNK, concurrency=(1,), max_context=TINY_CONTEXT,
-                        draft_tokens=SPEC_K)
-    c = compile_artifact(art, 90, routes=table, opts=opts, binaries=False)
-    plan = d / "tiny-trained-k2.sm90.plan"
-    write_plan(plan, c.manifest, c.memory_txt, extra_files=c.kernel_files)
-    return art, plan
-
-
-def _ninfer_run(plan, art, *args) -> list[int]:
-    import io
-    from contextlib import redirect_stderr, redirect_stdout
-
-    from ninfer_runtime.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        rc = main([str(plan), "--artifact", str(art), "--quiet", *args])
-    assert rc == 0, err.getvalue()
-    last = out.getvalue().strip().splitlines()[-1]
-    assert last.startswith("tokens: "), out.getvalue()
-    return [int(t) for t in last.split()[1:]]
-
-
-@pytest.fixture(scope="module")
-def tiny_spec_plan(tmp_path_factory, tiny_trained_bf16):
-    return _tiny_spec_plan(tmp_path_factory.mktemp("serve_spec_tiny"), tiny_trained_bf16)
 
 
 def test_openai_client_with_mtp_spec_on_the_tiny_model(tiny_spec_plan, tiny_served_plan):
@@ -244,7 +204,7 @@ def test_openai_client_with_mtp_spec_on_the_tiny_model(tiny_spec_plan, tiny_serv
     # compares ninfer-run's --spec mtp with --spec none): each engine load warms every extent, seconds each here
     plain = engine.generate(engine.frontend.encode_chat(MSGS), max_new_tokens=n, greedy=True, ignore_eos=True,
                             spec="none").tokens
-    assert _ninfer_run(plan, art, "--chat", "--prompt", "x = 1", "--max-new-tokens", str(n), "--spec", "mtp",
+    assert ninfer_run(plan, art, "--chat", "--prompt", "x = 1", "--max-new-tokens", str(n), "--spec", "mtp",
                        "--ignore-eos") == plain
     adapter = EngineAdapter(engine)
     assert adapter.spec_mode == "mtp" and adapter.draft_tokens == SPEC_K

@@ -20,13 +20,11 @@ the fake engine in test_serve_fake.py.
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import httpx
@@ -34,23 +32,11 @@ import openai
 
 from ninfer_runtime.serve.engine_adapter import EngineAdapter, open_engine
 
-from .support import health, metric, running, wait_until
+from .support import health, metric, ninfer_run, running, wait_until
 
 KEY = "test-key"
 MSGS = [{"role": "user", "content": "x = 1"}]  # 14 chat tokens: one prefill chunk
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _ninfer_run(plan, art, *args) -> list[int]:
-    from ninfer_runtime.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        rc = main([str(plan), "--artifact", str(art), "--quiet", *args])
-    assert rc == 0, err.getvalue()
-    last = out.getvalue().strip().splitlines()[-1]
-    assert last.startswith("tokens: "), out.getvalue()
-    return [int(t) for t in last.split()[1:]]
 
 
 def _text(engine, ids) -> str:
@@ -60,7 +46,7 @@ def _text(engine, ids) -> str:
 
 def test_openai_client_against_the_tiny_model(tiny_served_plan):
     art, plan = tiny_served_plan
-    want_chat = _ninfer_run(plan, art, "--prompt", MSGS[0]["content"], "--chat", "--max-new-tokens", "2")
+    want_chat = ninfer_run(plan, art, "--prompt", MSGS[0]["content"], "--chat", "--max-new-tokens", "2")
     engine = open_engine(str(plan), str(art))
     chat_ids = engine.frontend.encode_chat(MSGS)
     assert len(chat_ids) <= 14
@@ -219,7 +205,7 @@ def test_adapter_padding_borrows_a_busy_slot_and_puts_its_state_back(tiny_served
         a.prefill(2, [1, 446, 774], 0)
         before = {n: engine.state(n)[2].clone() for n in names}
         snap = a.snapshot(2, 3, None)
-        a.decode([(5, 0, 0), (5, 0, 1)], busy={2}, samplers=[a.sampler(temperature=0, top_p=1, top_k=0, seed=0)] * 2)
+        a.step([(5, 0, 0), (5, 0, 1)], busy={2}, params=[a.sampler(temperature=0, top_p=1, top_k=0, seed=0)] * 2)
         for n in names:
             assert torch.equal(engine.state(n)[2], before[n]), n
         assert any(not torch.equal(engine.state(n)[0], torch.zeros_like(engine.state(n)[0])) for n in names)

@@ -40,14 +40,12 @@ def test_bad_options_are_one_line_errors(capsys):
 def test_parse_families_expands_groups():
     # a group expands to its families in table order (the TuneSpecs' `order`)
     assert parse_families("linear,gdn,attention") == ("linear", "conv1d", "gdn_gating", "gated_delta_rule",
-                                                     "gdn_gating_proj", "state_select", "gdn_decode_fused",
-                                                     "attention")
+                                                     "gdn_gating_proj", "state_select", "attention")
     assert parse_families("norms,rope,kv_cache") == ("rmsnorm", "head_rmsnorm", "gated_rmsnorm", "qk_norm_rope",
                                                     "kv_append")
     assert set(parse_families("all")) == set(parse_families(None)) == {
         "linear", "attention", "gated_delta_rule", "gdn_gating", "gdn_gating_proj", "conv1d", "rmsnorm",
-        "gated_rmsnorm", "head_rmsnorm", "qk_norm_rope", "kv_append", "state_select", "spec_accept", "sampling",
-        "gdn_decode_fused"}
+        "gated_rmsnorm", "head_rmsnorm", "qk_norm_rope", "kv_append", "state_select", "spec_accept", "sampling"}
     with pytest.raises(NinferError):
         parse_families("embedding")
 

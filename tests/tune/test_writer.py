@@ -62,7 +62,7 @@ def test_invalid_table_leaves_the_output_untouched(tmp_path):
 
 def test_written_table_keeps_the_base_fuse_off(tmp_path):
     """A re-tuned table carries the base's `fuse_off:` (rule -> measured reason) unchanged."""
-    off = {"rmsnorm_prologue": "H200: 93.1 vs 131.0 tok/s (bench/results/x.md)", "gdn_decode_fused": "slower: 1422 µs"}
+    off = {"qk_norm_rope": "H200: 93.1 vs 131.0 tok/s (bench/results/x.md)", "conv_input_parts": "slower: 1422 µs"}
     t = write_table(tmp_path / "sm90.yaml", render_table(90, PROV, [_linear_group()], fuse_off=off))
     assert {rule: why for rule, (why, _) in t.fuse_off.items()} == off
     kept, _ = carry_groups({"sm": 90, "fuse_off": off, "linear": []}, [_linear_group()])

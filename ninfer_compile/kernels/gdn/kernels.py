@@ -53,11 +53,9 @@ def gdn_gating_kernel(a_ptr, b_ptr, alog_ptr, dtb_ptr, g_ptr, beta_ptr, n, Hv, s
 
 @triton.jit
 def gdn_gating_proj_kernel(x_ptr, wa_ptr, wb_ptr, alog_ptr, dtb_ptr, g_ptr, beta_ptr, T, Hv, K,
-                           stride_xt, stride_wa, stride_wb, nw_ptr, norm_eps,
+                           stride_xt, stride_wa, stride_wb,
                            BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
-                           NORM: tl.constexpr = False, PDL: tl.constexpr = False):
-    """NORM (the RMSNorm prologue): x is scaled by (1 + norm_weight) as it is loaded, its squares
-    summed per column in the same loop, and a / b scaled by rsqrt(mean(x^2) + eps) at the end."""
+                           PDL: tl.constexpr = False):
     pdl_enter(PDL)
     offs_h = tl.program_id(0) * BLOCK_H + tl.arange(0, BLOCK_H)
     offs_t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -66,15 +64,11 @@ def gdn_gating_proj_kernel(x_ptr, wa_ptr, wb_ptr, alog_ptr, dtb_ptr, g_ptr, beta
     ok0 = tl.arange(0, BLOCK_K)
     acc_a = tl.zeros([BLOCK_T, BLOCK_H, BLOCK_K], dtype=tl.float32)
     acc_b = tl.zeros([BLOCK_T, BLOCK_H, BLOCK_K], dtype=tl.float32)
-    ss = tl.zeros([BLOCK_T, BLOCK_K], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         ok = k0 + ok0
         km = ok < K
         x = tl.load(x_ptr + offs_t[:, None] * stride_xt + ok[None, :], mask=tm[:, None] & km[None, :],
                     other=0.0).to(tl.float32)
-        if NORM:
-            ss += x * x
-            x = x * (tl.load(nw_ptr + ok, mask=km, other=0.0).to(tl.float32) + 1.0)[None, :]
         wm = hm[:, None] & km[None, :]
         wa = tl.load(wa_ptr + offs_h[:, None] * stride_wa + ok[None, :], mask=wm, other=0.0).to(tl.float32)
         wb = tl.load(wb_ptr + offs_h[:, None] * stride_wb + ok[None, :], mask=wm, other=0.0).to(tl.float32)
@@ -82,10 +76,6 @@ def gdn_gating_proj_kernel(x_ptr, wa_ptr, wb_ptr, alog_ptr, dtb_ptr, g_ptr, beta
         acc_b += x[:, None, :] * wb[None, :, :]
     a = tl.sum(acc_a, axis=2)  # [BLOCK_T, BLOCK_H]
     b = tl.sum(acc_b, axis=2)
-    if NORM:
-        rstd = tl.rsqrt(tl.sum(ss, axis=1) / K + norm_eps)  # [BLOCK_T]
-        a = a * rstd[:, None]
-        b = b * rstd[:, None]
     alog = tl.load(alog_ptr + offs_h, mask=hm, other=0.0).to(tl.float32)
     dtb = tl.load(dtb_ptr + offs_h, mask=hm, other=0.0).to(tl.float32)
     z = a + dtb[None, :]

@@ -57,14 +57,12 @@ def gdn_gating(a, b, a_log, dt_bias, g, beta) -> None:
     )
 
 
-def gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias, g, beta, norm_weight=None, norm_eps=None,
-                    BLOCK_H: int = 1, BLOCK_T: int = 1, BLOCK_K: int = 2048, num_warps: int = 8) -> None:
+def gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias, g, beta, BLOCK_H: int = 1, BLOCK_T: int = 1, BLOCK_K: int = 2048, num_warps: int = 8) -> None:
     """g, beta [T,Hv] f32 = gdn_gating(x @ a_weight^T, x @ b_weight^T, a_log, dt_bias), one launch.
 
     x: [T, K] (contiguous last axis); a_weight, b_weight: bf16 [Hv, K] (contiguous last axis);
     a_log, dt_bias: [Hv] f32; g, beta: contiguous [T, Hv] f32. a / b stay fp32 (never rounded).
     Grid (cdiv(Hv, BLOCK_H), cdiv(T, BLOCK_T)); every program reduces all of K in registers.
-    norm_weight: bf16 [K] + norm_eps (the RMSNorm prologue): x is RMS-normalised with (1 + w) first.
     """
     name = "gdn_gating_proj"
     if x.dim() != 2 or a_weight.dim() != 2:
@@ -86,22 +84,11 @@ def gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias, g, beta, norm_weight=
         raise RouteError(f"{name}: x, a_weight and b_weight must have a contiguous last axis")
     if not (a_log.is_contiguous() and dt_bias.is_contiguous()):
         raise RouteError(f"{name}: a_log and dt_bias must be contiguous")
-    norm = norm_weight is not None
-    if norm != (norm_eps is not None):
-        raise RouteError(f"{name}: norm_weight and norm_eps come together")
-    if norm and (norm_weight.dtype != torch.bfloat16 or tuple(norm_weight.shape) != (K,)
-                 or not norm_weight.is_contiguous()):
-        raise RouteError(f"{name}: norm_weight must be contiguous bf16 [{K}], got {norm_weight.dtype} "
-                         f"{list(norm_weight.shape)}")
-    if norm and (isinstance(norm_eps, bool) or not isinstance(norm_eps, (int, float))
-                 or not 0 <= float(norm_eps) < float("inf")):
-        raise RouteError(f"{name}: norm_eps must be a finite number >= 0, got {norm_eps!r}")
     grid = (triton.cdiv(Hv, BLOCK_H), triton.cdiv(T, BLOCK_T))
     gdn_gating_proj_kernel[grid](
         x, a_weight, b_weight, a_log, dt_bias, g, beta, T, Hv, K,
         x.stride(0), a_weight.stride(0), b_weight.stride(0),
-        norm_weight if norm else x, float(norm_eps) if norm else 0.0,
-        BLOCK_T=BLOCK_T, BLOCK_H=BLOCK_H, BLOCK_K=BLOCK_K, NORM=norm, num_warps=num_warps,
+        BLOCK_T=BLOCK_T, BLOCK_H=BLOCK_H, BLOCK_K=BLOCK_K, num_warps=num_warps,
         **pdl_launch(gdn_gating_proj_kernel),
     )
 

@@ -33,18 +33,16 @@ def gdn_gating(a, b, a_log, dt_bias):
     return g, torch.sigmoid(b.float())
 
 
-def gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias, norm_weight=None, norm_eps=None):
+def gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias):
     """Fused a/b projections + gating (the oracle of route gdn_gating_proj_rows).
 
     x: [T, K]; a_weight, b_weight: [Hv, K] (bf16, or float32 when the executor hands dequantized
     weights); a_log, dt_bias: [Hv] f32 -> (g [T, Hv] f32, beta [T, Hv] f32) with
     a = x @ a_weight^T, b = x @ b_weight^T (fp32, no rounding of a / b) and gdn_gating(a, b, ...).
-    norm_weight [K] + norm_eps (the RMSNorm prologue): x is RMS-normalised with (1 + w) first.
     """
-    from ..linear.reference import linear, norm_prologue
+    from ..linear.reference import linear
 
-    xn = norm_prologue(x, norm_weight, norm_eps)
-    return gdn_gating(linear(xn, a_weight), linear(xn, b_weight), a_log, dt_bias)
+    return gdn_gating(linear(x, a_weight), linear(x, b_weight), a_log, dt_bias)
 
 
 def _l2(x, eps=1e-6):
@@ -89,28 +87,3 @@ def gated_delta_rule(q, k, v, g, beta, state, positions, slots, scale=None, l2_e
             cols[t // W, t % W] = S
     return (o, S_all) if not W else (o, S_all, cols)
 
-
-def gdn_decode_fused(x, conv_weight, conv_state, g, beta, state, positions, slots, z, norm_weight,
-                     key_heads, scale=None, l2_eps=1e-6, eps=1e-6, activation="silu"):
-    """One GDN decode step after the projections (the oracle of route gdn_decode_fused_keyhead):
-    the composition of the unfused references conv1d -> split -> gated_delta_rule -> gated_rmsnorm.
-
-    x: [T, C] conv input, channels [q (Hk*Dk) | k (Hk*Dk) | v (Hv*Dv)] (Hk = key_heads);
-    conv_weight: [K, C]; conv_state: [slots, K-1, C]; g, beta: [T, Hv] f32;
-    state: [slots, Hv, Dk, Dv] f32; positions, slots: [T] int; z: [T, Hv, Dv] gate;
-    norm_weight: [Dv]. Returns (out [T, Hv*Dv] f32, new conv_state [slots, K-1, C] f32,
-    new state [slots, Hv, Dk, Dv] f32) -- the fused family's outputs in its spec order.
-    """
-    from ..conv1d.reference import conv1d
-    from ..norms.reference import gated_rmsnorm
-
-    T = x.shape[0]
-    _, Hv, Dk, Dv = state.shape
-    qw = int(key_heads) * Dk
-    conv, conv_state_new = conv1d(x, conv_weight, conv_state, positions, slots, activation=activation)
-    q, k, v = torch.split(conv, [qw, qw, Hv * Dv], dim=1)  # [T, Hk*Dk] x2, [T, Hv*Dv]
-    o, state_new = gated_delta_rule(q.reshape(T, int(key_heads), Dk), k.reshape(T, int(key_heads), Dk),
-                                    v.reshape(T, Hv, Dv), g, beta, state, positions, slots,
-                                    scale=scale, l2_eps=l2_eps)
-    out = gated_rmsnorm(o, z.reshape(T, Hv, Dv), norm_weight, eps)  # [T, Hv*Dv]
-    return out, conv_state_new, state_new

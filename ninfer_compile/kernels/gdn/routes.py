@@ -1,5 +1,4 @@
-"""Route registrations of the Gated DeltaNet family (gdn_gating, gdn_gating_proj, gated_delta_rule,
-gdn_decode_fused)."""
+"""Route registrations of the Gated DeltaNet family (gdn_gating, gdn_gating_proj, gated_delta_rule)."""
 
 from ninfer_compile.kernels.registry import ParamSpec, Route, RouteDomain, register
 
@@ -13,8 +12,7 @@ register(Route(
 ))
 register(Route(
     name="gdn_gating_proj_rows", family="gdn_gating_proj",
-    domain=RouteDomain(formats=("BF16",), max_t=128, extra={"phase": ("decode", "verify")},
-                       prologues=("none", "rmsnorm")),
+    domain=RouteDomain(formats=("BF16",), max_t=128, extra={"phase": ("decode", "verify")}),
     params={
         "BLOCK_H": ParamSpec("BLOCK_H", (1, 2, 4, 8), 1, "value heads (rows of Wa and Wb) per program"),
         "BLOCK_T": ParamSpec("BLOCK_T", (1, 2, 4, 8), 1, "token columns per program (weight reuse)"),
@@ -66,7 +64,7 @@ register(Route(
         "float32 workspace chunked_workspace_numel(T, Hv, Dk, Dv)",
 ))
 register(Route(
-    name="gdn_chunked_prefill_fast", family="gated_delta_rule",
+    name="gdn_chunked_wy_prefill", family="gated_delta_rule",
     domain=RouteDomain(extra={"phase": ("prefill",)}),
     params={
         "chunk": ParamSpec("chunk", (64,), 64, "chunk length (four 16-row blocks)"),
@@ -74,33 +72,19 @@ register(Route(
         "num_warps": ParamSpec("num_warps", (4, 8), 4, "warps of the state and output kernels"),
         "num_stages": ParamSpec("num_stages", (1, 2, 3), 2, "software pipelining of the state / output loads"),
     },
-    reference=f"{_M}.reference:gated_delta_rule", launcher=f"{_M}.launch_fast:gated_delta_rule_chunked_fast",
-    workspace=f"{_M}.routes:chunked_fast_workspace",
-    kernels=(f"{_M}.kernels_fast:gdn_fast_prep_kernel", f"{_M}.kernels_fast:gdn_fast_state_kernel",
-             f"{_M}.kernels_fast:gdn_fast_out_kernel"),
+    reference=f"{_M}.reference:gated_delta_rule", launcher=f"{_M}.launch_chunked_wy:gated_delta_rule_chunked_wy",
+    workspace=f"{_M}.routes:chunked_wy_workspace",
+    kernels=(f"{_M}.kernels_chunked_wy:gdn_wy_prep_kernel", f"{_M}.kernels_chunked_wy:gdn_wy_state_kernel",
+             f"{_M}.kernels_chunked_wy:gdn_wy_out_kernel"),
     doc="one sequence per launch, any T; chunk 64 WY/UT prep (blocked 16x16 inverse, chunk-parallel) + "
         "bf16 tensor-core state passing (heads x Dv blocks) storing per-chunk states + chunk-parallel output; "
-        "float32 workspace launch_fast.chunked_workspace_numel(T, Hv, Dk, Dv)",
+        "float32 workspace launch_chunked_wy.chunked_workspace_numel(T, Hv, Dk, Dv)",
 ))
 
-register(Route(
-    name="gdn_decode_fused_keyhead", family="gdn_decode_fused",
-    domain=RouteDomain(max_t=64, extra={"phase": ("decode",)}),
-    params={"num_warps": ParamSpec("num_warps", (2, 4, 8, 16), 16,
-                                   "warps per (column, key head) program ([Dk, Dv] f32 state block in registers)"),
-            "PREFETCH": ParamSpec("PREFETCH", (True, False), True,
-                                  "load the next value head's state block while the current one computes")},
-    reference=f"{_M}.reference:gdn_decode_fused", launcher=f"{_M}.launch_fused:gdn_decode_fused",
-    kernels=(f"{_M}.kernels_fused:gdn_fused_decode_kernel",),
-    doc="decode (every column its own slot, T <= 64): conv1d + SiLU of q / k / v (state roll), the gated delta "
-        "rule step and the gated RMSNorm in one launch; grid (T, Hk), each program owns a key head and its "
-        "Hv/Hk value heads (every conv channel single-owner). Replaces conv1d_decode + gdn_recurrent_decode + "
-        "gated_rmsnorm_rows",
-))
 
 
 # ------------------------------------------------------------------ workspace sizing (pure arithmetic)
-FAST_CHUNK = 64  # gdn_chunked_prefill_fast's chunk (launch_fast.CHUNK)
+WY_CHUNK = 64  # gdn_chunked_wy_prefill's chunk (launch_chunked_wy.CHUNK)
 
 
 def chunked_workspace_numel(T: int, Hv: int, Dk: int, Dv: int) -> int:
@@ -108,16 +92,16 @@ def chunked_workspace_numel(T: int, Hv: int, Dk: int, Dv: int) -> int:
     return int(T) * int(Hv) * (int(Dk) + int(Dv) + 1)
 
 
-def fast_sections(T: int, Hv: int, Dk: int, Dv: int) -> tuple[int, int, int, int]:
-    """float32-element sizes of gdn_chunked_prefill_fast's workspace sections: gc, rk f32 [Hv, T],
+def wy_sections(T: int, Hv: int, Dk: int, Dv: int) -> tuple[int, int, int, int]:
+    """float32-element sizes of gdn_chunked_wy_prefill's workspace sections: gc, rk f32 [Hv, T],
     W bf16 [Hv, T, Dk], U bf16 [Hv, T, Dv], H bf16 [Hv, NT, Dk, Dv] (bf16 pairs rounded up)."""
-    nt = -(-int(T) // FAST_CHUNK)
+    nt = -(-int(T) // WY_CHUNK)
     half = lambda n: (n + 1) // 2  # noqa: E731
     return 2 * T * Hv, half(Hv * T * Dk), half(Hv * T * Dv), half(Hv * nt * Dk * Dv)
 
 
-def fast_workspace_numel(T: int, Hv: int, Dk: int, Dv: int) -> int:
-    return sum(fast_sections(T, Hv, Dk, Dv))
+def wy_workspace_numel(T: int, Hv: int, Dk: int, Dv: int) -> int:
+    return sum(wy_sections(T, Hv, Dk, Dv))
 
 
 def _dims(view) -> tuple[int, int, int, int]:
@@ -131,6 +115,6 @@ def chunked_workspace(view, params) -> int:
     return chunked_workspace_numel(*_dims(view))
 
 
-def chunked_fast_workspace(view, params) -> int:
-    """Route workspace hook of gdn_chunked_prefill_fast (`Route.workspace`)."""
-    return fast_workspace_numel(*_dims(view))
+def chunked_wy_workspace(view, params) -> int:
+    """Route workspace hook of gdn_chunked_wy_prefill (`Route.workspace`)."""
+    return wy_workspace_numel(*_dims(view))

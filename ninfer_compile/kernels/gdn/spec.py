@@ -1,9 +1,8 @@
-"""Family specs of the Gated DeltaNet core: gdn_gating, gdn_gating_proj, gated_delta_rule,
-gdn_decode_fused (no torch / triton imports)."""
+"""Family specs of the Gated DeltaNet core: gdn_gating, gdn_gating_proj, gated_delta_rule (no torch /
+triton imports)."""
 
 from ..family import Attr, FamilySpec, OpView, Operand
 from ..kv_cache.spec import POSITIONS, SLOTS
-from ..linear.spec import NORM_EPS, NORM_WEIGHT, check_prologue, prologue_match
 from ..spec_util import VALUE, Bad, checker, eq
 
 _REF = "ninfer_compile.kernels.gdn.reference"
@@ -37,7 +36,6 @@ def _check_gating_proj(v: OpView) -> None:
     eq("dt_bias", v.shape("dt_bias"), (wa[0],))
     eq("g", v.shape("g", out=True), (x[0], wa[0]))
     eq("beta", v.shape("beta", out=True), (x[0], wa[0]))
-    check_prologue(v, "x")
 
 
 @checker
@@ -76,58 +74,15 @@ def check_window(v: OpView, columns: str, T: int, per_slot: tuple) -> None:
     eq(columns, v.shape(columns, out=True), (T // w, w - 1, *per_slot))
 
 
-@checker
-def _check_fused(v: OpView) -> None:
-    T, C = _conv_x_shape(v)
-    st, z = v.shape("state"), v.shape("z")
-    if len(st) != 4:
-        raise Bad(f"state {list(st)} must be [slots, Hv, Dk, Dv]")
-    _, hv, dk, dv = st
-    hk = v.attr("key_heads")
-    if hk < 1 or hv % hk or C != 2 * hk * dk + hv * dv:
-        raise Bad(f"conv input width {C} must be 2 * key_heads ({hk}) * Dk ({dk}) + Hv ({hv}) * Dv ({dv}), "
-                  f"Hv a multiple of key_heads")
-    w, cs = v.shape("conv_weight"), v.shape("conv_state")
-    if len(w) != 2 or w[1] != C or w[0] < 2:
-        raise Bad(f"conv_weight {list(w)} must be [kernel >= 2, {C}]")
-    if len(cs) != 3 or tuple(cs[1:]) != (w[0] - 1, C):
-        raise Bad(f"conv_state {list(cs)} must be [slots, {w[0] - 1}, {C}]")
-    eq("z", z, (T, hv, dv))
-    eq("g", v.shape("g"), (T, hv))
-    eq("beta", v.shape("beta"), (T, hv))
-    eq("norm_weight", v.shape("norm_weight"), (dv,))
-    eq("out", v.shape("out", out=True), (T, hv * dv))
-    eq("conv_state (updated)", v.shape("conv_state", out=True), cs)
-    eq("state (updated)", v.shape("state", out=True), st)
-    if v.attr("activation", "silu") not in ("silu", "none"):
-        raise Bad(f"activation {v.attr('activation')!r} is not silu or none")
-    if (v.attr("parts_of") is not None) != (not v.has("x")):
-        raise Bad("attribute parts_of must name x exactly when x arrives as ranges x0, x1, ..")
-
-
-def _conv_x_shape(v: OpView) -> tuple[int, int]:
-    if v.has("x"):
-        return tuple(v.shape("x"))
-    parts = [v.shape(n) for n in v.parts("x")]
-    if not parts or any(len(p) != 2 or p[0] != parts[0][0] for p in parts):
-        raise Bad(f"input parts {[list(p) for p in parts]} must be [T, C_i] with one T")
-    return (parts[0][0], sum(p[1] for p in parts))
-
-
-def _match_fused(v: OpView) -> dict:
-    _, hv, dk, dv = v.shape("state")
-    return {"format": v.format("conv_weight"), "n": int(hv * dv), "k": int(dk), "phase": v.phase}
-
-
 def _match_gating(v: OpView) -> dict:
     return {"format": "FP32", "n": int(v.shape("a")[1])}
 
 
 def gating_proj_match(v: OpView) -> dict:
     """The a/b weights' format and [Hv, K], and the extent's phase (the fuse rule gdn_gating_proj
-    asks the same match before it fuses); `prologue: rmsnorm` with the folded norm (linear's)."""
+    asks the same match before it fuses)."""
     n, k = v.shape("a_weight")
-    return {"format": v.format("a_weight"), "n": int(n), "k": int(k), "phase": v.phase, **prologue_match(v)}
+    return {"format": v.format("a_weight"), "n": int(n), "k": int(k), "phase": v.phase}
 
 
 def _match_rule(v: OpView) -> dict:
@@ -157,13 +112,12 @@ SPECS = (
             Operand("x", roles=VALUE, rank=2, doc="[T, K] the layer's normed input"),
             Operand("a_weight", roles=("weight",), rank=2, doc="[Hv, K]"),
             Operand("b_weight", roles=("weight",), rank=2, doc="[Hv, K]"),
-            *_GATE_PARAMS, NORM_WEIGHT, *_GATES_OUT,
+            *_GATE_PARAMS, *_GATES_OUT,
         ),
-        attrs=(NORM_EPS, _MERGED),
+        attrs=(_MERGED,),
         t_operand="x", match=gating_proj_match, check=_check_gating_proj, reference=f"{_REF}:gdn_gating_proj",
-        match_keys=("phase", "prologue"), layer_kind="gdn",
-        doc="the a / b projections and gdn_gating in one launch (fuse rule gdn_gating_proj); prologue "
-            "rmsnorm: x normalised first (the linear family's norm_weight / norm_eps, fuse rule rmsnorm_prologue)",
+        match_keys=("phase",), layer_kind="gdn",
+        doc="the a / b projections and gdn_gating in one launch (fuse rule gdn_gating_proj)",
     ),
     FamilySpec(
         name="gated_delta_rule",
@@ -190,36 +144,5 @@ SPECS = (
         match_keys=("phase",),
         layer_kind="gdn",
         doc="the gated delta rule recurrence per token and value head",
-    ),
-    FamilySpec(
-        name="gdn_decode_fused",
-        operands=(
-            Operand("x", roles=VALUE, rank=2, parts=3,
-                    doc="[T, C] conv input [q | k | v] channels, or its ranges x0, x1, x2 (the projections' columns)"),
-            Operand("conv_weight", roles=("weight",), rank=2, doc="[K, C] tap-major"),
-            Operand("conv_state", io="inout", roles=("state",), rank=3, doc="[slots, K-1, C] last K-1 inputs"),
-            Operand("g", roles=VALUE, rank=2, doc="[T, Hv] f32"),
-            Operand("beta", roles=VALUE, rank=2, doc="[T, Hv] f32"),
-            Operand("state", io="inout", roles=("state",), dtypes=("f32",), rank=4,
-                    doc="[slots, Hv, Dk, Dv] f32 recurrent state"),
-            POSITIONS, SLOTS,
-            Operand("z", roles=VALUE, rank=3, doc="[T, Hv, Dv] output gate"),
-            Operand("norm_weight", roles=("weight",), rank=1, doc="[Dv] gated-norm weight (plain w)"),
-            Operand("out", io="out", roles=VALUE, rank=2, doc="[T, Hv * Dv] the gated norm's output"),
-        ),
-        attrs=(
-            Attr("key_heads", (int,), doc="Hk: the conv input is [q (Hk*Dk) | k (Hk*Dk) | v (Hv*Dv)]"),
-            Attr("scale", (float, int), doc="output scale (1/sqrt(Dk))"),
-            Attr("l2_eps", (float, int), 1e-6, doc="eps of the q / k L2 normalisation"),
-            Attr("eps", (float, int), doc="eps of the gated RMSNorm"),
-            Attr("activation", (str,), "silu", doc="activation after the conv: silu | none"),
-            Attr("parts_of", (str, type(None)), None, to_launcher=False,
-                 doc="the operand given as column ranges; the executor joins them"),
-            _MERGED,
-        ),
-        t_operand="g", match=_match_fused, check=_check_fused, reference=f"{_REF}:gdn_decode_fused",
-        match_keys=("phase",), layer_kind="gdn",
-        doc="decode step of a GDN layer after its projections: causal conv + SiLU of q / k / v, the gated "
-            "delta rule step and the gated RMSNorm in one launch (fuse rule gdn_decode_fused)",
     ),
 )

@@ -1,5 +1,5 @@
 """The Gated DeltaNet families' tuner share (`kernels/tuning.py`): bench builders of
-gated_delta_rule, gdn_gating, gdn_gating_proj and gdn_decode_fused, and their param candidates. (conv1d, in the same
+gated_delta_rule, gdn_gating and gdn_gating_proj, and their param candidates. (conv1d, in the same
 `--families gdn` group, lives in kernels/conv1d/tune.py.) No torch / triton at module level (the
 builders import them)."""
 
@@ -11,7 +11,7 @@ from ninfer_compile.kernels.tuning import TuneSpec
 def gated_delta_rule_candidates(route, t: int, quick: bool) -> list[dict]:
     if "decode" in route.name or "verify" in route.name:
         return [{}, {"block_v": 64}, {"block_v": 16}, {"block_v": 64, "num_warps": 8}, {"num_warps": 2}]
-    if route.name.endswith("_fast"):  # block_v 64 only: the block_v=32 configs are refused (launch_fast.KNOWN_FAULTS)
+    if route.name == "gdn_chunked_wy_prefill":  # block_v 64 only: the block_v=32 configs are refused (launch_chunked_wy.KNOWN_FAULTS)
         return [{}, {"num_stages": 3}, {"num_stages": 1}, {"num_warps": 8}, {"num_warps": 8, "num_stages": 3}]
     return [{}, {"block_v": 64}, {"block_v": 16}, {"chunk": 32}]
 
@@ -148,81 +148,20 @@ def build_gdn_gating_proj(case, t: int, ctx: int | None, copies: int | None, see
     n = copies or M.n_copies(cold)
     ws = [(M.randn((hv, k), gen, 0.02), M.randn((hv, k), gen, 0.02)) for _ in range(n)]
     a_log, dt_bias, g, beta = _gating_operands(t, hv, gen)
-    # an op carrying the folded RMSNorm (match prologue: rmsnorm) is measured with it
-    norm = {"norm_weight": M.randn((k,), gen, 0.3), "norm_eps": 1e-6} if case.match.get("prologue") == "rmsnorm" else {}
 
     def make(route, params, i):
         fn = route.load_launcher()
         wa, wb = ws[i % n]
-        args = dict(x=x, a_weight=wa, b_weight=wb, a_log=a_log, dt_bias=dt_bias, g=g, beta=beta, **norm)
+        args = dict(x=x, a_weight=wa, b_weight=wb, a_log=a_log, dt_bias=dt_bias, g=g, beta=beta)
         return lambda: M.call_launcher(fn, args, params)
 
     def check(route, params):
         make(route, params, 0)()
         M.sync()
-        rg, rb = M.ref_call(route, x, ws[0][0], ws[0][1], a_log, dt_bias, **norm)
+        rg, rb = M.ref_call(route, x, ws[0][0], ws[0][1], a_log, dt_bias)
         return max(M.rel_rms(g, rg), M.rel_rms(beta, rb))
 
     return M.Bench(case, t, ctx, cold, n, make, check)
-
-
-def gdn_decode_fused_candidates(route, t: int, quick: bool) -> list[dict]:
-    # ptxas (sm_90a) at Dk = Dv = 128: 16 warps 128 regs + 392 B (560 B with PREFETCH) spills per thread,
-    # 8 warps 255 regs + 988 B (4.3 KB with PREFETCH)
-    return [{}, {"PREFETCH": False}, {"num_warps": 8, "PREFETCH": False}, {"num_warps": 8},
-            {"num_warps": 4, "PREFETCH": False}]
-
-
-def build_gdn_decode_fused(case, t: int, ctx: int | None, copies: int | None, seed: int = 0):
-    """One GDN decode step after the projections (conv + delta rule + gated norm): the cold operands
-    are the f32 recurrent state and the bf16 conv state (both read + written) and the conv weight;
-    q / k / v arrive as column views of the two projection outputs, z as a view of value_z (as in a plan)."""
-    import torch
-
-    from ninfer_compile.tune import measure as M
-
-    sh, at = case.shapes, case.attrs
-    _, hv, dk, dv = sh["state"]
-    kk, c = sh["conv_weight"]
-    hk = int(at.get("key_heads") or (c - hv * dv) // (2 * dk))
-    gen = M.generator(seed)
-    n_slots, positions, slots = M.columns(t, True, 100, 5)
-    qk = M.randn((t, 2 * hk * dk), gen)  # [T, 2*Hk*Dk] the query_key projection's output
-    vz = M.randn((t, 2 * hv * dv), gen)  # [T, 2*Hv*Dv] value_z's
-    parts = dict(x0=qk[:, : hk * dk], x1=qk[:, hk * dk:], x2=vz[:, : hv * dv])
-    z = vz[:, hv * dv:].reshape(t, hv, dv)  # [T, Hv, Dv] strided view
-    x = torch.cat([qk, vz[:, : hv * dv]], 1)  # [T, C] for the reference only
-    conv_w = M.randn((kk, c), gen, 0.5)
-    norm_w = M.randn((dv,), gen, 0.2) + 1
-    g = (-torch.rand(t, hv, device=M.dev(), generator=gen) * 0.5).contiguous()
-    beta = torch.rand(t, hv, device=M.dev(), generator=gen).contiguous()
-    cs0 = M.randn((n_slots, kk - 1, c), gen)
-    st0 = 0.1 * torch.randn(n_slots, hv, dk, dv, device=M.dev(), generator=gen)
-    per = st0.numel() * 4 * 2 + cs0.numel() * 2 * 2 + conv_w.numel() * 2
-    nc = M.n_copies(per // 2) if copies is None else copies
-    states = [(st0.clone(), cs0.clone()) for _ in range(nc)]
-    out = torch.empty(t, hv * dv, dtype=torch.bfloat16, device=M.dev())
-    scal = dict(key_heads=hk, scale=float(at.get("scale") or dk ** -0.5), l2_eps=float(at.get("l2_eps", 1e-6)),
-                eps=float(at.get("eps", 1e-6)), activation=str(at.get("activation", "silu")))
-
-    def make(route, params, i):
-        fn = route.load_launcher()
-        st, cs = states[i]
-        a = dict(**parts, conv_weight=conv_w, conv_state=cs, g=g, beta=beta, state=st, positions=positions,
-                 slots=slots, z=z, norm_weight=norm_w, out=out, **scal)
-        return lambda: M.call_launcher(fn, a, params)
-
-    def check(route, params):
-        states[0][0].copy_(st0)
-        states[0][1].copy_(cs0)
-        make(route, params, 0)()
-        M.sync()
-        ref_out = M.ref_call(route, x, conv_w, cs0, g, beta, st0, positions, slots, z, norm_w, **scal)[0]
-        states[0][0].copy_(st0)
-        states[0][1].copy_(cs0)
-        return M.rel_rms(out, ref_out)
-
-    return M.Bench(case, t, ctx, per, nc, make, check, [[s for s, _ in states], [c_ for _, c_ in states]])
 
 
 _M = "ninfer_compile.kernels.gdn.tune"
@@ -237,8 +176,4 @@ TUNE = (
     TuneSpec(family="gdn_gating_proj", order=140, group="gdn", builder=f"{_M}:build_gdn_gating_proj",
              candidates=gdn_gating_proj_candidates,
              doc="cold operand: the bf16 [Hv, K] a/b weight pair"),
-    TuneSpec(family="gdn_decode_fused", order=150, group="gdn", builder=f"{_M}:build_gdn_decode_fused",
-             candidates=gdn_decode_fused_candidates, tol=4e-2,
-             doc="cold operands: the f32 recurrent state and the bf16 conv state (read + written) and the conv "
-                 "weight; decode only (every column its own slot)"),
 )

@@ -49,11 +49,6 @@ def cache_format(name: str, k_cache, v_cache, k_scale, v_scale, Hkv: int, D: int
     return fmt
 
 
-def check_cache(name: str, k_cache, v_cache, k_scale, v_scale, Hkv: int, D: int) -> bool:
-    """Validate a cache pair; True when it is quantized (any format but bf16)."""
-    return cache_format(name, k_cache, v_cache, k_scale, v_scale, Hkv, D).name != "bf16"
-
-
 def codec_args(fmt: F.KvFormat, D: int, bd: int) -> dict:
     """Runtime scalars + constexprs of the format's codecs for the kernels (scales per row, the
     rotation's 1/sqrt(n), kinds, groups, Q / K rotation block)."""

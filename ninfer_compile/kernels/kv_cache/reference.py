@@ -223,11 +223,6 @@ def kv_append(k, v, positions, slots, k_cache, v_cache, k_scale=None, v_scale=No
     return kc, vc, ks, vs
 
 
-def cache_as_float(cache: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
-    """[slots, ctx, Hkv, D] cache (bf16, or int8 + scales) -> float32 values."""
-    return cache.float() if scale is None else dequantize_g64(cache, scale)
-
-
 def kv_as_float(k_cache, v_cache, k_scale, v_scale, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Caches of any format -> (K, V) float32 [slots, ctx, Hkv, D] in the original basis."""
     fmt = format_of(k_cache, v_cache, k_scale, v_scale, head_dim)

@@ -9,8 +9,6 @@ activation x[t, LPW*w + j] (a strided [KW] vector, L1-resident), summed over the
 scaled once per word by its group scale. The KW axis is reduced once after the loop.
 BLOCK_T = next_pow2(T) is a compile-time constant and columns >= T are masked: the kernel
 computes exactly T columns (never one column's work for T).
-NORM (prologue rmsnorm, prologue.py): x is scaled by (1 + norm_weight) where it is loaded, and the
-accumulators by each column's rstd after the K loop.
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ import triton.language as tl
 
 from .dequant import XOR_Q4, XOR_W8, magic_f32
 from .epilogue import store_epilogue, store_partial
-from .prologue import norm_gain, row_rstd, scale_pair
 from .ptx import LD_X, q4_word_asm_source, q4_word_constraints
 from ..pdl import pdl_enter
 
@@ -40,52 +37,41 @@ X_LD_ASM = tl.constexpr(LD_X)
 
 
 @triton.jit
-def _xpairs(x_ptr, nw_ptr, t, sx, wc, T, shape, NORM: tl.constexpr = False):
+def _xpairs(x_ptr, t, sx, wc, T, shape):
     """Column t's 4 natural bf16 pairs of every word as int32, broadcast to [BN, KW]. Columns >= T
     read column 0 and words past K read the last word (finite values; their products are
-    discarded: such columns are never stored, such words have code 0). NORM: each pair times the
-    matching (1 + norm_weight) pair."""
+    discarded: such columns are never stored, such words have code 0)."""
     tt = tl.where(t < T, t, 0)
     a = (x_ptr + tt * sx + wc * 8).to(tl.int64, bitcast=True)
     p0, p1, p2, p3 = tl.inline_asm_elementwise(X_LD_ASM, "=r,=r,=r,=r,l", [a],
                                                dtype=(tl.int32, tl.int32, tl.int32, tl.int32),
                                                is_pure=True, pack=1)
-    if NORM:
-        na = (nw_ptr + wc * 8).to(tl.int64, bitcast=True)
-        n0, n1, n2, n3 = tl.inline_asm_elementwise(X_LD_ASM, "=r,=r,=r,=r,l", [na],
-                                                   dtype=(tl.int32, tl.int32, tl.int32, tl.int32),
-                                                   is_pure=True, pack=1)
-        p0 = scale_pair(p0, n0)
-        p1 = scale_pair(p1, n1)
-        p2 = scale_pair(p2, n2)
-        p3 = scale_pair(p3, n3)
     return (tl.broadcast_to(p0[None, :], shape), tl.broadcast_to(p1[None, :], shape),
             tl.broadcast_to(p2[None, :], shape), tl.broadcast_to(p3[None, :], shape))
 
 
 @triton.jit
 def _accumulate_q4_asm(acc0, acc1, acc2, acc3, x_ptr, base_ptr, scale_ptr, rows, rmask, wi, wmask,
-                       K, T, sx, base_row, scale_row, BLOCK_T: tl.constexpr, nw_ptr=None,
-                       NORM: tl.constexpr = False):
+                       K, T, sx, base_row, scale_row, BLOCK_T: tl.constexpr):
     m = rmask[:, None] & wmask[None, :]
     w = tl.load(base_ptr + rows[:, None] * base_row + wi[None, :], mask=m, other=0)
     s = tl.load(scale_ptr + rows[:, None] * scale_row + (wi // 8)[None, :], mask=m, other=0.0).to(tl.float32)
     wc = tl.minimum(wi, K // 8 - 1)
-    a0, a1, a2, a3 = _xpairs(x_ptr, nw_ptr, 0, sx, wc, T, w.shape, NORM)
+    a0, a1, a2, a3 = _xpairs(x_ptr, 0, sx, wc, T, w.shape)
     if BLOCK_T == 1:
         o0 = tl.inline_asm_elementwise(Q4_GEMV_ASM1, _C1, [w, a0, a1, a2, a3], dtype=tl.float32,
                                        is_pure=True, pack=1)
         acc0 += o0 * s
     elif BLOCK_T == 2:
-        b0, b1, b2, b3 = _xpairs(x_ptr, nw_ptr, 1, sx, wc, T, w.shape, NORM)
+        b0, b1, b2, b3 = _xpairs(x_ptr, 1, sx, wc, T, w.shape)
         o0, o1 = tl.inline_asm_elementwise(Q4_GEMV_ASM2, _C2, [w, a0, a1, a2, a3, b0, b1, b2, b3],
                                            dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
         acc0 += o0 * s
         acc1 += o1 * s
     else:
-        b0, b1, b2, b3 = _xpairs(x_ptr, nw_ptr, 1, sx, wc, T, w.shape, NORM)
-        c0, c1, c2, c3 = _xpairs(x_ptr, nw_ptr, 2, sx, wc, T, w.shape, NORM)
-        d0, d1, d2, d3 = _xpairs(x_ptr, nw_ptr, 3, sx, wc, T, w.shape, NORM)
+        b0, b1, b2, b3 = _xpairs(x_ptr, 1, sx, wc, T, w.shape)
+        c0, c1, c2, c3 = _xpairs(x_ptr, 2, sx, wc, T, w.shape)
+        d0, d1, d2, d3 = _xpairs(x_ptr, 3, sx, wc, T, w.shape)
         o0, o1, o2, o3 = tl.inline_asm_elementwise(
             Q4_GEMV_ASM4, _C4, [w, a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, d0, d1, d2, d3],
             dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
@@ -97,15 +83,12 @@ def _accumulate_q4_asm(acc0, acc1, acc2, acc3, x_ptr, base_ptr, scale_ptr, rows,
 
 
 @triton.jit
-def _col(l0, l1, l2, l3, l4, l5, l6, l7, x_ptr, t, sx, wi, K, T, LPW: tl.constexpr, nw_ptr=None,
-         NORM: tl.constexpr = False):
+def _col(l0, l1, l2, l3, l4, l5, l6, l7, x_ptr, t, sx, wi, K, T, LPW: tl.constexpr):
     """sum_j lane_j * x[t, LPW*w + j]: x is loaded once per word as a contiguous [KW, LPW] tile
-    (one vector load per word) and split into its lanes in registers (NORM: times (1 + w))."""
+    (one vector load per word) and split into its lanes in registers."""
     j = tl.arange(0, LPW)
     kk = wi[:, None] * LPW + j[None, :]
     xw = tl.load(x_ptr + t * sx + kk, mask=(kk < K) & ((kk * 0 + t) < T), other=0.0).to(tl.float32)
-    if NORM:
-        xw = xw * norm_gain(nw_ptr, kk, K)
     KW: tl.constexpr = xw.shape[0]
     if LPW == 8:
         ev, od = tl.split(tl.reshape(xw, (KW, 4, 2)))          # lanes 0,2,4,6 | 1,3,5,7
@@ -181,52 +164,44 @@ def _lanes(base_ptr, high_ptr, scale_ptr, rows, rmask, wi, wmask, base_row, high
 
 @triton.jit
 def _accumulate(acc0, acc1, acc2, acc3, x_ptr, base_ptr, high_ptr, scale_ptr, rows, rmask, wi, wmask,
-                K, T, sx, base_row, high_row, scale_row, FMT: tl.constexpr, BLOCK_T: tl.constexpr,
-                nw_ptr=None, NORM: tl.constexpr = False):
+                K, T, sx, base_row, high_row, scale_row, FMT: tl.constexpr, BLOCK_T: tl.constexpr):
     LPW: tl.constexpr = 4 if FMT == 8 else 8
     l0, l1, l2, l3, l4, l5, l6, l7, s = _lanes(base_ptr, high_ptr, scale_ptr, rows, rmask, wi, wmask,
                                                base_row, high_row, scale_row, FMT)
-    acc0 += _col(l0, l1, l2, l3, l4, l5, l6, l7, x_ptr, 0, sx, wi, K, T, LPW, nw_ptr, NORM) * s
+    acc0 += _col(l0, l1, l2, l3, l4, l5, l6, l7, x_ptr, 0, sx, wi, K, T, LPW) * s
     if BLOCK_T > 1:
-        acc1 += _col(l0, l1, l2, l3, l4, l5, l6, l7, x_ptr, 1, sx, wi, K, T, LPW, nw_ptr, NORM) * s
+        acc1 += _col(l0, l1, l2, l3, l4, l5, l6, l7, x_ptr, 1, sx, wi, K, T, LPW) * s
     if BLOCK_T > 2:
-        acc2 += _col(l0, l1, l2, l3, l4, l5, l6, l7, x_ptr, 2, sx, wi, K, T, LPW, nw_ptr, NORM) * s
-        acc3 += _col(l0, l1, l2, l3, l4, l5, l6, l7, x_ptr, 3, sx, wi, K, T, LPW, nw_ptr, NORM) * s
+        acc2 += _col(l0, l1, l2, l3, l4, l5, l6, l7, x_ptr, 2, sx, wi, K, T, LPW) * s
+        acc3 += _col(l0, l1, l2, l3, l4, l5, l6, l7, x_ptr, 3, sx, wi, K, T, LPW) * s
     return acc0, acc1, acc2, acc3
 
 
 @triton.jit
-def _xvec(row_ptr, kk, mask, gn, NORM: tl.constexpr):
-    """fp32 x[kk] of one column (NORM: times the gain gn)."""
-    v = tl.load(row_ptr + kk, mask=mask, other=0.0).to(tl.float32)
-    if NORM:
-        v = v * gn
-    return v
+def _xvec(row_ptr, kk, mask):
+    """fp32 x[kk] of one column."""
+    return tl.load(row_ptr + kk, mask=mask, other=0.0).to(tl.float32)
 
 
 @triton.jit
 def _accumulate_bf16(acc0, acc1, acc2, acc3, x_ptr, w_ptr, rows, rmask, kk, K, T, sx, w_row,
-                     BLOCK_T: tl.constexpr, nw_ptr=None, NORM: tl.constexpr = False):
+                     BLOCK_T: tl.constexpr):
     kmask = kk < K
     w = tl.load(w_ptr + rows[:, None] * w_row + kk[None, :], mask=rmask[:, None] & kmask[None, :],
                 other=0.0).to(tl.float32)
-    gn = kk
-    if NORM:  # (1 + norm_weight), shared by the columns
-        gn = norm_gain(nw_ptr, kk, K)
-    acc0 += w * _xvec(x_ptr, kk, kmask, gn, NORM)[None, :]
+    acc0 += w * _xvec(x_ptr, kk, kmask)[None, :]
     if BLOCK_T > 1:
-        acc1 += w * _xvec(x_ptr + sx, kk, kmask & ((kk * 0 + 1) < T), gn, NORM)[None, :]
+        acc1 += w * _xvec(x_ptr + sx, kk, kmask & ((kk * 0 + 1) < T))[None, :]
     if BLOCK_T > 2:
-        acc2 += w * _xvec(x_ptr + 2 * sx, kk, kmask & ((kk * 0 + 2) < T), gn, NORM)[None, :]
-        acc3 += w * _xvec(x_ptr + 3 * sx, kk, kmask & ((kk * 0 + 3) < T), gn, NORM)[None, :]
+        acc2 += w * _xvec(x_ptr + 2 * sx, kk, kmask & ((kk * 0 + 2) < T))[None, :]
+        acc3 += w * _xvec(x_ptr + 3 * sx, kk, kmask & ((kk * 0 + 3) < T))[None, :]
     return acc0, acc1, acc2, acc3
 
 
 @triton.jit
 def _finish(acc0, acc1, acc2, acc3, u0, u1, u2, u3, rows, rmask, T, N_OUT, out_ptr, res_ptr, ws_ptr,
             so, sr, pid_k, EPI: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_T: tl.constexpr,
-            INTERP: tl.constexpr, x_ptr=None, sx=0, K=1, norm_eps=0.0, NORM: tl.constexpr = False,
-            NORM_BLOCK: tl.constexpr = 1024):
+            INTERP: tl.constexpr):
     for t in tl.static_range(BLOCK_T):
         if t == 0:
             g = tl.sum(acc0, axis=1)
@@ -240,10 +215,6 @@ def _finish(acc0, acc1, acc2, acc3, u0, u1, u2, u3, rows, rmask, T, N_OUT, out_p
         else:
             g = tl.sum(acc3, axis=1)
             u = tl.sum(u3, axis=1)
-        if NORM:  # the column's rstd (prologue.py), after the K loop: x is cache-hot by now
-            r = row_rstd(x_ptr, t, sx, K, T, norm_eps, NORM_BLOCK)
-            g = g * r
-            u = u * r
         mask = rmask & ((rows * 0 + t) < T)
         if SPLIT_K == 1:
             store_epilogue(g, u, t, rows, mask, out_ptr, res_ptr, so, sr, EPI, INTERP)
@@ -254,11 +225,11 @@ def _finish(acc0, acc1, acc2, acc3, u0, u1, u2, u3, rows, rmask, T, N_OUT, out_p
 @triton.jit
 def qlinear_gemv_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, ws_ptr,
                         T, K, N_OUT, KW_TOTAL, base_row, high_row, scale_row, up_off,
-                        sx, so, sr, iters_per_split, nw_ptr, norm_eps,
+                        sx, so, sr, iters_per_split,
                         FMT: tl.constexpr, EPI: tl.constexpr, BLOCK_N: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, SPLIT_K: tl.constexpr,
                         INTERP: tl.constexpr = False, USE_ASM: tl.constexpr = False,
-                        NORM: tl.constexpr = False, NORM_BLOCK: tl.constexpr = 1024, PDL: tl.constexpr = False):
+                        PDL: tl.constexpr = False):
     pdl_enter(PDL)
     tl.static_assert(BLOCK_T <= 4)
     LPW: tl.constexpr = 4 if FMT == 8 else 8
@@ -289,28 +260,28 @@ def qlinear_gemv_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, 
         if FMT == 16:
             kk = it * BLOCK_K + tl.arange(0, BLOCK_K)
             a0, a1, a2, a3 = _accumulate_bf16(a0, a1, a2, a3, x_ptr, base_ptr, rows, rmask, kk, K, T,
-                                              sx, base_row, BLOCK_T, nw_ptr, NORM)
+                                              sx, base_row, BLOCK_T)
             if EPI == 1:
                 u0, u1, u2, u3 = _accumulate_bf16(u0, u1, u2, u3, x_ptr, base_ptr, rows + up_off, rmask,
-                                                  kk, K, T, sx, base_row, BLOCK_T, nw_ptr, NORM)
+                                                  kk, K, T, sx, base_row, BLOCK_T)
         else:
             wi = it * KW + tl.arange(0, KW)
             wmask = wi < KW_TOTAL
             if USE_ASM and FMT == 4:
                 a0, a1, a2, a3 = _accumulate_q4_asm(a0, a1, a2, a3, x_ptr, base_ptr, scale_ptr, rows,
                                                     rmask, wi, wmask, K, T, sx, base_row, scale_row,
-                                                    BLOCK_T, nw_ptr, NORM)
+                                                    BLOCK_T)
                 if EPI == 1:
                     u0, u1, u2, u3 = _accumulate_q4_asm(u0, u1, u2, u3, x_ptr, base_ptr, scale_ptr,
                                                         rows + up_off, rmask, wi, wmask, K, T, sx,
-                                                        base_row, scale_row, BLOCK_T, nw_ptr, NORM)
+                                                        base_row, scale_row, BLOCK_T)
             else:
                 a0, a1, a2, a3 = _accumulate(a0, a1, a2, a3, x_ptr, base_ptr, high_ptr, scale_ptr, rows,
                                              rmask, wi, wmask, K, T, sx, base_row, high_row, scale_row,
-                                             FMT, BLOCK_T, nw_ptr, NORM)
+                                             FMT, BLOCK_T)
                 if EPI == 1:
                     u0, u1, u2, u3 = _accumulate(u0, u1, u2, u3, x_ptr, base_ptr, high_ptr, scale_ptr,
                                                  rows + up_off, rmask, wi, wmask, K, T, sx, base_row,
-                                                 high_row, scale_row, FMT, BLOCK_T, nw_ptr, NORM)
+                                                 high_row, scale_row, FMT, BLOCK_T)
     _finish(a0, a1, a2, a3, u0, u1, u2, u3, rows, rmask, T, N_OUT, out_ptr, res_ptr, ws_ptr, so, sr,
-            pid_k, EPI, SPLIT_K, BLOCK_T, INTERP, x_ptr, sx, K, norm_eps, NORM, NORM_BLOCK)
+            pid_k, EPI, SPLIT_K, BLOCK_T, INTERP)

@@ -1,5 +1,5 @@
 """Low-register decode GEMV (T <= 4) for the row-split Q4 / Q5 / Q6 planes: routes
-`q4_gemv_lowreg`, `q5_gemv_packed`, `q6_gemv_packed` (registered in `routes.py`; the PTX text in `ptx.py`).
+`q4_gemv_lowreg`, `q5_gemv_lowreg`, `q6_gemv_lowreg` (registered in `routes.py`; the PTX text in `ptx.py`).
 
 Work unit = one 16-byte chunk (4 words = 32 lanes = half a G64 group) of one row. The weight tile
 is [BLOCK_N, KC] chunks (KC = BLOCK_K / 32); every thread owns whole chunks, so
@@ -28,10 +28,6 @@ are accumulated in bf16x2 (4 * CHAIN products per half) before widening to fp32.
 
 USE_ASM=False (and always under the Triton interpreter) runs a plain-Triton fp32 equivalent with
 the same tiling, chunk scales and accumulator shape.
-
-NORM (the RMSNorm prologue, prologue.py): the chunk's (1 + w) pairs are loaded once per step like
-x's and each x pair is scaled by one fma.rn.bf16x2 before the dot (fp32 multiply on the plain
-path); each column's rstd scales its accumulator after the K loop (`gemv._finish`).
 """
 
 from __future__ import annotations
@@ -44,9 +40,8 @@ from ...errors import RouteError
 from .dequant import magic_f32
 from .epilogue import EPI_CODES, FIXUP_COUNTERS, fixup_counters, splitk_fixup
 from .gemv import _finish
-from .launch import (_FMT_CODE, asm_supported, check_call, check_norm, interpreting, named_launcher,
+from .launch import (_FMT_CODE, asm_supported, check_call, interpreting, named_launcher,
                      reduce_split_k, splitk_workspace)
-from .prologue import norm_block, norm_gain, scale_pair
 from .ptx import LD_W, LD_W_L2, LD_X, chunk_asm_source, chunk_constraints
 from .routes import linear_workspace_numel  # noqa: F401  (the family's sizing hook, on each launcher module)
 from .weights import QuantWeight
@@ -74,42 +69,15 @@ def _ld4(addr, ASM: tl.constexpr):
 
 
 @triton.jit
-def _chunk16(row, cg, K):
-    """The chunk's 16 bf16x2 pairs of one bf16 row (4 x 16-byte loads; words past K read the
-    row's last word)."""
+def _xcol(x_ptr, t, sx, cg, K, T, shape):
+    """Column t's 16 bf16x2 pairs of every chunk (4 x 16-byte loads), broadcast to `shape`.
+    Columns >= T read column 0; words past K read the row's last word (finite; their codes are 0)."""
+    row = x_ptr + tl.where(t < T, t, 0) * sx
     kw_last = K // 8 - 1
     a0, a1, a2, a3 = _ld4(row + tl.minimum(cg * 4 + 0, kw_last) * 8, X_LD_ASM)
     b0, b1, b2, b3 = _ld4(row + tl.minimum(cg * 4 + 1, kw_last) * 8, X_LD_ASM)
     c0, c1, c2, c3 = _ld4(row + tl.minimum(cg * 4 + 2, kw_last) * 8, X_LD_ASM)
     d0, d1, d2, d3 = _ld4(row + tl.minimum(cg * 4 + 3, kw_last) * 8, X_LD_ASM)
-    return (a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, d0, d1, d2, d3)
-
-
-@triton.jit
-def _xcol(x_ptr, t, sx, cg, K, T, shape, nw=None, NORM: tl.constexpr = False):
-    """Column t's 16 bf16x2 pairs of every chunk (4 x 16-byte loads), broadcast to `shape`.
-    Columns >= T read column 0; words past K read the row's last word (finite; their codes are 0).
-    NORM: each pair times the matching (1 + w) pair of `nw` (`_chunk16` of norm_weight)."""
-    tt = tl.where(t < T, t, 0)
-    a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, d0, d1, d2, d3 = _chunk16(x_ptr + tt * sx, cg, K)
-    if NORM:
-        n0, n1, n2, n3, n4, n5, n6, n7, n8, n9, n10, n11, n12, n13, n14, n15 = nw
-        a0 = scale_pair(a0, n0)
-        a1 = scale_pair(a1, n1)
-        a2 = scale_pair(a2, n2)
-        a3 = scale_pair(a3, n3)
-        b0 = scale_pair(b0, n4)
-        b1 = scale_pair(b1, n5)
-        b2 = scale_pair(b2, n6)
-        b3 = scale_pair(b3, n7)
-        c0 = scale_pair(c0, n8)
-        c1 = scale_pair(c1, n9)
-        c2 = scale_pair(c2, n10)
-        c3 = scale_pair(c3, n11)
-        d0 = scale_pair(d0, n12)
-        d1 = scale_pair(d1, n13)
-        d2 = scale_pair(d2, n14)
-        d3 = scale_pair(d3, n15)
     return (tl.broadcast_to(a0[None, :], shape), tl.broadcast_to(a1[None, :], shape),
             tl.broadcast_to(a2[None, :], shape), tl.broadcast_to(a3[None, :], shape),
             tl.broadcast_to(b0[None, :], shape), tl.broadcast_to(b1[None, :], shape),
@@ -278,21 +246,17 @@ def _dot_chunks(acc0, acc1, acc2, acc3, w0, w1, w2, w3, h0, h1, s, xa, xb, xc, x
 
 
 @triton.jit
-def _x_chunks(x_ptr, cg, KC_TOTAL, K, T, sx, shape: tl.constexpr, BLOCK_T: tl.constexpr, nw_ptr=None,
-              NORM: tl.constexpr = False):
+def _x_chunks(x_ptr, cg, KC_TOTAL, K, T, sx, shape: tl.constexpr, BLOCK_T: tl.constexpr):
     cg_c = tl.minimum(cg, KC_TOTAL - 1)
-    nw = None
-    if NORM:  # the (1 + w) pairs: loaded once per step, shared by the columns
-        nw = _chunk16(nw_ptr, cg_c, K)
-    xa = _xcol(x_ptr, 0, sx, cg_c, K, T, shape, nw, NORM)
+    xa = _xcol(x_ptr, 0, sx, cg_c, K, T, shape)
     xb = xa
     xc = xa
     xd = xa
     if BLOCK_T > 1:
-        xb = _xcol(x_ptr, 1, sx, cg_c, K, T, shape, nw, NORM)
+        xb = _xcol(x_ptr, 1, sx, cg_c, K, T, shape)
     if BLOCK_T > 2:
-        xc = _xcol(x_ptr, 2, sx, cg_c, K, T, shape, nw, NORM)
-        xd = _xcol(x_ptr, 3, sx, cg_c, K, T, shape, nw, NORM)
+        xc = _xcol(x_ptr, 2, sx, cg_c, K, T, shape)
+        xd = _xcol(x_ptr, 3, sx, cg_c, K, T, shape)
     return xa, xb, xc, xd
 
 
@@ -300,21 +264,17 @@ def _x_chunks(x_ptr, cg, KC_TOTAL, K, T, sx, shape: tl.constexpr, BLOCK_T: tl.co
 # plain-Triton path (interpreter / USE_ASM=False): same tiling, fp32 lanes and FMAs
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _xdot(q, x_ptr, t, sx, cg, K, T, nw_ptr=None, NORM: tl.constexpr = False):
-    """sum over the chunk's 32 lanes of q[BN, KC, 32] * x[t, 32 cg + l] -> [BN, KC]
-    (NORM: x times (1 + w))."""
+def _xdot(q, x_ptr, t, sx, cg, K, T):
+    """sum over the chunk's 32 lanes of q[BN, KC, 32] * x[t, 32 cg + l] -> [BN, KC]"""
     l = tl.arange(0, 32)
     kk = cg[:, None] * 32 + l[None, :]
     xv = tl.load(x_ptr + t * sx + kk, mask=(kk < K) & ((kk * 0 + t) < T), other=0.0).to(tl.float32)
-    if NORM:
-        xv = xv * norm_gain(nw_ptr, kk, K)
     return tl.sum(q * xv[None, :, :], axis=2)
 
 
 @triton.jit
 def _rows_plain(acc0, acc1, acc2, acc3, x_ptr, base_ptr, high_ptr, scale_ptr, rows, rmask, cg, cmask,
-                base_row, high_row, scale_row, K, T, sx, FMT: tl.constexpr, BLOCK_T: tl.constexpr,
-                nw_ptr=None, NORM: tl.constexpr = False):
+                base_row, high_row, scale_row, K, T, sx, FMT: tl.constexpr, BLOCK_T: tl.constexpr):
     """Same chunk tiling as the asm path; the chunk's 32 lanes are a third (in-thread) axis."""
     m = rmask[:, None] & cmask[None, :]
     s = tl.load(scale_ptr + rows[:, None] * scale_row + (cg // 2)[None, :], mask=m, other=0.0).to(tl.float32)
@@ -332,25 +292,24 @@ def _rows_plain(acc0, acc1, acc2, acc3, x_ptr, base_ptr, high_ptr, scale_ptr, ro
         u = u | (((h >> (2 * (l % 16))[None, None, :]) & 3) << 4)
     OFF: tl.constexpr = 8 if FMT == 4 else (16 if FMT == 5 else 32)
     q = magic_f32(u ^ OFF, OFF)
-    acc0 += _xdot(q, x_ptr, 0, sx, cg, K, T, nw_ptr, NORM) * s
+    acc0 += _xdot(q, x_ptr, 0, sx, cg, K, T) * s
     if BLOCK_T > 1:
-        acc1 += _xdot(q, x_ptr, 1, sx, cg, K, T, nw_ptr, NORM) * s
+        acc1 += _xdot(q, x_ptr, 1, sx, cg, K, T) * s
     if BLOCK_T > 2:
-        acc2 += _xdot(q, x_ptr, 2, sx, cg, K, T, nw_ptr, NORM) * s
-        acc3 += _xdot(q, x_ptr, 3, sx, cg, K, T, nw_ptr, NORM) * s
+        acc2 += _xdot(q, x_ptr, 2, sx, cg, K, T) * s
+        acc3 += _xdot(q, x_ptr, 3, sx, cg, K, T) * s
     return acc0, acc1, acc2, acc3
 
 
 @triton.jit
 def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, ws_ptr, cnt_ptr,
                        T, K, N_OUT, KC_TOTAL, base_row, high_row, scale_row, up_off,
-                       sx, so, sr, iters_per_split, nw_ptr, norm_eps,
+                       sx, so, sr, iters_per_split,
                        FMT: tl.constexpr, EPI: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, SPLIT_K: tl.constexpr,
                        CHAIN: tl.constexpr = 1, INTERP: tl.constexpr = False,
                        USE_ASM: tl.constexpr = False, PREFETCH: tl.constexpr = False,
                        L2_HINT: tl.constexpr = False, FUSED_REDUCE: tl.constexpr = False,
-                       NORM: tl.constexpr = False, NORM_BLOCK: tl.constexpr = 1024,
                        ASYNC: tl.constexpr = 0, PDL: tl.constexpr = False):
     pdl_enter(PDL)
     tl.static_assert(BLOCK_T <= 4)
@@ -380,7 +339,7 @@ def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, w
         # than a register double buffer can hold (Nsight: the asm-load routes wait on their loads)
         for it in tl.range(it0, it1, num_stages=ASYNC):
             cg = it * KC + kc
-            xa, xb, xc, xd = _x_chunks(x_ptr, cg, KC_TOTAL, K, T, sx, shape, BLOCK_T, nw_ptr, NORM)
+            xa, xb, xc, xd = _x_chunks(x_ptr, cg, KC_TOTAL, K, T, sx, shape, BLOCK_T)
             gw0, gw1, gw2, gw3, gh0, gh1, gs = _load_chunks_async(base_ptr, high_ptr, scale_ptr, rows_c, rmask,
                                                                   cg, KC_TOTAL, base_row, high_row, scale_row,
                                                                   FMT, BLOCK_N, KC)
@@ -419,7 +378,7 @@ def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, w
                 vw0, vw1, vw2, vw3, vh0, vh1, vs = _load_chunks(base_ptr, high_ptr, scale_ptr,
                                                                 rows_c + up_off, rmask, cg + KC, KC_TOTAL,
                                                                 base_row, high_row, scale_row, FMT, lim, L2_HINT)
-            xa, xb, xc, xd = _x_chunks(x_ptr, cg, KC_TOTAL, K, T, sx, shape, BLOCK_T, nw_ptr, NORM)
+            xa, xb, xc, xd = _x_chunks(x_ptr, cg, KC_TOTAL, K, T, sx, shape, BLOCK_T)
             a0, a1, a2, a3 = _dot_chunks(a0, a1, a2, a3, gw0, gw1, gw2, gw3, gh0, gh1, gs, xa, xb, xc, xd,
                                          FMT, BLOCK_T, CHAIN)
             if EPI == 1:
@@ -431,7 +390,7 @@ def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, w
         for it in range(it0, it1):
             cg = it * KC + kc
             if USE_ASM:
-                xa, xb, xc, xd = _x_chunks(x_ptr, cg, KC_TOTAL, K, T, sx, shape, BLOCK_T, nw_ptr, NORM)
+                xa, xb, xc, xd = _x_chunks(x_ptr, cg, KC_TOTAL, K, T, sx, shape, BLOCK_T)
                 gw0, gw1, gw2, gw3, gh0, gh1, gs = _load_chunks(base_ptr, high_ptr, scale_ptr, rows_c, rmask,
                                                                 cg, KC_TOTAL, base_row, high_row, scale_row,
                                                                 FMT, None, L2_HINT)
@@ -447,14 +406,14 @@ def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, w
                 cmask = cg < KC_TOTAL
                 a0, a1, a2, a3 = _rows_plain(a0, a1, a2, a3, x_ptr, base_ptr, high_ptr, scale_ptr, rows,
                                              rmask, cg, cmask, base_row, high_row, scale_row, K, T, sx, FMT,
-                                             BLOCK_T, nw_ptr, NORM)
+                                             BLOCK_T)
                 if EPI == 1:
                     u0, u1, u2, u3 = _rows_plain(u0, u1, u2, u3, x_ptr, base_ptr, high_ptr, scale_ptr,
                                                  rows + up_off, rmask, cg, cmask, base_row, high_row,
-                                                 scale_row, K, T, sx, FMT, BLOCK_T, nw_ptr, NORM)
-    # the same per-column reduce (+ rstd) + epilogue/partial store as the plain GEMV
+                                                 scale_row, K, T, sx, FMT, BLOCK_T)
+    # the same per-column reduce + epilogue/partial store as the plain GEMV
     _finish(a0, a1, a2, a3, u0, u1, u2, u3, rows, rmask, T, N_OUT, out_ptr, res_ptr, ws_ptr,
-            so, sr, pid_k, EPI, SPLIT_K, BLOCK_T, INTERP, x_ptr, sx, K, norm_eps, NORM, NORM_BLOCK)
+            so, sr, pid_k, EPI, SPLIT_K, BLOCK_T, INTERP)
     if SPLIT_K > 1:
         if FUSED_REDUCE:
             splitk_fixup(ws_ptr, cnt_ptr, out_ptr, res_ptr, pid_n, pid_n * BLOCK_N, T, N_OUT, so, sr,
@@ -488,13 +447,12 @@ def resolve_use_asm(use_asm, code: int, x: torch.Tensor, weight, k: int) -> bool
 
 
 def launch_lowreg(route_name: str, x, weight, out, *, epilogue: str = "none", residual=None,
-                  workspace=None, params=None, norm_weight=None, norm_eps=None) -> None:
+                  workspace=None, params=None) -> None:
     route = _route(route_name)
     if not isinstance(weight, QuantWeight):
         raise RouteError(f"route {route.name}: weight must be a row-split QuantWeight, got "
                          f"{type(weight).__name__}")
     fmt, n, k, T, n_out, p = check_call(route, x, weight, out, epilogue, residual, params)
-    norm = check_norm(route, x, norm_weight, norm_eps)
     if p["ASYNC"] and (p["PREFETCH"] or p["L2_HINT"]):
         raise RouteError(f"route {route.name}: ASYNC={p['ASYNC']} replaces the register prefetch and the asm loads' "
                          f"L2 hint: PREFETCH and L2_HINT must be false with it")
@@ -509,7 +467,6 @@ def launch_lowreg(route_name: str, x, weight, out, *, epilogue: str = "none", re
         raise RouteError(f"route {route.name}: USE_ASM=True needs a CUDA sm_90+ device outside the "
                          f"Triton interpreter")
     use_asm = resolve_use_asm(use_asm, code, x, weight, k)
-    use_asm = use_asm and (not norm or norm_weight.data_ptr() % 16 == 0)  # its pairs load like x's
     base, high, scale = weight.words(), weight.high_words(), weight.scales()
     base_row = weight.base_row_bytes // 4
     high_row = weight.high_row_bytes // 4
@@ -524,10 +481,9 @@ def launch_lowreg(route_name: str, x, weight, out, *, epilogue: str = "none", re
     gemv_lowreg_kernel[grid](
         x, base, high, scale, out, res, ws, cnt,
         T, k, n_out, kc_total, base_row, high_row, scale_row, n_out,
-        x.stride(0), out.stride(0), res.stride(0), ips, norm_weight if norm else x, float(norm_eps) if norm else 0.0,
+        x.stride(0), out.stride(0), res.stride(0), ips,
         FMT=code, EPI=epi, BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], BLOCK_T=block_t,
         SPLIT_K=split_k, CHAIN=p["CHAIN"], INTERP=interpreting(), USE_ASM=use_asm,
-        NORM=norm, NORM_BLOCK=norm_block(k),
         PREFETCH=bool(p["PREFETCH"]), L2_HINT=bool(p["L2_HINT"]), FUSED_REDUCE=fused, ASYNC=p["ASYNC"],
         num_warps=p["num_warps"],
         num_stages=p["num_stages"],
@@ -538,5 +494,5 @@ def launch_lowreg(route_name: str, x, weight, out, *, epilogue: str = "none", re
 
 
 q4_gemv_lowreg = named_launcher(launch_lowreg, "q4_gemv_lowreg", "Launch low-register GEMV route `q4_gemv_lowreg`.")
-q5_gemv_packed = named_launcher(launch_lowreg, "q5_gemv_packed", "Launch low-register GEMV route `q5_gemv_packed`.")
-q6_gemv_packed = named_launcher(launch_lowreg, "q6_gemv_packed", "Launch low-register GEMV route `q6_gemv_packed`.")
+q5_gemv_lowreg = named_launcher(launch_lowreg, "q5_gemv_lowreg", "Launch low-register GEMV route `q5_gemv_lowreg`.")
+q6_gemv_lowreg = named_launcher(launch_lowreg, "q6_gemv_lowreg", "Launch low-register GEMV route `q6_gemv_lowreg`.")

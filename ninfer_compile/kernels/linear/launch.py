@@ -3,17 +3,14 @@
 Convention (docs/ARCHITECTURE.md): every tensor is preallocated by the caller; launchers never
 allocate device memory and return None.
 
-    <route>(x, weight, out, *, residual=None, norm_weight=None, epilogue="none", norm_eps=None,
-            workspace=None, <route params>)
+    <route>(x, weight, out, *, residual=None, epilogue="none", workspace=None, <route params>)
 
 (the route's params each by its own name, e.g. `BLOCK_N=16, SPLIT_K=2`; `launch(route, ...,
 params={...})` is the same call by route name).
 
 - x: bf16 [T, K] (unit stride along K); weight: QuantWeight (row-split planes, maybe a row view)
   or bf16 [N, K]; out: bf16 [T, N_out] (N_out = N/2 for swiglu, else N); residual: [T, N_out]
-  (may alias out); workspace: fp32 with >= `workspace_numel(...)` elements when SPLIT_K > 1;
-  norm_weight: bf16 [K] (contiguous) + norm_eps (float >= 0): the RMSNorm prologue (prologue.py),
-  only on routes whose domain lists prologue "rmsnorm" (else a RouteError).
+  (may alias out); workspace: fp32 with >= `workspace_numel(...)` elements when SPLIT_K > 1.
 - `linear_workspace_numel(route, T, N, K, epilogue, params)` (from routes.py, re-exported): the
   route-aware sizing (float32 elements; N = weight rows), the same arithmetic as the routes'
   `Route.workspace` hooks (routes.py `splitk_workspace` / `dequant_gemm_workspace`), which the
@@ -32,7 +29,6 @@ from ...errors import RouteError
 from .epilogue import EPI_CODES, splitk_reduce_kernel
 from .gemv import qlinear_gemv_kernel
 from .mma import qlinear_mma_kernel
-from .prologue import norm_block
 from .routes import LINEAR_ROUTES, linear_workspace_numel  # noqa: F401  (re-exported for direct callers)
 from .weights import QuantWeight, as_linear_weight
 from ..pdl import pdl_launch
@@ -76,24 +72,6 @@ def _check_2d(name, t, rows, cols, tensor, route):
             or tensor.stride(1) != 1:
         raise RouteError(f"route {route}: {name} must be bf16 [{rows}, {cols}] with unit column stride, "
                          f"got {tensor.dtype} {list(tensor.shape)} strides {list(tensor.stride())}")
-
-
-def check_norm(route, x, norm_weight, norm_eps) -> bool:
-    """Whether the call carries the RMSNorm prologue (checked: the route declares it, norm_weight is
-    a contiguous bf16 [K] and norm_eps a finite number >= 0)."""
-    if norm_weight is None:
-        if norm_eps is not None:
-            raise RouteError(f"route {route.name}: norm_eps without norm_weight")
-        return False
-    if "rmsnorm" not in route.domain.prologues:
-        raise RouteError(f"route {route.name}: prologue rmsnorm is not in its domain {list(route.domain.prologues)}")
-    k = x.shape[-1]
-    if norm_weight.dtype != torch.bfloat16 or tuple(norm_weight.shape) != (k,) or not norm_weight.is_contiguous():
-        raise RouteError(f"route {route.name}: norm_weight must be contiguous bf16 [{k}], got {norm_weight.dtype} "
-                         f"{list(norm_weight.shape)}")
-    if isinstance(norm_eps, bool) or not isinstance(norm_eps, (int, float)) or not 0 <= float(norm_eps) < float("inf"):
-        raise RouteError(f"route {route.name}: norm_eps must be a finite number >= 0, got {norm_eps!r}")
-    return True
 
 
 def check_call(route, x, weight, out, epilogue, residual, params):
@@ -156,20 +134,16 @@ def splitk_workspace(route, split_k, T, n_out, epilogue, workspace, out):
 
 
 def launch(route_name: str, x, weight, out, *, epilogue: str = "none", residual=None,
-           workspace=None, params=None, norm_weight=None, norm_eps=None) -> None:
+           workspace=None, params=None) -> None:
     route = LINEAR_ROUTES.get(route_name)
     if route is None:
         raise RouteError(f"unknown linear route {route_name!r}")
     if route_name not in _LOCAL:
         from .dequant_gemm import launch_dequant_gemm
 
-        check_norm(route, x, norm_weight, norm_eps)  # no dequant_gemm route takes the prologue
         return launch_dequant_gemm(route_name, x, weight, out, epilogue=epilogue, residual=residual,
                                    workspace=workspace, params=params)
     fmt, n, k, T, n_out, p = check_call(route, x, weight, out, epilogue, residual, params)
-    norm = check_norm(route, x, norm_weight, norm_eps)
-    nw = norm_weight if norm else x
-    eps = float(norm_eps) if norm else 0.0
     res = residual if epilogue == "residual" else out
     split_k = p["SPLIT_K"]
     ws = splitk_workspace(route, split_k, T, n_out, epilogue, workspace, out)
@@ -202,18 +176,15 @@ def launch(route_name: str, x, weight, out, *, epilogue: str = "none", residual=
                              f"Triton interpreter")
         # the packed path reads each word's 8 activations with one 16-byte load
         x_ok = k % 8 == 0 and x.stride(0) % 8 == 0 and x.data_ptr() % 16 == 0
-        x_ok = x_ok and (not norm or norm_weight.data_ptr() % 16 == 0)  # its pairs load like x's
         use_asm = bool(use_asm) and code == 4 and x_ok and (use_asm is True or asm_supported(x.device))
         qlinear_gemv_kernel[grid](
             x, base, high, scale, out, res, ws,
             T, k, n_out, kw_total, base_row, high_row, scale_row, n_out,
-            x.stride(0), out.stride(0), res.stride(0), ips, nw, eps,
+            x.stride(0), out.stride(0), res.stride(0), ips,
             FMT=code, EPI=epi, BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], BLOCK_T=block_t,
-            SPLIT_K=split_k, INTERP=interpreting(), USE_ASM=use_asm, NORM=norm, NORM_BLOCK=norm_block(k),
+            SPLIT_K=split_k, INTERP=interpreting(), USE_ASM=use_asm,
             num_warps=p["num_warps"], num_stages=p["num_stages"], **pdl_launch(qlinear_gemv_kernel))
     else:
-        if norm:
-            raise RouteError(f"route {route.name}: the tiled kernel has no RMSNorm prologue")
         use_asm = p["USE_ASM"]
         if use_asm == "auto":
             use_asm = code == 4 and asm_supported(x.device)
@@ -236,11 +207,10 @@ def launch(route_name: str, x, weight, out, *, epilogue: str = "none", residual=
 
 def named_launcher(launch_fn, name: str, doc: str):
     """The per-route launcher of a module-level `launch_fn(route_name, x, weight, out, ...)`:
-    `name(x, weight, out, *, residual=None, norm_weight=None, epilogue="none", norm_eps=None,
-    workspace=None, <each route param>=default)` — the family's operand / attribute names and the
-    route's params, each by its own name (the plan's launch bindings). Its `__signature__` lists
-    exactly those; an unknown keyword is a RouteError naming the route. norm_weight / norm_eps are
-    handed on only when given (a route without the prologue refuses them: `check_norm`)."""
+    `name(x, weight, out, *, residual=None, epilogue="none", workspace=None, <each route
+    param>=default)` — the family's operand / attribute names and the route's params, each by its
+    own name (the plan's launch bindings). Its `__signature__` lists exactly those; an unknown
+    keyword is a RouteError naming the route."""
     import inspect
 
     from .routes import ALL_LINEAR_ROUTES
@@ -248,23 +218,17 @@ def named_launcher(launch_fn, name: str, doc: str):
     route = ALL_LINEAR_ROUTES[name]
     declared = tuple(route.params)
 
-    def launcher(x, weight, out, *, residual=None, norm_weight=None, epilogue="none", norm_eps=None,
-                 workspace=None, **params):
+    def launcher(x, weight, out, *, residual=None, epilogue="none", workspace=None, **params):
         unknown = sorted(set(params) - set(declared))
         if unknown:
             raise RouteError(f"route {name} has no param {unknown[0]!r} (declared: {sorted(declared) or 'none'})")
-        norm = {}
-        if norm_weight is not None or norm_eps is not None:
-            check_norm(route, x, norm_weight, norm_eps)
-            norm = {"norm_weight": norm_weight, "norm_eps": norm_eps}
         return launch_fn(name, x, weight, out, epilogue=epilogue, residual=residual,
-                         workspace=workspace, params=params, **norm)
+                         workspace=workspace, params=params)
 
     P = inspect.Parameter
     launcher.__signature__ = inspect.Signature(
         [P(n, P.POSITIONAL_OR_KEYWORD) for n in ("x", "weight", "out")]
-        + [P("residual", P.KEYWORD_ONLY, default=None), P("norm_weight", P.KEYWORD_ONLY, default=None),
-           P("epilogue", P.KEYWORD_ONLY, default="none"), P("norm_eps", P.KEYWORD_ONLY, default=None),
+        + [P("residual", P.KEYWORD_ONLY, default=None), P("epilogue", P.KEYWORD_ONLY, default="none"),
            P("workspace", P.KEYWORD_ONLY, default=None)]
         + [P(k, P.KEYWORD_ONLY, default=spec.default) for k, spec in route.params.items()])
     launcher.__name__ = name

@@ -3,7 +3,7 @@
 Every instruction sequence the decode GEMVs hand to `tl.inline_asm_elementwise` is written here;
 the kernel modules wrap the strings in `tl.constexpr` and pick one by their compile-time parameters:
 - `q4_word_asm_source`     gemv.py (`q4_gemv`, USE_ASM): one 32-bit Q4 word of one row, all columns;
-- `chunk_asm_source`       gemv_lowreg.py (`q4_gemv_lowreg`, `q5/q6_gemv_packed`): one 16-byte chunk
+- `chunk_asm_source`       gemv_lowreg.py (`q4_gemv_lowreg`, `q5/q6_gemv_lowreg`): one 16-byte chunk
                            (4 words) of one row, Q4 / Q5 / Q6, from `chunk_setup_lines` /
                            `word_pair_lines` (the prmt / lop3 magic-number lane pairs);
 - `tc_step_asm_source`     gemv_tc.py (`q4/q5/q6_gemv_tc`): one lane's 128-lane K step into
@@ -83,7 +83,7 @@ def q4_word_constraints(n_t: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# q4_gemv_lowreg / q5_gemv_packed / q6_gemv_packed (gemv_lowreg.py): one 16-byte chunk of one row
+# q4_gemv_lowreg / q5_gemv_lowreg / q6_gemv_lowreg (gemv_lowreg.py): one 16-byte chunk of one row
 # ---------------------------------------------------------------------------------------------
 BIAS = {4: "0xC308C308", 5: "0xC310C310", 6: "0xC320C320"}     # bf16x2 -136 / -144 / -160
 _MASK = {4: "0x000F000F", 5: "0x001F001F", 6: "0x003F003F"}

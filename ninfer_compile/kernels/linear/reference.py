@@ -5,8 +5,6 @@
 - `swiglu`:   rows of W are [gate | up]; out = silu(x @ G.T) * (x @ U.T)   (N_out = N / 2)
 - `residual`: out = residual + x @ W_hat.T                   (N_out = N)
 W_hat is the exact binary32 oracle of tensor-formats §6.2: scale32 × code32 (no bf16 anywhere).
-Prologue (operand `norm_weight` [K], attribute `norm_eps`; fuse rule `rmsnorm_prologue`): x is first
-replaced by the rmsnorm family's x * rsqrt(mean(x^2) + eps) * (1 + norm_weight), in fp32.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ import torch
 
 from .weights import FORMAT_BITS, QuantWeight
 
-__all__ = ["decode_planes", "dequantize", "linear", "norm_prologue"]
+__all__ = ["decode_planes", "dequantize", "linear"]
 
 
 def decode_planes(w: QuantWeight) -> tuple[torch.Tensor, torch.Tensor]:
@@ -52,21 +50,10 @@ def dequantize(weight) -> torch.Tensor:
     return s32 * q.float()
 
 
-def norm_prologue(x: torch.Tensor, norm_weight: torch.Tensor | None, norm_eps) -> torch.Tensor:
-    """fp32 x [T, K], RMS-normalised with (1 + norm_weight) [K] when norm_weight is given."""
-    xf = x.float()
-    if norm_weight is None:
-        return xf
-    from ..norms.reference import rmsnorm
-
-    return rmsnorm(xf, norm_weight, float(norm_eps))
-
-
-def linear(x: torch.Tensor, weight, epilogue: str = "none", residual: torch.Tensor | None = None,
-           norm_weight: torch.Tensor | None = None, norm_eps: float | None = None) -> torch.Tensor:
+def linear(x: torch.Tensor, weight, epilogue: str = "none", residual: torch.Tensor | None = None) -> torch.Tensor:
     """fp32 reference; x [T, K] any float dtype. Returns fp32 [T, N_out]."""
     w = dequantize(weight).to(x.device)
-    acc = norm_prologue(x, norm_weight, norm_eps) @ w.T
+    acc = x.float() @ w.T
     if epilogue == "none":
         return acc
     if epilogue == "residual":

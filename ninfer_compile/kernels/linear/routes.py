@@ -14,13 +14,12 @@ Per weight format four schedules (bf16: two), each with its own declared domain:
                       `dequant_gemm.linear_workspace_numel(route, T, N, K, epilogue)` float32 elems.
 `<f>` in q4, q5, q6, w8 (row-split planes read in place) and bf16 (`bf16_gemv`, `bf16_tiled`:
 GDN a/b projections and bf16-recipe artifacts). Every route supports the epilogues none /
-swiglu / residual; the `<f>_gemv` routes also the RMSNorm prologue (prologue.py: operand
-norm_weight, attribute norm_eps; domain `prologues`). Launchers: `ninfer_compile.kernels.linear.launch:<route name>`.
+swiglu / residual. Launchers: `ninfer_compile.kernels.linear.launch:<route name>`.
 The decode GEMVs with their own kernel modules (selected by the shipped tables, e.g. routes/sm90.yaml):
-- `q4_gemv_lowreg`, `q5_gemv_packed`, `q6_gemv_packed` (gemv_lowreg.py), T in [1, 4]: a 16-byte
+- `q4_gemv_lowreg`, `q5_gemv_lowreg`, `q6_gemv_lowreg` (gemv_lowreg.py), T in [1, 4]: a 16-byte
   chunk per (row, thread), packed bf16x2 prmt/lop3 dequant + bf16x2 dot, one scale per chunk,
   [BLOCK_N, KC] fp32 accumulators (one register per row and column per thread); Q5 / Q6 merge the
-  high-bit plane into the nibble bytes before the magic-number conversion. Take the RMSNorm prologue.
+  high-bit plane into the nibble bytes before the magic-number conversion.
 - `q4_gemv_tc`, `q5_gemv_tc`, `q6_gemv_tc` (gemv_tc.py) and `w8_gemv_tc` (gemv_tc_w8.py), T in
   [1, 32] (one pass per 16 columns): one warp per 16 weight rows; each lane dequantizes its two rows'
   16-byte chunks in registers straight into `mma.sync.m16n8k16` A fragments, with a K permutation
@@ -36,7 +35,6 @@ from ...errors import RouteError
 from ..registry import ParamSpec, Route, RouteDomain, default_registry
 
 EPILOGUES = ("none", "swiglu", "residual")
-PROLOGUES = ("none", "rmsnorm")   # the decode GEMVs' RMSNorm prologue (prologue.py); tiled / cuBLAS: none
 FORMATS = {"q4": "Q4G64_F16S", "q5": "Q5G64_F16S", "q6": "Q6G64_F16S", "w8": "W8G32_F16S",
            "bf16": "BF16"}
 REFERENCE = "ninfer_compile.kernels.linear.reference:linear"
@@ -116,7 +114,7 @@ def _build() -> dict[str, Route]:
     for prefix, fmt in FORMATS.items():
         gemv = _route(
             f"{prefix}_gemv", fmt, "gemv:qlinear_gemv_kernel",
-            RouteDomain(formats=(fmt,), min_t=1, max_t=4, epilogues=EPILOGUES, prologues=PROLOGUES), _gemv_params(),
+            RouteDomain(formats=(fmt,), min_t=1, max_t=4, epilogues=EPILOGUES), _gemv_params(),
             f"{fmt} decode GEMV (T<=4), CUDA-core fp32 FMA, magic-number unpack, split-K two-phase")
         routes[gemv.name] = gemv
         if prefix == "bf16":
@@ -211,7 +209,7 @@ def dequant_gemm_workspace(view, params) -> int:
     return (dequant_gemm_layout(t, n, k, epi)[3] + 1) // 2
 
 # ---------------------------------------------------------------------------------------------
-# the low-register / packed decode GEMVs (gemv_lowreg.py)
+# the low-register decode GEMVs (gemv_lowreg.py)
 # ---------------------------------------------------------------------------------------------
 _LOWREG = f"{_MOD}.gemv_lowreg"
 
@@ -252,12 +250,11 @@ def _build_lowreg() -> dict[str, Route]:
     out = {}
     for name, fmt, doc in (
             ("q4_gemv_lowreg", "Q4G64_F16S", "Q4 decode GEMV (T<=4), 16-byte chunks, packed bf16x2, low-register accumulators"),
-            ("q5_gemv_packed", "Q5G64_F16S", "Q5 decode GEMV (T<=4), high bits merged before the packed bf16x2 dequant"),
-            ("q6_gemv_packed", "Q6G64_F16S", "Q6 decode GEMV (T<=4), high bits merged before the packed bf16x2 dequant")):
+            ("q5_gemv_lowreg", "Q5G64_F16S", "Q5 decode GEMV (T<=4), high bits merged before the packed bf16x2 dequant"),
+            ("q6_gemv_lowreg", "Q6G64_F16S", "Q6 decode GEMV (T<=4), high bits merged before the packed bf16x2 dequant")):
         out[name] = Route(
             name=name, family="linear",
-            domain=RouteDomain(formats=(fmt,), min_t=1, max_t=4, epilogues=EPILOGUES,
-                               prologues=PROLOGUES),
+            domain=RouteDomain(formats=(fmt,), min_t=1, max_t=4, epilogues=EPILOGUES),
             params=_lowreg_params(), reference=REFERENCE, launcher=f"{_LOWREG}:{name}",
             workspace=SPLITK_WORKSPACE,
             kernels=(f"{_LOWREG}:gemv_lowreg_kernel",), doc=doc)

@@ -1,14 +1,9 @@
-"""Family spec of `linear`: x @ W^T with an optional epilogue and an optional RMSNorm prologue
-(no torch / triton imports)."""
+"""Family spec of `linear`: x @ W^T with an optional epilogue (no torch / triton imports)."""
 
 from ..family import Attr, FamilySpec, OpView, Operand
 from ..spec_util import VALUE, Bad, checker, eq
 
 EPILOGUES = ("none", "residual", "swiglu")
-# the optional input prologue (fuse rule `rmsnorm_prologue`): operand `norm_weight` [K] + attribute
-# `norm_eps`; x is replaced by x * rsqrt(mean(x^2) + eps) * (1 + norm_weight) (the rmsnorm family's
-# zero-centred convention). A route takes it when its domain lists prologue "rmsnorm".
-PROLOGUE = "rmsnorm"
 
 # Contract roles (qwen3_5_hybrid) of 2-D tensors that are not linear weights.
 EMBEDDING_ROLES = {"token_embedding"}
@@ -77,37 +72,11 @@ def _check(v: OpView) -> None:
         eq("residual", v.shape("residual"), out)
     elif v.has("residual"):
         raise Bad(f"operand residual without the residual epilogue (epilogue {epi})")
-    check_prologue(v, "x")
-
-
-def check_prologue(v: OpView, x: str) -> None:
-    """norm_weight [K] (K = the last axis of `x`) and norm_eps come together or not at all
-    (shared with gdn_gating_proj, whose spec declares the same prologue)."""
-    eps = v.attr("norm_eps")
-    if v.has("norm_weight"):
-        eq("norm_weight", v.shape("norm_weight"), (v.shape(x)[-1],))
-        if eps is None:
-            raise Bad("operand norm_weight without the attribute norm_eps")
-    elif eps is not None:
-        raise Bad("attribute norm_eps without the operand norm_weight")
-
-
-def prologue_match(v: OpView) -> dict:
-    """{"prologue": "rmsnorm"} when the op carries the folded norm, else {} (the match of an op
-    without it is unchanged)."""
-    return {"prologue": PROLOGUE} if v.has("norm_weight") else {}
 
 
 def _match(v: OpView) -> dict:
     n, k = v.shape("weight")
-    return {"format": v.format("weight"), "n": int(n), "k": int(k), "epilogue": v.attr("epilogue", "none"),
-            **prologue_match(v)}
-
-
-NORM_WEIGHT = Operand("norm_weight", roles=("weight",), rank=1, optional=True,
-                      doc="[K] the folded RMSNorm's weight (prologue rmsnorm: x * rstd * (1 + w))")
-NORM_EPS = Attr("norm_eps", (float, int), None, optional=True,
-                doc="eps of the folded RMSNorm (with norm_weight only); a launcher scalar")
+    return {"format": v.format("weight"), "n": int(n), "k": int(k), "epilogue": v.attr("epilogue", "none")}
 
 
 SPECS = (FamilySpec(
@@ -116,19 +85,17 @@ SPECS = (FamilySpec(
         Operand("x", roles=VALUE, rank=2, doc="[T, K]"),
         Operand("weight", roles=("weight",), rank=2, doc="[N, K] (artifact format: BF16 or a quantized one)"),
         Operand("residual", roles=VALUE, rank=2, optional=True, doc="[T, N]; epilogue residual only"),
-        NORM_WEIGHT,
         Operand("out", io="out", roles=VALUE, rank=2, doc="[T, N] (swiglu: [T, N/2])"),
     ),
     attrs=(
         Attr("epilogue", (str,), "none",
              doc="none | residual (out = residual + xW^T) | swiglu (silu(gate) * up over [gate | up] rows); "
                  "part of the route match, and the launchers' `epilogue` argument"),
-        NORM_EPS,
         Attr("merged", (list,), None, to_launcher=False,
              doc="names of the ops a fuse rule merged into this one (provenance only)"),
     ),
-    t_operand="x", match=_match, check=_check, match_keys=("prologue",),
+    t_operand="x", match=_match, check=_check,
     reference="ninfer_compile.kernels.linear.reference:linear",
     model_matches=_model_matches,
-    doc="out = x @ weight^T (+ epilogue); prologue rmsnorm: x normalised first (norm_weight, norm_eps)",
+    doc="out = x @ weight^T (+ epilogue)",
 ),)

@@ -31,7 +31,7 @@ def candidates(route, t: int, quick: bool) -> list[dict]:
                  {"BLOCK_T": bt, "BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 4}]
         if name.startswith("q4_"):
             cands.append({"BLOCK_T": bt, "USE_ASM": False})
-    elif name.endswith(("_gemv_lowreg", "_gemv_packed")):
+    elif name.endswith("_gemv_lowreg"):
         # (the 2026-11-29 H200 run: BLOCK_N 16 / 32 with CHAIN, and BLOCK_N 4 at BLOCK_K 512, were
         # never within 20% of the best; PREFETCH needs a register cap to stay ahead of the math)
         pf = {"PREFETCH": True, "MAXNREG": 128}
@@ -144,8 +144,6 @@ def build_linear(case, t: int, ctx: int | None, copies: int | None, seed: int = 
     ws_ = [w0] + [M.random_linear_weight(fmt, n, k, gen) for _ in range(nc - 1)]
     x = M.randn((t, k), gen)
     res = M.randn((t, n_out), gen) if epi == "residual" else None
-    # a case of an op carrying the folded RMSNorm (match prologue: rmsnorm) measures the prologue too
-    norm = {"norm_weight": M.randn((k,), gen, 0.3), "norm_eps": 1e-6} if m.get("prologue") == "rmsnorm" else {}
     out = torch.empty(t, n_out, dtype=torch.bfloat16, device=M.dev())
     work = {"ws": torch.empty(1, dtype=torch.float32, device=M.dev())}
 
@@ -158,14 +156,14 @@ def build_linear(case, t: int, ctx: int | None, copies: int | None, seed: int = 
     def make(route, params, i):
         fn = route.load_launcher()
         ws = workspace(route, params)
-        args = dict(x=x, weight=ws_[i], out=out, epilogue=epi, residual=res, workspace=ws, **norm)
+        args = dict(x=x, weight=ws_[i], out=out, epilogue=epi, residual=res, workspace=ws)
         return lambda: M.call_launcher(fn, args, params)
 
     def check(route, params):
         out.zero_()
         make(route, params, 0)()
         M.sync()
-        ref = M.ref_call(route, x, w0, epi, res, **norm)
+        ref = M.ref_call(route, x, w0, epi, res)
         return M.rel_rms(out, ref)
 
     return M.Bench(case, t, ctx, cold, nc, make, check, [ws_])

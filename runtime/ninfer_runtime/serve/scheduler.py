@@ -9,21 +9,24 @@ A step of the loop:
 3. prefill: chunks of the admitted prompts, oldest first, up to `prefill_budget` tokens per step (at
    least one chunk), so the running streams get a decode step between any two budgets of prefill;
    a prompt whose last chunk ran samples its first token and joins the decode batch;
-4. one decode step for every sequence in decode (padding never writes into a busy slot: the
-   adapter's decode), each sampling its next token.
-A sequence ends on a stop id (the artifact's eos ids), a stop string, `max_tokens`, or the plan's
-context; its slot is freed and its final state goes into the prefix cache.
+4. one step for every sequence in decode (the runtime's step API, steps.py: padding never changes a
+   busy slot), each sampling its next token(s).
+A sequence ends by the runtime's `finish_reason` ("stop": a stop id, the artifact's eos ids;
+"length": `max_tokens` or the plan's context) or a stop string ("stop"); its slot is freed and its
+final state goes into the prefix cache. Prefill chunks, admission into decode and the steps are
+the runtime's (the adapter is a `Stepper`); this module keeps request handling, scheduling policy
+and the prefix cache.
 
 Requests talk to the HTTP side through `Request.events` (a thread-safe callback into the asyncio
 loop).
 
 Speculative decoding (`adapter.spec_mode` "mtp" | "ngram"; "none" or absent: plain steps): step 4 is
 one round for every sequence in decode (docs/SPECULATIVE.md: all of them in one verify extent); the
-adapter returns each sequence's emitted tokens (accepted drafts + the correction or bonus) with its
+step returns each sequence's emitted tokens (accepted drafts + the correction or bonus) with its
 proposed / accepted counts, and the tokens go out one by one (stop ids, stop strings, max_tokens and
-the context cut them as for plain steps). A sequence gets its drafter (`adapter.start_lane`) when it
-enters decode and loses it when it ends (`adapter.release`). Requests join and leave between rounds;
-chunked prefill still runs between two rounds.
+the context cut them as for plain steps). A sequence gets its lane when its last prompt chunk runs
+(`admit_chunk`) and loses it when it ends (`adapter.release`). Requests join and leave between
+rounds; chunked prefill still runs between two rounds.
 Prefix cache under speculative decoding: a snapshot is taken only where the slot's state is exactly
 prompt + tokens[:-1] (a round whose emission was cut by a stop left the state ahead: no snapshot).
 With the MTP drafter the snapshot also holds the MTP KV rows [0, L) (`mtp_kv/*` are state buffers
@@ -51,6 +54,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..steps import finish_reason
 from .prefix_cache import PrefixCache
 
 
@@ -280,60 +284,45 @@ class Scheduler:
         if r.cursor == len(r.prompt):
             tok = self.a.sample_from(snap.logits.to(self.a.device), r.sampler, len(r.prompt))
             r.state = "decode"
-            self._start_lane(r, tok)
+            self.a.start_lane(r.slot, r.prompt, tok, r.sampler)
             self._emit(r, tok, snap.logits)
         else:
             r.state = "prefill"
 
-    def _start_lane(self, r: Request, first: int) -> None:
-        """The request enters decode with its first token: its drafter starts (speculative plans)."""
-        if self.spec_mode != "none":
-            self.a.start_lane(r.slot, r.prompt, int(first), r.sampler)
-
     def _prefill_chunk(self, r: Request, n: int) -> None:
-        chunk = r.prompt[r.cursor:r.cursor + n]
-        end = r.cursor + n == len(r.prompt)
-        if self.follower_keys:  # the MTP prefill's last column pairs with the next prompt token (end: the sampled one)
-            row, tok = self.a.prefill(r.slot, chunk, r.cursor, r.sampler if end else None,
-                                      next_token=None if end else r.prompt[r.cursor + n])
-        else:
-            row, tok = self.a.prefill(r.slot, chunk, r.cursor, r.sampler if end else None)
+        # the runtime's admission: at the prompt's end the first token is sampled and the slot enters decode
+        row, tok = self.a.admit_chunk(r.slot, r.prompt, r.cursor, n, r.sampler)
+        end = tok is not None
         r.cursor += n
         if self.cache.enabled and (end or r.cursor % self.snapshot_interval < n):
             self._remember(r.slot, r.prompt[:r.cursor], row, tok if end else r.prompt[r.cursor])
         if end:
             r.state = "decode"
-            self._start_lane(r, tok)
             self._emit(r, tok, row)
 
     def _decode(self, batch: list[Request]) -> None:
         busy = {r.slot for r in self._running if r.state == "prefill"}
         cols = [(r.tokens[-1], len(r.prompt) + len(r.tokens) - 1, r.slot) for r in batch]
-        if self.spec_mode != "none":
-            # one round: the adapter drafts, verifies and returns each column's emitted tokens (>= 1:
-            # accepted drafts, then the correction / bonus), leaving every slot's state at
-            # prompt + tokens[:-1] once all of them are emitted, as a plain step does
-            rounds = self.a.decode_speculative(cols, busy, [r.sampler for r in batch])
-            m = self.metrics
-            for r, res in zip(batch, rounds):
+        # plain: one token per sequence; speculative: one round, each sequence's emitted tokens (>= 1:
+        # accepted drafts, then the correction / bonus), leaving every slot's state at prompt + tokens[:-1]
+        # once all of them are emitted, as a plain step does
+        outs = self.a.step(cols, busy, [r.sampler for r in batch])
+        m = self.metrics
+        for r, out in zip(batch, outs):
+            if self.spec_mode != "none":
                 r.spec_rounds += 1
-                r.spec_proposed += res.proposed
-                r.spec_accepted += res.accepted
+                r.spec_proposed += out.proposed
+                r.spec_accepted += out.accepted
                 if m is not None:
                     m.spec_rounds.inc()
-                    m.spec_proposed.inc(res.proposed)
-                    m.spec_accepted.inc(res.accepted)
-                for i, tok in enumerate(res.tokens):
-                    if r.state != "decode":
-                        break
-                    last = i == len(res.tokens) - 1
-                    r.state_ahead = not last  # finishing here leaves the slot's state past the emitted tokens
-                    self._emit(r, tok, res.logits if last else None)
-            return
-        logits, toks = self.a.decode(cols, busy, [r.sampler for r in batch])
-        for i, (r, tok) in enumerate(zip(batch, toks)):
-            if r.state == "decode":
-                self._emit(r, tok, logits[i])
+                    m.spec_proposed.inc(out.proposed)
+                    m.spec_accepted.inc(out.accepted)
+            for i, tok in enumerate(out.tokens):
+                if r.state != "decode":
+                    break
+                last = i == len(out.tokens) - 1
+                r.state_ahead = not last  # finishing here leaves the slot's state past the emitted tokens
+                self._emit(r, tok, out.last_row if last else None)
 
     def _remember(self, slot: int, tokens: list[int], logits, follower: int | None = None) -> None:
         """Snapshot the slot's state after `tokens`. With MTP drafts the snapshot is keyed by tokens +
@@ -358,14 +347,10 @@ class Scheduler:
         r.last_logits = logits
         if self.metrics is not None:
             self.metrics.generation_tokens.inc()
-        reason = None
-        is_stop = (not r.ignore_eos) and int(tok) in self.a.stop_ids
-        if is_stop:
-            reason = "stop"
-        elif len(r.tokens) >= r.max_tokens:
-            reason = "length"
-        elif len(r.prompt) + len(r.tokens) > self.a.max_context:
-            reason = "length"  # the next token has no cache row
+        stop_ids = () if r.ignore_eos else self.a.stop_ids
+        reason = finish_reason(tok, len(r.tokens), len(r.prompt), stop_ids=stop_ids, max_tokens=r.max_tokens,
+                               max_context=self.a.max_context)
+        is_stop = int(tok) in stop_ids
         if r.decoder is not None and not is_stop:
             r.text += r.decoder.push(int(tok))
             if reason is not None:
@@ -421,7 +406,7 @@ class Scheduler:
                     and (r.last_logits is not None or self.follower_keys) and reason in ("stop", "length"):
                 # the state holds prompt + tokens[:-1]; tokens[-1] was sampled from last_logits
                 self._remember(r.slot, r.prompt + r.tokens[:-1], r.last_logits, r.tokens[-1])
-            if self.spec_mode != "none" and was_decoding:
+            if was_decoding:
                 self.a.release(r.slot)
             with self._cv:
                 if r in self._running:

@@ -6,18 +6,18 @@ Step-level API (generate.py's `stream(..., spec=...)` and the server build on it
   device, in `SpecBuffers`); else a host drafter with `.extend(tokens)` / `.propose(k)` (n-gram,
   test oracles). `lane.last` = the last emitted token (not yet consumed by the target),
   `lane.position` = the position it takes.
-- `prefill_lane(engine, lane, prompt)`: chunked prefill into `lane.slot` (reset first), and with
-  MTP, after each target chunk, the `mtp_prefill` chunk over the same columns (ids shifted by one,
-  the last chunk's final id = the target's sampled first token, copied on the device). Returns
-  (logits row [V], first token). The server, which runs its own text chunks, calls
-  `mtp_prefill_chunk(engine, slot, prompt, start, n, row)` right after each instead.
+- `prefill_lane(engine, lane, prompt)`: `steps.prefill` of the prompt into `lane.slot` (reset
+  first; with MTP, after each target chunk, the `mtp_prefill` chunk over the same columns: ids
+  shifted by one, the last chunk's final id = the target's sampled first token, copied on the
+  device: `mtp_prefill_chunk`). Returns (logits row [V], first token). The step API
+  (steps.py `Stepper`) is how `generate.stream` and the server drive lanes and rounds.
 - `spec_round(engine, lanes, use_graphs=True, busy=(), stats=None) -> list[list[int]]`: one round
   for all lanes together: each lane emits accepted + 1 tokens (uncut: the caller cuts at stop ids /
   max tokens / context). A lane with fewer than W = K + 1 positions left takes one plain
-  `decode_c{C}_k0` step instead (one token).
+  `decode_c{C}_k0` step instead (one token). Padding rows (positions 0..K, greedy) never change a
+  busy slot's state: steps.py `padding_slots` (free slots first, borrowed ones saved and put back).
 
-A round (all verify lanes in the smallest verify extent with C >= their count; padding rows in
-free slots at position 0, greedy):
+A round (all verify lanes in the smallest verify extent with C >= their count):
 1. MTP lanes: K - 1 chained `mtp_decode` steps (draft j+1 from draft j and the previous MTP hidden
    row, at the previous column's position + 1), on the device: drafts 2..K into `draft_ids`;
 2. fill the verify inputs (t0 + host drafts per row; MTP drafts copied from `draft_ids`), run
@@ -43,13 +43,16 @@ import torch
 from ..errors import NinferRuntimeError
 from ..graphs import replay_or_run
 from ..sampling import SamplingParams, host_rows, upload_rows
+from ..steps import decode_step, padding_slots, pick_runner, prefill
 
 
 class Lane:
     """One sequence's speculative state: `slot`, sampling `params` (None: greedy), `drafter` (None:
     MTP drafts on the device), `last` (t0: the last emitted token, not yet consumed), `position`
     (t0's position), `keep_logits` (store each emitted token's float32 logits row [V] in
-    `logits`), and counters `rounds` / `proposed` / `accepted` / `plain_steps`."""
+    `logits`), `last_row` (a device view of the row its last token came from; None for MTP
+    lanes, whose extents overwrite it), and counters `rounds` / `proposed` / `accepted` /
+    `plain_steps`."""
 
     def __init__(self, slot: int, params: SamplingParams | None = None, drafter: Any = None, *,
                  keep_logits: bool = False):
@@ -60,8 +63,15 @@ class Lane:
         self.position = 0
         self.keep_logits = keep_logits
         self.logits: list[torch.Tensor] = []
+        self.last_row: torch.Tensor | None = None
         self.rounds = self.proposed = self.accepted = self.plain_steps = 0
         self.last_step = ""  # "verify" | "plain": what produced the lane's last emission
+
+    def begin(self, first: int, position: int) -> None:
+        """The lane enters decode with its first token `first` at `position` (= the prompt length)."""
+        self.last, self.position = int(first), int(position)
+        if self.drafter is not None:
+            self.drafter.extend([self.last])
 
     @property
     def uses_mtp(self) -> bool:
@@ -124,43 +134,28 @@ def _greedy_rows(runner, bufs: SpecBuffers, key: str) -> None:
     upload_rows(runner, bufs.upload(key, host_rows([], R)), non_blocking=bufs.nb)
 
 
-def _pick(runners, a: int, what: str):
-    r = next((r for r in runners if r.concurrency >= a), None)
-    if r is None:
-        raise NinferRuntimeError(f"{a} concurrent sequences exceed the plan's largest {what} extent "
-                                 f"(C={runners[-1].concurrency if runners else 0})")
-    return r
-
-
-def _pads(engine, lanes, busy, n: int) -> list[int]:
-    used = {l.slot for l in lanes} | set(busy)
-    free = [s for s in range(engine.slots) if s not in used]
-    if len(free) < n:
-        raise NinferRuntimeError(f"no free slot left to pad a round of {len(lanes)} sequences ({n} padding rows)")
-    return free[:n]
-
-
 # ----------------------------------------------------------------------------- prefill
 
 
-def mtp_prefill_chunk(engine, slot: int, prompt: list[int], start: int, n: int, row: int):
-    """Run `mtp_prefill` over the target prefill chunk just run (columns start .. start+n-1 of
-    `prompt` in `slot`; its outputs still in the arena; `row` = the row of its last column in the
-    logits / ids outputs). MTP column i pairs the target hidden at position start+i with the token
-    at start+i+1 (the prompt's, or in the last chunk the target's sampled first token, copied on the
-    device). On the last chunk: stores draft 1 and the MTP hidden row of the last column for the
-    lane's chain, and returns (logits row [V], first id [1]) copied out of the arena (the MTP run
-    overwrites the target's outputs). Returns None on the other chunks."""
+def mtp_prefill_chunk(engine, slot: int, chunk: list[int], start: int, row: int, next_token: int | None):
+    """Run `mtp_prefill` over the target prefill chunk just run (`chunk` at positions start.. in
+    `slot`; its outputs still in the arena; `row` = the row of its last column in the logits / ids
+    outputs). MTP column i pairs the target hidden at position start+i with the token at start+i+1
+    (chunk[i+1]; for the last column `next_token`, the next prompt token, or with `next_token`
+    None (the prompt's last chunk) the target's sampled first token, copied on the device). On the
+    last chunk: stores draft 1 and the MTP hidden row of the last column for the lane's chain, and
+    returns (logits row [V], first id [1]) copied out of the arena (the MTP run overwrites the
+    target's outputs). Returns None on the other chunks."""
     text, m = engine.prefill_runner, engine.mtp_prefill_runner
     if m is None:
         raise NinferRuntimeError("the plan has no MTP prefill extent")
     b = spec_buffers(engine)
-    last = start + n >= len(prompt)
+    n, last = len(chunk), next_token is None
     b.hidden[:n].copy_(text.outputs["hidden"][:n])  # [n, H]
     if last:
         b.first_id.copy_(text.outputs["ids"][row:row + 1])
         b.logits_row.copy_(text.outputs["logits"][row])
-    nxt = list(prompt[start + 1:start + n + 1]) + ([0] if last else [])  # [n]: ids x_{s+1} .. (x_L = placeholder)
+    nxt = list(chunk[1:]) + [0 if last else int(next_token)]  # [n]: ids x_{s+1} .. (x_L: a placeholder)
     host = torch.tensor([nxt, list(range(start, start + n)), [slot] * n], dtype=torch.int32)
     # blocking copies: the staging buffers are reused by the next chunk before any device->host read
     words = b.upload("mtp_prefill", host)
@@ -187,46 +182,33 @@ def mtp_prefill_chunk(engine, slot: int, prompt: list[int], start: int, n: int, 
 
 
 def prefill_lane(engine, lane: Lane, prompt: list[int]) -> tuple[torch.Tensor, int]:
-    """Prefill `prompt` into `lane.slot` (+ the MTP prefill chunks for an MTP lane); sets
-    `lane.last` (the first generated token, sampled with `lane.params`) and `lane.position` =
-    len(prompt); a host drafter is created by the caller and extended here with the first token.
-    Returns (logits row [V] (device view), first token) (one device->host read)."""
-    from ..generate import prefill
-
-    hook = None
-    if lane.uses_mtp:
-        if not engine.has_mtp_drafts:
-            raise NinferRuntimeError("the plan has no MTP draft extents (compile the artifact's MTP part with "
-                                     "--draft-tokens K)")
-
-        def hook(start, n, row):
-            return mtp_prefill_chunk(engine, lane.slot, prompt, start, n, row)
-
-    row, tok = prefill(engine, prompt, lane.slot, lane.params, after_chunk=hook)
-    g = int(tok.tolist()[0])
-    lane.last, lane.position = g, len(prompt)
-    if lane.drafter is not None:
-        lane.drafter.extend([g])
-    return row, g
+    """Prefill `prompt` into `lane.slot` (reset first; + the MTP prefill chunks for an MTP lane) and
+    begin the lane with the first token (sampled with `lane.params`) at position len(prompt); a
+    host drafter is created by the caller. Returns (logits row [V] (device view), first token)."""
+    if lane.uses_mtp and not engine.has_mtp_drafts:
+        raise NinferRuntimeError("the plan has no MTP draft extents (compile the artifact's MTP part with "
+                                 "--draft-tokens K)")
+    row, tok = prefill(engine, prompt, lane.slot, lane.params, mtp=lane.uses_mtp)
+    lane.begin(int(tok.tolist()[0]), len(prompt))
+    return row, lane.last
 
 
 # ----------------------------------------------------------------------------- rounds
 
 
-def _mtp_chain(engine, lanes: list[Lane], busy, use_graphs: bool) -> None:
+def _mtp_chain(engine, lanes: list[Lane], pads: list[int], use_graphs: bool) -> None:
     """Drafts 2..K of each MTP lane: K-1 `mtp_decode` steps, one row per lane (ids = the previous
     draft, hidden = the previous MTP hidden row, position = lane.position + step - 1)."""
     K = engine.draft_tokens
     if K < 2 or not lanes:
         return
     b = spec_buffers(engine)
-    m = _pick(engine.mtp_decode_runners, len(lanes), "MTP decode")
+    m = pick_runner(engine.mtp_decode_runners, len(lanes), "MTP decode")
     C, a = m.t, len(lanes)
-    pads = _pads(engine, lanes, busy, C - a)
     dev = engine.device
     sidx = b.upload("chain_slots", torch.tensor([l.slot for l in lanes], dtype=torch.int32)).to(
         dev, non_blocking=b.nb).long()
-    slots = [l.slot for l in lanes] + pads
+    slots = [l.slot for l in lanes] + pads[:C - a]
     for step in range(1, K):
         pos = [l.position + step - 1 for l in lanes] + [0] * (C - a)
         words = b.upload(f"chain{step}", torch.tensor([pos, slots], dtype=torch.int32))
@@ -281,16 +263,15 @@ def _drafts(engine, lane: Lane, K: int) -> list[int]:
     return out
 
 
-def _verify(engine, lanes: list[Lane], busy, use_graphs: bool, stats: dict | None) -> list[list[int]]:
+def _verify(engine, lanes: list[Lane], pads: list[int], use_graphs: bool, stats: dict | None) -> list[list[int]]:
     K = engine.draft_tokens
     W = K + 1
     b = spec_buffers(engine)
     mtp = [i for i, l in enumerate(lanes) if l.uses_mtp]
     if mtp:
-        _mtp_chain(engine, [lanes[i] for i in mtp], busy, use_graphs)
-    v = _pick(engine.verify_runners, len(lanes), "verify")
+        _mtp_chain(engine, [lanes[i] for i in mtp], pads, use_graphs)
+    v = pick_runner(engine.verify_runners, len(lanes), "verify")
     C, T, a = v.concurrency, v.t, len(lanes)
-    pads = _pads(engine, lanes, busy, C - a)
     ids, pos, slots, nd, srows = [], [], [], [], []
     for l in lanes:
         d = [0] * K if l.uses_mtp else _drafts(engine, l, K)
@@ -299,7 +280,7 @@ def _verify(engine, lanes: list[Lane], busy, use_graphs: bool, stats: dict | Non
         pos += [l.position + j for j in range(W)]
         slots += [l.slot] * W
         srows += [(l.params, l.position + j + 1) for j in range(W)]
-    for s in pads:
+    for s in pads[:C - a]:
         ids += [0] * W
         pos += list(range(W))
         slots += [s] * W
@@ -328,6 +309,7 @@ def _verify(engine, lanes: list[Lane], busy, use_graphs: bool, stats: dict | Non
         em = [int(t) for t in toks[r * W:r * W + acc[r] + 1]]
         if l.keep_logits:
             l.logits = [lg[r * W + j].clone() for j in range(len(em))]
+        l.last_row = None if l.uses_mtp else v.outputs["logits"][r * W + len(em) - 1]
         l.rounds += 1
         l.proposed += nd[r]
         l.accepted += acc[r]
@@ -349,8 +331,6 @@ def _verify(engine, lanes: list[Lane], busy, use_graphs: bool, stats: dict | Non
 
 
 def _plain(engine, lanes: list[Lane], busy, use_graphs: bool, stats: dict | None) -> list[list[int]]:
-    from ..generate import decode_step
-
     logits, ids = decode_step(engine, [(l.last, l.position, l.slot) for l in lanes], [l.params for l in lanes],
                               use_graphs=use_graphs, busy=set(busy))
     toks = ids.tolist()  # the step's one device->host read
@@ -358,6 +338,7 @@ def _plain(engine, lanes: list[Lane], busy, use_graphs: bool, stats: dict | None
     for i, (l, t) in enumerate(zip(lanes, toks)):
         if l.keep_logits:
             l.logits = [logits[i].float().cpu().clone()]
+        l.last_row = logits[i]
         l.position += 1
         l.last = int(t)
         l.plain_steps += 1
@@ -375,7 +356,7 @@ def spec_round(engine, lanes: list[Lane], use_graphs: bool = True, *, busy=(), s
     """One round for `lanes` (distinct slots; each after `prefill_lane` / its previous round):
     returns each lane's emitted tokens, uncut (1 .. K+1: the accepted drafts then the target's own
     token; 1 for a lane that took a plain step because fewer than K+1 positions are left). `busy`:
-    slots holding other sequences (never used as padding). `stats` (optional dict) accumulates
+    slots holding other sequences (padding rows never change their state). `stats` (optional dict) accumulates
     rounds (verify launches), lane_rounds, proposed, accepted, plain_steps (plain launches).
     Each lane's `last` / `position` / counters (and drafter) are advanced."""
     K = engine.draft_tokens
@@ -385,14 +366,21 @@ def spec_round(engine, lanes: list[Lane], use_graphs: bool = True, *, busy=(), s
         raise NinferRuntimeError("two lanes share a slot")
     ver = [l for l in lanes if l.position + K < engine.max_context]
     plain = [l for l in lanes if l.position + K >= engine.max_context]
-    taken = set(busy) | {l.slot for l in lanes}  # padding rows go to other slots only
+    n_mtp = sum(1 for l in ver if l.uses_mtp)
+    need = max([0] + [pick_runner(rs, n, what).concurrency - n for rs, n, what in (
+        (engine.verify_runners, len(ver), "verify"), (engine.mtp_decode_runners, n_mtp, "MTP decode"),
+        (engine.decode_runners, len(plain), "decode")) if n])
     got: dict[int, list[int]] = {}
-    if ver:
-        for l, em in zip(ver, _verify(engine, ver, taken, use_graphs, stats)):
-            got[id(l)] = em
-    if plain:
-        for l, em in zip(plain, _plain(engine, plain, taken, use_graphs, stats)):
-            got[id(l)] = em
+    with padding_slots(engine, {l.slot for l in lanes}, busy, need, K + 1) as pads:
+        if ver:
+            for l, em in zip(ver, _verify(engine, ver, pads, use_graphs, stats)):
+                got[id(l)] = em
+        if plain:
+            for l in ver:  # the plain step's extent may overwrite the verify outputs
+                l.last_row = l.last_row.clone() if l.last_row is not None else None
+            others = set(range(engine.slots)) - set(pads)  # the plain step pads into `pads` only
+            for l, em in zip(plain, _plain(engine, plain, others, use_graphs, stats)):
+                got[id(l)] = em
     return [got[id(l)] for l in lanes]
 
 

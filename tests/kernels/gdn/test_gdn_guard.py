@@ -1,5 +1,5 @@
 """Out-of-bounds detector for the chunked-prefill launchers (gdn_chunked_prefill and
-gdn_chunked_prefill_fast).
+gdn_chunked_wy_prefill).
 
 The Triton interpreter honours masks but does not fault on an unmasked access past a tensor's end
 (it just reads / writes host memory), so the accuracy tests cannot see one. Here every operand,
@@ -29,7 +29,7 @@ import pytest
 import torch
 
 from ninfer_compile.errors import RouteError
-from ninfer_compile.kernels.gdn import launch, launch_fast, reference
+from ninfer_compile.kernels.gdn import launch, launch_chunked_wy, reference
 from test_gdn import _inputs  # same folder: pytest puts it on sys.path
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -87,10 +87,10 @@ def _guarded_run(fast, T, Hk, Hv, Dk, Dv, p0, block_v, **params):
     sa = A.carve("state", state)
     pa, sla = A.carve("positions", pos), A.carve("slots", slots)
     o = A.carve("o", torch.zeros(T, Hv, Dv, dtype=torch.bfloat16))
-    mod = launch_fast if fast else launch
+    mod = launch_chunked_wy if fast else launch
     ws = A.carve("workspace", torch.full((mod.chunked_workspace_numel(T, Hv, Dk, Dv),), float("nan")))
     if fast:
-        launch_fast.gated_delta_rule_chunked_fast(qa, ka, va, ga, ba, sa, pa, sla, o, ws, block_v=block_v, **params)
+        launch_chunked_wy.gated_delta_rule_chunked_wy(qa, ka, va, ga, ba, sa, pa, sla, o, ws, block_v=block_v, **params)
     else:
         launch.gated_delta_rule_chunked(qa, ka, va, ga, ba, sa, pa, sla, o, ws, block_v=block_v)
     bad = A.check()
@@ -136,13 +136,13 @@ def _sweep_child(T: int, only: str | None = None) -> None:
     slots = torch.full((T,), 1, dtype=torch.int32, device="cuda")
     pos = torch.arange(7, 7 + T, dtype=torch.int32, device="cuda")
     o = torch.empty(T, Hv, Dv, dtype=torch.bfloat16, device="cuda")
-    ws = torch.empty(launch_fast.chunked_workspace_numel(T, Hv, Dk, Dv), device="cuda")
+    ws = torch.empty(launch_chunked_wy.chunked_workspace_numel(T, Hv, Dk, Dv), device="cuda")
     for bv, nw, ns in _SWEEP:
         if only is not None and only != f"bv{bv}_w{nw}_s{ns}":
             continue
         print(f"config bv{bv}_w{nw}_s{ns}: start", flush=True)
         st = state.clone().cuda()
-        launch_fast.gated_delta_rule_chunked_fast(*dev, st, pos, slots, o, ws, block_v=bv, num_warps=nw,
+        launch_chunked_wy.gated_delta_rule_chunked_wy(*dev, st, pos, slots, o, ws, block_v=bv, num_warps=nw,
                                                   num_stages=ns)
         torch.cuda.synchronize()
         print(f"config bv{bv}_w{nw}_s{ns}: ok", flush=True)
@@ -158,7 +158,7 @@ def test_fast_bench_sweep_isolated_gpu():
     refused = []
     for bv, nw, ns in _SWEEP:
         name = f"bv{bv}_w{nw}_s{ns}"
-        if (bv, nw, ns) in launch_fast.KNOWN_FAULTS:
+        if (bv, nw, ns) in launch_chunked_wy.KNOWN_FAULTS:
             refused.append(name)  # the launcher refuses it (checked below); nothing to run
             continue
         r = subprocess.run([sys.executable, __file__, "--sweep-child", str(T), name], env=env, capture_output=True,
@@ -169,7 +169,7 @@ def test_fast_bench_sweep_isolated_gpu():
     for name in refused:
         bv, nw, ns = (int(x[1:]) for x in name.replace("bv", "v").split("_"))
         with pytest.raises(RouteError, match="refused on a GPU"):
-            launch_fast.gated_delta_rule_chunked_fast(*([torch.empty(0)] * 10), block_v=bv, num_warps=nw,
+            launch_chunked_wy.gated_delta_rule_chunked_wy(*([torch.empty(0)] * 10), block_v=bv, num_warps=nw,
                                                       num_stages=ns)
 
 

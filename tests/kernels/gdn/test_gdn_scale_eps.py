@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ninfer_compile.errors import RouteError
-from ninfer_compile.kernels.gdn import launch, launch_fast, reference
+from ninfer_compile.kernels.gdn import launch, launch_chunked_wy, reference
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -51,8 +51,8 @@ def _run(route, T, scale=None, l2_eps=None):
         ws = torch.empty(launch.chunked_workspace_numel(T, Hv, Dk, Dv), device=DEV)
         launch.gated_delta_rule_chunked(*args, ws, **kw)
     else:
-        ws = torch.empty(launch_fast.chunked_workspace_numel(T, Hv, Dk, Dv), device=DEV)
-        launch_fast.gated_delta_rule_chunked_fast(*args, ws, **kw)
+        ws = torch.empty(launch_chunked_wy.chunked_workspace_numel(T, Hv, Dk, Dv), device=DEV)
+        launch_chunked_wy.gated_delta_rule_chunked_wy(*args, ws, **kw)
     return out.cpu(), sd.cpu(), o_ref, s_ref
 
 

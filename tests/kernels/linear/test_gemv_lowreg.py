@@ -1,4 +1,4 @@
-"""Low-register / packed decode-GEMV routes (q4_gemv_lowreg, q5_gemv_packed, q6_gemv_packed).
+"""Low-register / packed decode-GEMV routes (q4_gemv_lowreg, q5_gemv_lowreg, q6_gemv_lowreg).
 
 CPU (TRITON_INTERPRET=1): the plain-Triton path against the fp32 reference on T = 1..4 (T = 5 is
 refused), K = 192 / 200 (partial group) / 320, N = 40 / 72, row views of a fused parent, every
@@ -21,7 +21,7 @@ from ninfer_compile.kernels.linear import ptx
 from _linear_helpers import assert_close_rel, random_weight, run_route
 from ptx_emulator import bf, bf16_round, chunk_operands, emulate, f32
 
-ROUTES = {"q4_gemv_lowreg": "Q4G64_F16S", "q5_gemv_packed": "Q5G64_F16S", "q6_gemv_packed": "Q6G64_F16S"}
+ROUTES = {"q4_gemv_lowreg": "Q4G64_F16S", "q5_gemv_lowreg": "Q5G64_F16S", "q6_gemv_lowreg": "Q6G64_F16S"}
 SHAPES = [(40, 192), (72, 200), (40, 320), (72, 192)]
 EPIS = ["none", "swiglu", "residual", "swiglu"]
 SMALL = {"BLOCK_N": 16, "BLOCK_K": 128}
@@ -52,7 +52,7 @@ def test_plain_path_matches_reference(name, t, n, k, epi, params, view):
 
 
 def test_residual_in_place_splitk4():
-    out, expected = _run("q5_gemv_packed", 4, 40, 320, "residual", {"BLOCK_N": 8, "BLOCK_K": 128, "SPLIT_K": 4},
+    out, expected = _run("q5_gemv_lowreg", 4, 40, 320, "residual", {"BLOCK_N": 8, "BLOCK_K": 128, "SPLIT_K": 4},
                          7, residual_in_place=True)
     assert_close_rel(out, expected, 1e-2, "q5 residual in place, split-K 4")
 
@@ -170,8 +170,8 @@ def test_asm_splitk_view_large_k_on_gpu(name):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,n,k,epi", [("q4_gemv_lowreg", 34816, 5120, "swiglu"),
-                                          ("q5_gemv_packed", 5120, 17408, "residual"),
-                                          ("q6_gemv_packed", 4096, 5120, "none"), ("q5_gemv_packed", 264, 1088, "swiglu"),
+                                          ("q5_gemv_lowreg", 5120, 17408, "residual"),
+                                          ("q6_gemv_lowreg", 4096, 5120, "none"), ("q5_gemv_lowreg", 264, 1088, "swiglu"),
                                           ("q4_gemv_lowreg", 72, 200, "residual")])
 def test_async_ring_equals_the_asm_loads_on_gpu(name, n, k, epi):
     """ASYNC (the weight chunks through a cp.async ring in shared memory) feeds the same words, scales and
@@ -196,11 +196,11 @@ from triton.compiler import ASTSource
 from ninfer_compile.kernels.linear.gemv_lowreg import gemv_lowreg_kernel as fn
 fmt, epi = int(sys.argv[1]), int(sys.argv[2])
 ptrs = {'x_ptr': '*bf16', 'base_ptr': '*i32', 'high_ptr': '*i32', 'scale_ptr': '*fp16', 'out_ptr': '*bf16',
-        'res_ptr': '*bf16', 'ws_ptr': '*fp32', 'cnt_ptr': '*i32', 'nw_ptr': '*bf16'}
+        'res_ptr': '*bf16', 'ws_ptr': '*fp32', 'cnt_ptr': '*i32'}
 consts = dict(FMT=fmt, EPI=epi, BLOCK_N=2, BLOCK_K=1024, BLOCK_T=1, SPLIT_K=1, CHAIN=1, INTERP=False, USE_ASM=True,
-              PREFETCH=False, L2_HINT=False, FUSED_REDUCE=False, NORM=False, NORM_BLOCK=1024, ASYNC=3, PDL=False)
+              PREFETCH=False, L2_HINT=False, FUSED_REDUCE=False, ASYNC=3, PDL=False)
 names = fn.arg_names
-sig = {n: ptrs.get(n, 'constexpr' if n in consts else ('fp32' if n == 'norm_eps' else 'i32')) for n in names}
+sig = {n: ptrs.get(n, 'constexpr' if n in consts else 'i32') for n in names}
 # the integer arguments a 27B launch passes as multiples of 16 (Triton specialises them so)
 div16 = list(ptrs) + ['K', 'KC_TOTAL', 'base_row', 'high_row', 'scale_row', 'sx', 'so', 'sr', 'N_OUT', 'up_off']
 src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()},
@@ -248,8 +248,8 @@ def test_auto_selects_asm_on_sm90():
 # split-K second phase inside the launch (REDUCE=fused) vs the separate reduce kernel
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name,t,n,k,epi,split", [
-    ("q4_gemv_lowreg", 1, 72, 320, "swiglu", 2), ("q5_gemv_packed", 3, 40, 200, "residual", 4),
-    ("q6_gemv_packed", 4, 72, 192, "none", 2), ("q4_gemv_lowreg", 2, 40, 320, "none", 4)])
+    ("q4_gemv_lowreg", 1, 72, 320, "swiglu", 2), ("q5_gemv_lowreg", 3, 40, 200, "residual", 4),
+    ("q6_gemv_lowreg", 4, 72, 192, "none", 2), ("q4_gemv_lowreg", 2, 40, 320, "none", 4)])
 def test_fused_splitk_reduce_is_bit_identical_and_leaves_counters_zero(name, t, n, k, epi, split):
     from ninfer_compile.kernels.linear.epilogue import fixup_counters
 
@@ -266,7 +266,7 @@ def test_fused_splitk_reduce_is_bit_identical_and_leaves_counters_zero(name, t, 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,n,k,epi", [("q4_gemv_lowreg", 34816, 5120, "swiglu"),
-                                           ("q5_gemv_packed", 5120, 17408, "residual")])
+                                           ("q5_gemv_lowreg", 5120, 17408, "residual")])
 def test_fused_splitk_reduce_on_gpu_at_27b_shapes(name, n, k, epi):
     """Thousands of tiles arriving concurrently: the fused reduce (fence + ticket + last-split sum)
     equals the two-launch reduce bit for bit, every time (a missing fence shows up as a mismatch)."""

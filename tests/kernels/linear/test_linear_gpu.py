@@ -13,8 +13,8 @@ from _linear_helpers import PREFIX_FORMAT, assert_close_rel, random_weight
 
 pytestmark = pytest.mark.gpu
 # the `<f>_dequant_gemm` routes (own launcher module, always need a workspace): test_dequant_gemm.py
-ROUTES = [r.name for r in registry.routes_for("linear") if not r.name.endswith(("_dequant_gemm", "_gemv_lowreg", "_gemv_packed"))]
-# (`*_gemv_lowreg` / `*_gemv_packed`: own launcher module, tested in test_gemv_lowreg.py)
+ROUTES = [r.name for r in registry.routes_for("linear") if not r.name.endswith(("_dequant_gemm", "_gemv_lowreg"))]
+# (`*_gemv_lowreg`: own launcher module, tested in test_gemv_lowreg.py)
 
 
 def _setup(fmt, n, k, t, epi, seed=0):

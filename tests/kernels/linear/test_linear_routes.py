@@ -19,8 +19,8 @@ from _linear_helpers import PREFIX_FORMAT, assert_close_rel, random_weight
 
 # the `<f>_dequant_gemm` routes (own launcher module, always need a workspace): test_dequant_gemm.py
 ROUTES = [r.name for r in registry.routes_for("linear")
-          if not r.name.endswith(("_dequant_gemm", "_gemv_lowreg", "_gemv_packed", "_gemv_tc", "_gemm_tc"))]
-# (`*_gemv_lowreg` / `*_gemv_packed` / `*_gemv_tc` / `*_gemm_tc`: own launcher modules, tested in
+          if not r.name.endswith(("_dequant_gemm", "_gemv_lowreg", "_gemv_tc", "_gemm_tc"))]
+# (`*_gemv_lowreg` / `*_gemv_tc` / `*_gemm_tc`: own launcher modules, tested in
 # test_gemv_lowreg.py / test_gemv_tc.py / test_gemm_tc.py)
 SHAPES = [(40, 192), (72, 200), (40, 320)]
 EPIS = ["none", "swiglu", "residual"]

@@ -1,4 +1,4 @@
-"""Route gdn_chunked_prefill_fast (launch_fast.gated_delta_rule_chunked_fast) vs the recurrent
+"""Route gdn_chunked_wy_prefill (launch_chunked_wy.gated_delta_rule_chunked_wy) vs the recurrent
 fp32 reference, and (GPU) vs the existing gdn_chunked_prefill route at the 27B head shape."""
 
 import inspect
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ninfer_compile.errors import RouteError
-from ninfer_compile.kernels.gdn import launch, launch_fast, reference
+from ninfer_compile.kernels.gdn import launch, launch_chunked_wy, reference
 from ninfer_compile.kernels.registry import get_route
 from test_gdn import _inputs as gdn_inputs  # same folder: pytest puts it on sys.path
 
@@ -33,8 +33,8 @@ def _run_fast(q, k, v, g, beta, state, pos, slots, **params):
     Dk = q.shape[2]
     sd = state.clone().to(DEV)
     o = torch.empty(T, Hv, Dv, dtype=torch.bfloat16, device=DEV)
-    ws = torch.full((launch_fast.chunked_workspace_numel(T, Hv, Dk, Dv),), float("nan"), device=DEV)
-    launch_fast.gated_delta_rule_chunked_fast(q.to(DEV), k.to(DEV), v.to(DEV), g.to(DEV), beta.to(DEV), sd,
+    ws = torch.full((launch_chunked_wy.chunked_workspace_numel(T, Hv, Dk, Dv),), float("nan"), device=DEV)
+    launch_chunked_wy.gated_delta_rule_chunked_wy(q.to(DEV), k.to(DEV), v.to(DEV), g.to(DEV), beta.to(DEV), sd,
                                               pos.to(DEV), slots.to(DEV), o, ws, **params)
     return o, sd
 
@@ -85,19 +85,19 @@ def test_fast_equals_decode_sequence():
 
 
 def test_fast_route_registration_and_workspace():
-    r = get_route("gdn_chunked_prefill_fast")
+    r = get_route("gdn_chunked_wy_prefill")
     old = get_route("gdn_chunked_prefill")
     assert r.family == old.family == "gated_delta_rule" and r.domain == old.domain
     fn = r.load_launcher()
     # the runtime sizes a route's workspace with chunked_workspace_numel of the launcher's module
-    assert inspect.getmodule(fn).chunked_workspace_numel is launch_fast.chunked_workspace_numel
+    assert inspect.getmodule(fn).chunked_workspace_numel is launch_chunked_wy.chunked_workspace_numel
     assert set(inspect.signature(fn).parameters) >= set(inspect.signature(old.load_launcher()).parameters) - {"chunk"}
     for name, spec in r.params.items():
         assert name in inspect.signature(fn).parameters and r.check_params({name: spec.default}) is None
     T, Hk, Hv, Dk, Dv = 3, 1, 2, 16, 16
     q, k, v, g, beta, state = _inputs(T, Hk, Hv, Dk, Dv, 1, 0)
     ids = torch.zeros(T, dtype=torch.int32)
-    small = torch.empty(launch_fast.chunked_workspace_numel(T, Hv, Dk, Dv) - 1)
+    small = torch.empty(launch_chunked_wy.chunked_workspace_numel(T, Hv, Dk, Dv) - 1)
     with pytest.raises(RouteError, match="workspace"):
         fn(q, k, v, g, beta, state, ids, ids, torch.empty(T, Hv, Dv), small)
 
@@ -133,9 +133,9 @@ def test_fast_vs_existing_route_27b_gpu(T):
     env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1")
     bad = []
     for bv in (32, 64):
-        if (bv, 4, 2) in launch_fast.KNOWN_FAULTS:  # refused by the launcher (checked there), nothing to run
+        if (bv, 4, 2) in launch_chunked_wy.KNOWN_FAULTS:  # refused by the launcher (checked there), nothing to run
             with pytest.raises(RouteError, match="refused on a GPU"):
-                launch_fast.gated_delta_rule_chunked_fast(*([torch.empty(0)] * 10), block_v=bv)
+                launch_chunked_wy.gated_delta_rule_chunked_wy(*([torch.empty(0)] * 10), block_v=bv)
             continue
         r = subprocess.run([sys.executable, __file__, "--compare-27b", str(T), str(bv)], env=env,
                            capture_output=True, text=True, timeout=300,

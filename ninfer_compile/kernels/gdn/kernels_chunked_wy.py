@@ -1,10 +1,11 @@
-"""Triton kernels of the fast Gated DeltaNet chunked prefill (route gdn_chunked_prefill_fast).
+"""Triton kernels of the Gated DeltaNet chunked WY prefill (route gdn_chunked_wy_prefill: WY / UT prep with a
+blocked 16x16 inverse, bf16 tensor-core state passing, chunk-parallel output).
 
 Chunk 64 = four 16-row sub-blocks. Notation per chunk and value head: K, Q [64, Dk] L2-normalised
 (Q also scaled by 1/sqrt(Dk)), V [64, Dv], beta [64], gc = in-chunk cumulative sum of g (log
 decay), gl = gc of the chunk's last valid row, S_c the state [Dk, Dv] at the chunk's start.
 
-gdn_fast_prep_kernel   grid (n_chunks, Hv), chunk-parallel (the WY / UT representation):
+gdn_wy_prep_kernel   grid (n_chunks, Hv), chunk-parallel (the WY / UT representation):
                          rk = 1 / ||k|| per row (-> f32 workspace; the later kernels feed raw bf16
                               k / q to the tensor cores and fold the L2 norms in as row scales)
                          A = strictly-lower(beta_i exp(gc_i - gc_j) k_i.k_j)     (10 16x16 blocks)
@@ -12,17 +13,17 @@ gdn_fast_prep_kernel   grid (n_chunks, Hv), chunk-parallel (the WY / UT represen
                              (16 steps, all four blocks per step), the six off-diagonal blocks by
                              blocked forward substitution X_ij = -X_ii sum_{j<=m<i} A_im X_mj (tl.dot)
                          W = X (beta exp(gc) K), U = X (beta V)   -> bf16 workspace; gc -> f32 workspace
-gdn_fast_state_kernel  grid (Hv, cdiv(Dv, BV)), sequential over chunks, the [Dk, BV] state block
+gdn_wy_state_kernel  grid (Hv, cdiv(Dv, BV)), sequential over chunks, the [Dk, BV] state block
                        in fp32 registers, bf16 tensor-core dots with fp32 accumulation:
                          H[c] = S_c (bf16 workspace);   V' = U - W S_c  (overwrites U in place)
                          S_{c+1} = exp(gl) S_c + K_raw^T (rk exp(gl - gc) V')
                        and finally writes S to the slot (position 0: S_0 = 0).
-gdn_fast_out_kernel    grid (cdiv(Dv, BV), n_chunks, Hv), chunk-parallel:
+gdn_wy_out_kernel    grid (cdiv(Dv, BV), n_chunks, Hv), chunk-parallel:
                          O = exp(gc) (Q H[c]) + [causal (Q K^T) exp(gc_i - gc_j)] V'
 
 F32 (the CPU interpreter, whose bf16 tl.dot is wrong in Triton 3.9) upcasts the bf16 dot operands
 to float32 ("ieee"); on the GPU those dots take bf16 operands.
-Workspace (laid out by launch_fast.chunked_workspace_numel): gc, rk f32 [Hv, T]; W bf16 [Hv, T, Dk];
+Workspace (laid out by launch_chunked_wy.chunked_workspace_numel): gc, rk f32 [Hv, T]; W bf16 [Hv, T, Dk];
 U / V' bf16 [Hv, T, Dv]; H bf16 [Hv, n_chunks, Dk, Dv].
 """
 
@@ -118,7 +119,7 @@ def _store16(ptr, row0, T, x, D, BD: tl.constexpr, F32: tl.constexpr):
 
 
 @triton.jit
-def gdn_fast_prep_kernel(
+def gdn_wy_prep_kernel(
     k_ptr, v_ptr, g_ptr, beta_ptr, gc_ptr, rk_ptr, w_ptr, u_ptr,
     T, Hv, REP, Dk, Dv, eps,
     stride_kt, stride_kh, stride_vt, stride_vh,
@@ -229,7 +230,7 @@ def _chunk_vecs(gc_ptr, rk_ptr, off, c, T):
 
 
 @triton.jit
-def gdn_fast_state_kernel(
+def gdn_wy_state_kernel(
     k_ptr, gc_ptr, rk_ptr, w_ptr, u_ptr, h_ptr, state_ptr, pos_ptr, slots_ptr,
     T, NT, Hv, REP, Dk, Dv,
     stride_kt, stride_kh, stride_ss, stride_sh,
@@ -277,7 +278,7 @@ def gdn_fast_state_kernel(
 
 
 @triton.jit
-def gdn_fast_out_kernel(
+def gdn_wy_out_kernel(
     q_ptr, k_ptr, gc_ptr, rk_ptr, u_ptr, h_ptr, o_ptr,
     T, NT, Hv, REP, Dk, Dv, scale, eps,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_ot, stride_oh,
