@@ -114,7 +114,7 @@ def shutdown() -> None:
 
 # ----------------------------------------------------------------------------- lockstep steps
 
-RUN, RESET_SLOT, STOP = 1, 2, 0
+RUN, RESET_SLOT, SAVE_SLOT, RESTORE_SLOT, STOP = 1, 2, 3, 4, 0
 
 
 class Lockstep:
@@ -143,6 +143,12 @@ class Lockstep:
     def reset_slot(self, slot: int) -> None:
         self._send([RESET_SLOT, int(slot), 0, 0])
 
+    def save_slot(self, slot: int, rows: int) -> None:  # steps.padding_slots borrowed a busy slot
+        self._send([SAVE_SLOT, int(slot), int(rows), 0])
+
+    def restore_slot(self, slot: int) -> None:
+        self._send([RESTORE_SLOT, int(slot), 0, 0])
+
     def stop(self) -> None:
         self._send([STOP, 0, 0, 0])
 
@@ -153,8 +159,11 @@ def follow(engine) -> None:
 
     from .graphs import replay_or_run
 
+    from .steps import restore_slot_rows, save_slot_rows, state_layout
+
     names = sorted(engine.extents)
     words = torch.zeros(4, dtype=torch.int64, device=engine.device)
+    saved: dict[int, tuple[int, list]] = {}
     while True:
         dist.broadcast(words, src=0)
         cmd, a, b, c = (int(v) for v in words.tolist())
@@ -162,6 +171,13 @@ def follow(engine) -> None:
             return
         if cmd == RESET_SLOT:
             engine.reset_slot(a)
+            continue
+        if cmd == SAVE_SLOT:
+            saved[a] = (b, save_slot_rows(state_layout(engine), a, b))
+            continue
+        if cmd == RESTORE_SLOT:
+            rows, kept = saved.pop(a)
+            restore_slot_rows(state_layout(engine), a, rows, kept)
             continue
         runner = engine.extents[names[a]]
         for name in sorted(runner.inputs):
