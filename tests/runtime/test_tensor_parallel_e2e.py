@@ -110,3 +110,59 @@ def test_tp_plan_greedy_matches_transformers(tp_model, tp, tmp_path):
     assert want > 0 and all(x["all_reduce"] == want for x in res), ([x["all_reduce"] for x in res], want)
     for r, x in enumerate(res):  # each rank uploaded its section's weights, not the model's
         assert x["weight_bytes"] == sections[r]["memory"]["weights_bytes"]
+
+
+def test_trained_tiny_served_over_two_ranks(tiny_trained_bf16, tmp_path):
+    """ninfer-serve with a --tp 2 plan of the trained tiny model (it starts the 2 ranks itself): the
+    openai client's greedy completion is the one-device plan's text; SIGTERM drains and ends every rank."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+    import openai
+
+    import ninfer_runtime as nr
+    from ninfer_compile.compile_cli import compile_artifact
+    from ninfer_compile.ir.lower import LowerOptions
+    from ninfer_compile.plan.writer import write_plan
+    from ninfer_runtime.serve.server import free_port
+
+    art = tiny_trained_bf16
+    opts = LowerOptions(prefill_chunk=16, concurrency=(1,), max_context=64)
+    plans = {}
+    for tp in (1, 2):
+        c = compile_artifact(art, 90, opts=opts, tp=tp, binaries=False)
+        plans[tp] = write_plan(tmp_path / f"tp{tp}", c.manifest, c.memory_txt, extra_files=c.kernel_files)
+    eng = nr.load(plans[1], art, progress=False)
+    try:
+        prompt = eng.frontend.encode("Once upon a time")
+        want = eng.frontend.decode(eng.generate(prompt, N_NEW, ignore_eos=True, spec="none").tokens)
+    finally:
+        eng.close()
+    port = free_port()
+    p = subprocess.Popen([sys.executable, "-m", "ninfer_runtime.serve", str(plans[2]), "--artifact", str(art),
+                          "--port", str(port), "--model-name", "tiny"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert p.poll() is None, p.stderr.read()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()["status"] == "ok":
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "ninfer-serve did not listen"
+            time.sleep(0.25)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=120)
+        got = client.completions.create(model="tiny", prompt=prompt, max_tokens=N_NEW, temperature=0)
+        assert got.choices[0].text == want and got.usage.completion_tokens == N_NEW
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=20) in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
+        err = p.stderr.read()
+        assert "Traceback" not in err, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
