@@ -32,6 +32,7 @@ import torch
 from .errors import NinferRuntimeError, PlanError
 
 RANK_MEMBERS = ("extents", "memory", "buffers")
+_PARENT = [int(os.environ.get("NINFER_TP_PARENT", "0") or 0)]
 GROUP = "tensor_parallel"
 COLLECTIVE_TIMEOUT_S = float(os.environ.get("NINFER_TP_TIMEOUT_S", "60"))
 
@@ -336,6 +337,7 @@ def launch_ranks(target: Callable, world: int, args: tuple = (), *, poll_s: floa
 
     ctx = mp.get_context(start_method)
     init = f"tcp://127.0.0.1:{free_port()}"
+    os.environ["NINFER_TP_PARENT"] = str(os.getpid())  # the ranks die with this process (die_with_parent)
     procs = [ctx.Process(target=target, args=(r, world, init, *args), name=f"ninfer-rank{r}", daemon=False)
              for r in range(world)]
     got_signal: list[int] = []
@@ -409,10 +411,24 @@ def run_cli_ranks(args) -> int | None:
     return 0
 
 
+def die_with_parent(parent: int) -> None:
+    """A rank process is SIGKILLed when the process that started it dies, even by SIGKILL (Linux
+    PR_SET_PDEATHSIG), so no rank outlives ninfer-run / ninfer-serve (a server rank would keep its port)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before the request was armed
+        os._exit(143)
+
+
 def _cli_rank(rank: int, world: int, init: str, argv: list[str]) -> None:
     """A rank process of ninfer-run: rank 0 is the CLI (tokenizer, requests, output); the others follow."""
     import sys
 
+    die_with_parent(_PARENT[0])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends the ranks (SIGTERM) on Ctrl-C
     signal.signal(signal.SIGTERM, lambda *a: os._exit(143))
     rc = 2
@@ -470,6 +486,7 @@ def serve_ranks(args, argv: list[str]) -> int | None:
 def _serve_rank(rank: int, world: int, init: str, argv: list[str]) -> None:
     import sys
 
+    die_with_parent(_PARENT[0])
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *a: os._exit(143))
     rc = 2
