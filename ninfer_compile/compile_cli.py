@@ -62,6 +62,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "Without it the plan's size is still checked: a warning (exit 0) when it exceeds "
                              "this machine's GPU memory (if that GPU has the target sm) or the largest "
                              "single GPU of that sm")
+    parser.add_argument("--tp", type=int, default=1, choices=(1, 2, 4, 8), metavar="N",
+                        help="tensor parallelism over N GPUs (1, 2, 4, 8; default 1): the plan holds one section "
+                             "per rank (passes/shard_tensor_parallel.py); --memory-budget is per card")
     parser.add_argument("--explain", action="store_true", help="print every op's route and table row")
     parser.add_argument("--dump-ir", type=Path, default=None, metavar="DIR",
                         help="write the IR after lowering and every pass (txt, yaml, dot per extent); an "
@@ -113,12 +116,13 @@ def _concurrency(text: str) -> tuple[int, ...]:
 
 @dataclass
 class Compiled:
-    graphs: list[Graph]
+    graphs: list[Graph]  # rank 0's under --tp N (all ranks: rank_graphs)
     manifest: dict[str, Any]
     memory: MemoryReport
     memory_txt: str
     kernel_files: dict[str, str | bytes]  # emitted route library (+ binaries): relative path -> text / bytes
     binaries: dict[str, Any] | None = None  # kernels/manifest.json["binaries"] (None: nothing emitted)
+    rank_graphs: list[list[Graph]] | None = None  # --tp N: each rank's graphs
 
 
 # Emit the route library into every plan. Only the compiler's own tests, which route through an
@@ -130,7 +134,7 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
                      opts: LowerOptions, budget_gib: float | None = None, disabled: list[str] = (),
                      dump_dir: Path | None = None, binaries: bool = True,
                      progress: Callable[[str], None] | None = None, auto_context: bool = False,
-                     cache=None) -> Compiled:
+                     tp: int = 1, cache=None) -> Compiled:
     """Compile an artifact for `sm`. `binaries`: also compile every launched kernel ahead of time
     into kernels/bin/ (codegen/aot.py; problems are recorded in the kernel manifest, fatal only
     under NINFER_AOT_STRICT=1). `cache`: the binary cache (codegen/binary_cache.py; None: none).
@@ -161,21 +165,31 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
     if opts.draft_head is not None:  # an explicit head the artifact lacks is refused whatever K is
         draft_head(spec, opts)
 
-    def plan_for(o: LowerOptions, dump: Path | None) -> tuple[list[Graph], MemoryReport]:
+    from dataclasses import replace
+
+    def plan_for(o: LowerOptions, dump: Path | None) -> tuple[list[list[Graph]], list[MemoryReport]]:
+        """Every rank's graphs and memory report (one rank without --tp)."""
         extents = plan_extents(spec, o)
         say(f"lowering {len(extents)} extents" + (f" (--max-context auto: trying {o.max_context})"
                                                    if auto_context else ""))
         lowered = lower_all(spec, o)
-        gs = []
-        for i, g in enumerate(lowered, start=1):
-            say(f"passes: extent {i}/{len(lowered)} ({g.extent.name})")
-            gs.append(run_pipeline(g, ctx, disabled_set, dump))
-        return gs, memory_report(gs, objects, spec, slots=o.slots, max_context=o.max_context,
-                                 kv_dtype=o.kv_dtype, registry=ctx.registry)
+        ranks, reports = [], []
+        for r in range(tp):
+            c = ctx if tp == 1 else replace(ctx, options={**ctx.options, "tp": tp, "rank": r})
+            gs = []
+            for i, g in enumerate(lowered, start=1):
+                say(f"passes: extent {i}/{len(lowered)} ({g.extent.name})" + (f", rank {r}" if tp > 1 else ""))
+                gs.append(run_pipeline(g, c, disabled_set, None if dump is None else
+                                       (dump if tp == 1 else Path(dump) / f"rank{r}")))
+            ranks.append(gs)
+            reports.append(memory_report(gs, objects, spec, slots=o.slots, max_context=o.max_context,
+                                         kv_dtype=o.kv_dtype, registry=ctx.registry))
+        return ranks, reports
 
-    if auto_context:
-        opts = _fit_context(opts, budget_gib, lambda o: plan_for(o, None)[1])
-    graphs, mem = plan_for(opts, dump_dir)
+    if auto_context:  # the largest rank's report decides (a budget is per card)
+        opts = _fit_context(opts, budget_gib, lambda o: max(plan_for(o, None)[1], key=lambda m: m.total))
+    rank_graphs, reports = plan_for(opts, dump_dir)
+    graphs, mem = rank_graphs[0], max(reports, key=lambda m: m.total)
     check_budget(mem, budget_gib)
     options = {"concurrency": sorted(set(opts.concurrency)), "draft_tokens": opts.draft_tokens,
                "prefill_chunk": opts.prefill_chunk, "max_context": opts.max_context, "kv_dtype": opts.kv_dtype,
@@ -189,11 +203,18 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
     contract_ref = f"{Path(contract).name} (--contract)" if contract is not None else (
         f"graphs/{model_id}.yaml" if con.source and Path(con.source).parent.name == "graphs"
         else Path(con.source or f"{model_id}.yaml").name)
-    manifest = build_manifest(
-        graphs, model_id=model_id, artifact_file=Path(artifact_path).name, directory_sha256=directory_sha256,
+    from .passes.pipeline import applicable
+
+    ran = applicable(replace(ctx, options={**ctx.options, "tp": tp}))
+    enabled = [p for p in PASS_NAMES if p not in disabled_set and p in ran]
+    manifests = [build_manifest(
+        gs, model_id=model_id, artifact_file=Path(artifact_path).name, directory_sha256=directory_sha256,
         contract=contract_ref, sm=sm, table=table, table_ref=table_ref, options=options,
-        enabled=[p for p in PASS_NAMES if p not in disabled_set], disabled=sorted(disabled_set), memory=mem,
-        registry=ctx.registry)
+        enabled=enabled, disabled=sorted(disabled_set), memory=m, registry=ctx.registry)
+        for gs, m in zip(rank_graphs, reports)]
+    from .plan.tensor_parallel import join_ranks, memory_text, rank_view
+
+    manifest = manifests[0] if tp == 1 else join_ranks(manifests)
     # emission: the route-library source of every launched route, standalone (runtime imports it)
     files = {}
     bins = None
@@ -202,13 +223,16 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
         from .codegen.emit import kernel_files, launches_from_manifest
 
         say("emitting kernels")
-        files, _ = kernel_files(launches_from_manifest(manifest, registry=ctx.registry))
-        # ahead-of-time binaries for the plan's sm (needs the kernel source just rendered)
-        result = (aot.precompile(manifest, files, objects, sm, progress=progress, cache=cache) if binaries
+        files, _ = kernel_files([L for m in manifests for L in launches_from_manifest(m, registry=ctx.registry)])
+        # ahead-of-time binaries for the plan's sm (needs the kernel source just rendered; the ranks'
+        # launches have the same shapes, so rank 0's specialisations are every rank's)
+        result = (aot.precompile(rank_view(manifest, 0), files, objects, sm, progress=progress, cache=cache)
+                  if binaries
                   else aot.disabled("--no-binaries"))
         files = aot.attach_binaries(files, result)
         bins = result.summary
-    return Compiled(graphs, manifest, mem, report_text(mem, budget_gib), files, bins)
+    text = report_text(mem, budget_gib) if tp == 1 else memory_text(reports, budget_gib)
+    return Compiled(graphs, manifest, mem, text, files, bins, rank_graphs if tp > 1 else None)
 
 
 def _fit_context(opts: LowerOptions, budget_gib: float | None, report_for) -> LowerOptions:
@@ -248,7 +272,15 @@ def _shape(s) -> str:
 
 def explain(compiled: Compiled, out=None) -> None:
     out = out or sys.stdout
-    for g in compiled.graphs:
+    ranks = compiled.rank_graphs or [compiled.graphs]
+    for r, gs in enumerate(ranks):
+        if len(ranks) > 1:
+            print(f"# rank {r} of {len(ranks)}", file=out)
+        _explain_graphs(gs, out)
+
+
+def _explain_graphs(graphs: list[Graph], out) -> None:
+    for g in graphs:
         e = g.extent
         print(f"# extent {e.name}: {e.phase}, T={e.t}, C={e.concurrency}, K={e.draft_tokens}, "
               f"cuda_graph={g.meta.get('cuda_graph', {}).get('capture', False)}", file=out)
@@ -331,7 +363,7 @@ def run(args) -> int:
         compiled = compile_artifact(args.artifact, args.sm, routes=args.routes, contract=args.contract, opts=opts,
                                     budget_gib=args.memory_budget, disabled=args.disable_pass, dump_dir=dump_tmp,
                                     binaries=not args.no_binaries, progress=progress, auto_context=auto,
-                                    cache=cache)
+                                    tp=args.tp, cache=cache)
         if args.weight_digests:
             from .plan.integrity import add_weight_digests, weight_digests
 
@@ -350,14 +382,18 @@ def run(args) -> int:
             shutil.rmtree(dump_tmp, ignore_errors=True)
     if args.explain:
         explain(compiled)
-    off = sorted({r for x in compiled.manifest["extents"].values() for r in x.get("fusions_off", {})})
+    from .plan.tensor_parallel import rank_view
+
+    extents = rank_view(compiled.manifest, 0)["extents"]
+    off = sorted({r for x in extents.values() for r in x.get("fusions_off", {})})
     if off and not args.quiet:
         print(f"note: the route table switches fusion rules off: {', '.join(off)} (why: plan.json "
               f"extents.*.fusions_off)", file=sys.stderr)
     m = compiled.memory
     print(f"wrote {out_dir}: {len(compiled.graphs)} extents, "
-          f"{sum(len(x['launches']) for x in compiled.manifest['extents'].values())} launches, "
-          f"needs {m.total} bytes (weights {m.weights}, KV {m.kv}, state {m.state}, workspace {m.workspace}"
+          f"{sum(len(x['launches']) for x in extents.values())} launches"
+          f"{f' per rank, {args.tp} ranks' if args.tp > 1 else ''}, "
+          f"needs {m.total} bytes{' per card' if args.tp > 1 else ''} (weights {m.weights}, KV {m.kv}, state {m.state}, workspace {m.workspace}"
           f"{f', route workspaces {m.route_workspace}' if m.route_workspace else ''})",
           file=sys.stderr)
     for w in fit_warnings(m, args.sm):

@@ -319,7 +319,7 @@ def _operand_kinds(roles) -> list[str]:
 
 def route_arguments(route) -> list[dict[str, Any]] | None:
     """The launcher argument list of `route`, from its family spec: per operand (spec order)
-    {name, kinds, optional, parts}, per launcher attribute {name, kinds: [scalar]}, per route param
+    {name, kinds, optional, parts}, per launcher attribute {name, kinds: [scalar | group]}, per route param
     {name, kinds: [constexpr]} (sorted), then {name: workspace, kinds: [workspace]} when the route
     has a workspace hook. None: the family has no spec (its launches carry no `bind`)."""
     from ..kernels.family import family_specs
@@ -329,7 +329,7 @@ def route_arguments(route) -> list[dict[str, Any]] | None:
         return None
     out: list[dict[str, Any]] = [{"name": o.name, "kinds": _operand_kinds(o.roles), "optional": bool(o.optional),
                                   "parts": int(o.parts)} for o in spec.operands]
-    out += [{"name": a.name, "kinds": ["scalar"], "optional": bool(a.optional), "parts": False}
+    out += [{"name": a.name, "kinds": [a.binding], "optional": bool(a.optional), "parts": False}
             for a in spec.attrs if a.to_launcher]
     out += [{"name": k, "kinds": ["constexpr"], "optional": False, "parts": False} for k in sorted(route.params)]
     if route.workspace is not None:

@@ -70,6 +70,8 @@ class Executor:
 
     def weight(self, t) -> torch.Tensor:
         key = t.name if t.object is None else f"{t.object}[{t.view.row_begin}:{t.view.row_count}]" if t.view else t.object
+        if getattr(t, "shard", None) is not None:  # a --tp rank's copy of the object, then its view
+            key = f"{key}{{{t.shard!r}}}"
         w = self._wcache.get(key)
         if w is None:
             if t.object is None:
@@ -79,6 +81,8 @@ class Executor:
                     w = w[b:b + c]
             else:
                 w = self.weights.get(t.object)
+                if getattr(t, "shard", None) is not None:
+                    w = shard_copy(w, t.shard)
                 if t.view is not None:
                     w = w[t.view.row_begin:t.view.row_begin + t.view.row_count]
             self._wcache[key] = w
@@ -153,6 +157,16 @@ class Executor:
                 else:
                     vals[name] = val.reshape(tt.shape) if tt.dtype != "i32" else val.to(torch.int32).reshape(tt.shape)
         return result
+
+
+def shard_copy(w: torch.Tensor, shard) -> torch.Tensor:
+    """A tensor-parallel rank's copy of an object (ir/types.py WeightShard): its row ranges, then its
+    column ranges, each concatenated in order."""
+    if shard.rows is not None:
+        w = torch.cat([w[b:b + c] for b, c in shard.rows], 0)
+    if shard.cols is not None:
+        w = torch.cat([w[:, b:b + c] for b, c in shard.cols], 1)
+    return w
 
 
 def step_inputs(graph: Graph, ids, start: int = 0, slot: int = 0, **extra) -> dict[str, torch.Tensor]:

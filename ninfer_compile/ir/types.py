@@ -54,6 +54,23 @@ class RowView(_Frozen):
     row_count: int
 
 
+class WeightShard(_Frozen):
+    """One tensor-parallel rank's copy of a stored object, produced by the runtime at upload
+    (passes/shard_tensor_parallel.py): the rows `rows` and, of a 2-D object, the columns `cols`
+    ((begin, count) ranges, concatenated in order; None = all). A weight's `view` then counts rows
+    of this copy."""
+
+    rows: tuple[tuple[int, int], ...] | None = None
+    cols: tuple[tuple[int, int], ...] | None = None
+
+    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        n = shape[0] if self.rows is None else sum(c for _, c in self.rows)
+        rest = tuple(shape[1:])
+        if self.cols is not None:
+            rest = (sum(c for _, c in self.cols), *rest[1:])
+        return (n, *rest)
+
+
 class TensorType(_Frozen):
     name: str
     shape: tuple[int, ...]
@@ -64,6 +81,7 @@ class TensorType(_Frozen):
     logical_rows: tuple[str, int, int] | None = None  # (role, row_begin, row_count) of a row view
     object: str | None = None  # bound artifact object (the parent of a view)
     view: RowView | None = None
+    shard: WeightShard | None = None  # a --tp rank's copy of `object` (views count its rows)
     format: str | None = None
     # state
     buffer: str | None = None
@@ -85,12 +103,19 @@ class TensorType(_Frozen):
             if self.object is None:
                 rows = f"[{self.logical_rows[0]}]" if self.logical_rows else ""
                 return f"@?{self.logical}{rows}"
+            obj = self.object if self.shard is None else f"{self.object}{{{shard_text(self.shard)}}}"
             if self.view is not None:
-                return f"@{self.object}[{self.view.row_begin}:{self.view.row_begin + self.view.row_count}]"
-            return f"@{self.object}"
+                return f"@{obj}[{self.view.row_begin}:{self.view.row_begin + self.view.row_count}]"
+            return f"@{obj}"
         if self.role == "state":
             return f"${self.name}"
         return f"%{self.name}"
+
+
+def shard_text(s: WeightShard) -> str:
+    def ranges(rs):
+        return "+".join(f"{b}:{b + c}" for b, c in rs) if rs is not None else ":"
+    return ranges(s.rows) + ("," + ranges(s.cols) if s.cols is not None else "")
 
 
 class RouteChoice(_Frozen):

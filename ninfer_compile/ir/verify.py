@@ -91,6 +91,14 @@ def _check_weight(tt, objects) -> None:
     if obj.format != tt.format:
         raise _Fail(f"weight {tt.name}: object {tt.object} is {obj.format}, the op needs {tt.format}")
     oshape = tuple(obj.shape)
+    if tt.shard is not None:  # a tensor-parallel rank's copy: its ranges inside the object
+        sh = tt.shard
+        ranges = [("rows", b, c, oshape[0]) for b, c in (sh.rows or ())]
+        ranges += [("columns", b, c, oshape[1] if len(oshape) > 1 else 0) for b, c in (sh.cols or ())]
+        for what, b, c, n in ranges:
+            if b < 0 or c < 1 or b + c > n:
+                raise _Fail(f"weight {tt.name}: shard {what} [{b},{b + c}) outside {tt.object} {list(oshape)}")
+        oshape = sh.shape(oshape)
     if tt.view is not None:
         v = tt.view
         if v.parent != tt.object or v.row_begin < 0 or v.row_count < 1 or v.row_begin + v.row_count > oshape[0]:

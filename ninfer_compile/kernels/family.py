@@ -44,7 +44,7 @@ REQUIRED: Any = object()  # Attr.default: the op must set it
 
 Io = Literal["in", "out", "inout"]
 Role = Literal["activation", "input", "weight", "state"]
-BindingKind = Literal["buffer", "weight", "state", "scalar", "constexpr", "workspace"]
+BindingKind = Literal["buffer", "weight", "state", "scalar", "constexpr", "workspace", "group"]
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,9 @@ class Attr:
     takes it as a scalar argument (a `scalar` binding); otherwise the compiler consumes it (route
     selection / the match, e.g. `kv_dtype`, `mode`, `epilogue`). `optional` (a launcher attribute
     whose default is None, e.g. attention's `window`, set on verify ops): bound only when the op sets it,
-    so launches of ops without it keep their argument list."""
+    so launches of ops without it keep their argument list. `binding`: the kind of its launch
+    binding, `scalar` (the value itself) or `group` (the value names a process group; the runtime
+    binds the group it created for that name: the collective family, kernels/collective/)."""
 
     name: str
     types: tuple[type, ...]
@@ -80,6 +82,7 @@ class Attr:
     to_launcher: bool = True
     optional: bool = False
     doc: str = ""
+    binding: Literal["scalar", "group"] = "scalar"
 
 
 class OpView:
@@ -231,7 +234,7 @@ def launch_bindings(spec: FamilySpec, operand_refs: Mapping[str, dict], attrs: M
     resolved = spec.resolve_attrs(attrs)
     for a in spec.attrs:
         if a.to_launcher and not (a.optional and resolved[a.name] is None):
-            out.append({"arg": a.name, "scalar": resolved[a.name]})
+            out.append({"arg": a.name, a.binding: resolved[a.name]})
     for k in sorted(params):
         out.append({"arg": k, "constexpr": params[k]})
     if workspace_numel is not None:

@@ -10,13 +10,15 @@ from pathlib import Path
 from ..errors import CompileError
 from ..ir.graph import Graph
 from ..ir.verify import verify
-from . import bind_weights, fuse, plan_cuda_graphs, plan_dependent_launch, plan_memory, select_routes
+from . import (bind_weights, fuse, plan_cuda_graphs, plan_dependent_launch, plan_memory, select_routes,
+               shard_tensor_parallel)
 from .context import PassContext
 
 PassFn = Callable[[Graph, PassContext], Graph]
 
 PIPELINE: list[tuple[str, PassFn]] = [
     ("bind_weights", bind_weights.run),
+    ("shard_tensor_parallel", shard_tensor_parallel.run),  # --tp N: rank r's graph (N = 1: unchanged)
     ("fuse", fuse.run),
     ("select_routes", select_routes.run),
     ("plan_memory", plan_memory.run),
@@ -25,6 +27,13 @@ PIPELINE: list[tuple[str, PassFn]] = [
 ]
 
 PASS_NAMES = tuple(name for name, _ in PIPELINE)
+# Passes that apply only to some compiles: skipped (not run, numbered, dumped or listed) elsewhere,
+# so a compile without tensor parallelism is what it was before the pass existed.
+APPLIES: dict[str, Callable[[PassContext], bool]] = {"shard_tensor_parallel": shard_tensor_parallel.applies}
+
+
+def applicable(ctx: PassContext) -> tuple[str, ...]:
+    return tuple(n for n in PASS_NAMES if n not in APPLIES or APPLIES[n](ctx))
 
 
 def check_disabled(disabled: Iterable[str]) -> frozenset[str]:
@@ -39,6 +48,7 @@ def run_pipeline(graph: Graph, ctx: PassContext, disabled: Iterable[str] = (),
                  dump_dir: Path | None = None, pipeline: list[tuple[str, PassFn]] | None = None) -> Graph:
     disabled = check_disabled(disabled) if pipeline is None else frozenset(disabled or ())
     steps = PIPELINE if pipeline is None else pipeline
+    steps = [(n, f) for n, f in steps if n not in APPLIES or APPLIES[n](ctx)]
     verify(graph, ctx.objects, after="lowering")
     if dump_dir is not None:
         _dump(graph, dump_dir, 0, "lower")

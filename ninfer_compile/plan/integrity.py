@@ -101,7 +101,8 @@ _WIDTH = 160  # render_json's default width (write_plan renders with it)
 def bound_objects(manifest: dict[str, Any]) -> list[str]:
     """The artifact objects the plan's launches reference (sorted)."""
     names = set()
-    for x in manifest.get("extents", {}).values():
+    sections = [manifest, *((manifest.get("tensor_parallel") or {}).get("ranks") or [])]  # --tp: every rank
+    for x in (x for sec in sections for x in (sec.get("extents") or {}).values()):
         for L in x.get("launches", []):
             for ref in list((L.get("args") or {}).values()) + list((L.get("outs") or {}).values()):
                 if isinstance(ref, dict) and "weight" in ref:

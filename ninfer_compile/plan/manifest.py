@@ -10,7 +10,9 @@ Layout (DESIGN §7):
   used_routes [...].
 A launch = {op, kind, t, route, params, source, match, args {operand: ref}, outs {operand: ref},
 attrs, bind [...]}; a ref is {"buffer": name} (an arena value of this extent), {"state": buffer}
-or {"weight": object, "format": F, "rows": [begin, count]} (rows only for a row view).
+or {"weight": object, "format": F, "rows": [begin, count]} (rows only for a row view; a --tp rank's
+weight also has "shard": {"rows": [[begin, count], ..], "cols": [[begin, count], ..]}, the copy of the
+object the runtime makes at upload, whose rows `rows` counts).
 `bind` (routed launches): the launcher's arguments by name, written from the family spec
 (`kernels.family.launch_bindings`): `{"arg": name, "buffer"|"weight"|"state": ref..}` per operand,
 `{"arg", "scalar"}` per launcher attribute, `{"arg", "constexpr"}` per route param (defaults
@@ -44,6 +46,9 @@ def _ref(t: TensorType) -> dict[str, Any]:
         if t.object is None:
             raise CompileError(f"weight {t.name} is not bound (bind_weights disabled?)")
         r: dict[str, Any] = {"weight": t.object, "format": t.format}
+        if getattr(t, "shard", None) is not None:  # a --tp rank's copy of the object (made at upload)
+            r["shard"] = {k: [list(x) for x in v] for k, v in (("rows", t.shard.rows), ("cols", t.shard.cols))
+                          if v is not None}
         if t.view is not None:
             r["rows"] = [t.view.row_begin, t.view.row_count]
         return r

@@ -81,6 +81,15 @@ def _object_bytes(name: str, objects: Mapping[str, Any] | None, spec) -> int:
     return int(encoded_size(exp.format, tuple(exp.shape)))
 
 
+def _shard_bytes(t, objects: Mapping[str, Any] | None, spec) -> int:
+    """Bytes of a --tp rank's copy of an object (a row-split format re-laid at its K slice)."""
+    from ..artifact.formats import encoded_size
+
+    obj = objects.get(t.object) if objects is not None else None
+    shape = tuple(obj.shape) if obj is not None else tuple(spec.objects[t.object].shape)
+    return int(encoded_size(t.format, t.shard.shape(shape)))
+
+
 def state_buffers(graphs: list[Graph]) -> dict[str, dict[str, Any]]:
     """Every persistent buffer the graphs name: shape (slot-major), per-slot shape, dtype, bytes."""
     out: dict[str, dict[str, Any]] = {}
@@ -145,11 +154,15 @@ def verify_column_bytes(g: Graph) -> int:
 def memory_report(graphs: list[Graph], objects: Mapping[str, Any] | None, spec, *, slots: int,
                   max_context: int, kv_dtype: str, registry=None) -> MemoryReport:
     used: set[str] = set()
+    shards: dict[tuple[str, Any], int] = {}  # a --tp rank's copies: (object, shard) -> bytes
     for g in graphs:
         for t in g.tensors.values():
-            if t.role == "weight":
+            if t.role == "weight" and getattr(t, "shard", None) is not None:
+                shards.setdefault((t.object, t.shard), _shard_bytes(t, objects, spec))
+            elif t.role == "weight":
                 used.add(t.object or t.logical)
-    weights = sum(_object_bytes(n, objects, spec) for n in sorted(used))
+    weights = sum(_object_bytes(n, objects, spec) for n in sorted(used)) + sum(shards.values())
+    used |= {o for o, _ in shards}
     bufs = state_buffers(graphs)
     kv = sum(b["bytes"] for b in bufs.values() if b["kind"] == "kv")
     st = sum(b["bytes"] for b in bufs.values() if b["kind"] == "gdn")

@@ -214,7 +214,11 @@ def _main(argv: list[str] | None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     try:
         check_args(args)
-        return _run(args)
+        args.argv = list(sys.argv[1:] if argv is None else argv)
+        from .tensor_parallel import run_cli_ranks
+
+        rc = run_cli_ranks(args)  # a --tp N plan: N rank processes (None: this process runs the plan)
+        return _run(args) if rc is None else rc
     except (NinferRuntimeError, ValueError, OSError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"error: {msg}", file=sys.stderr)

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from .errors import PlanError
 from .plan_checks import check_bind
+from .tensor_parallel import shard_key
 
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32,
           "i8": torch.int8, "u8": torch.uint8}
@@ -144,7 +145,7 @@ class ExtentRunner:
             return self.engine.state(ref["state"])
         if "weight" in ref:
             rows = ref.get("rows")
-            return self.engine.weight(ref["weight"], tuple(rows) if rows else None)
+            return self.engine.weight(ref["weight"], tuple(rows) if rows else None, shard_key(ref))
         raise PlanError(f"extent {self.name}: bad operand reference {ref!r}")
 
     # ------------------------------------------------------------------------- binding
@@ -238,6 +239,8 @@ class ExtentRunner:
                 kwargs[arg] = b["constexpr"]
             elif "workspace" in b:
                 kwargs[arg] = self.workspace[: int(b["workspace"])] if int(b["workspace"]) else None
+            elif "group" in b:  # a collective's process group: the runtime's, by the plan's name
+                kwargs[arg] = self.engine.process_group(b["group"])
             else:
                 kwargs[arg] = self._resolve(b, n)
         return Bound(L["op"], L["kind"], L["route"], fn, kwargs, self._pdl)
@@ -296,6 +299,8 @@ class ExtentRunner:
 
     # ------------------------------------------------------------------------- running
     def run(self, n: int | None = None) -> None:
+        if self.engine.lockstep is not None:  # --tp rank 0: the other ranks run the same step
+            self.engine.lockstep.run(self, n)
         for b in self.bound(n):
             try:
                 b()

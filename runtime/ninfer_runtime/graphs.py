@@ -58,6 +58,8 @@ def capture_decode_graphs(engine) -> dict[str, torch.cuda.CUDAGraph]:
 def replay_or_run(engine, runner, use_graph: bool = True) -> None:
     g = engine.graphs.get(runner.name) if use_graph else None
     if g is not None:
+        if engine.lockstep is not None:  # --tp rank 0: the other ranks replay the same step
+            engine.lockstep.run(runner, None, graph=True)
         g.replay()
     else:
         runner.run()

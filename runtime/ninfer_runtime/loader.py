@@ -81,18 +81,27 @@ class Engine:
                 + ", ".join(f"{v} {k}" for k, v in sorted(kinds.items())) + ")")
 
     def __init__(self, plan_dir, artifact, *, device=None, kernels: str | None = None, progress: bool = True,
-                 verify_weights: bool = False):
+                 verify_weights: bool = False, tp=None):
         """`plan_dir`: a plan directory, or a plan source (`PlanDir`, `PlanInMemory`: plan_source.py).
         `artifact`: a .ninfer path, or an opened artifact (`ArtifactView`, or an object with its
         `objects` / `span` / `has_resource` / `resource_bytes` / `close`; the engine closes it).
-        `device`: a torch device spec (default: the GPU, else the CPU) or a `DeviceBackend`
-        (device.py) that uploads, allocates and prepares kernels for it. `kernels`: on the CPU,
-        "torch" (default) or "interpret" (the Triton interpreter); a GPU runs the Triton kernels."""
+        `device`: a torch device spec (default: the GPU, else the CPU) or a `DeviceBackend` (device.py).
+        `kernels`: on the CPU "torch" (default) or "interpret"; a GPU runs the Triton kernels. `tp`: a
+        `--tp N` rank's `TensorParallel` context (its plan section; collectives on its process group)."""
         t0 = time.perf_counter()
         self.verify_weights = verify_weights
         self.source = plan_dir if isinstance(plan_dir, (PlanDir, PlanInMemory)) else PlanDir(plan_dir)
         self.plan_dir = self.source.plan_dir
         self.plan, self.kernel_manifest = self.source.plan, self.source.kernels
+        from .tensor_parallel import TensorParallel, degree, rank_view
+
+        self.tp = tp if tp is not None else TensorParallel.current()
+        n = degree(self.plan)
+        if n > 1 and (self.tp is None or self.tp.world != n):
+            raise PlanError(f"the plan is for --tp {n} ({n} GPUs, one process each): run it with ninfer-run / ninfer-serve, "
+                            f"which start the ranks, or under torchrun --nproc-per-node {n}")
+        self.plan = rank_view(self.plan, self.tp.rank) if n > 1 else self.plan
+        self.lockstep = None  # tensor_parallel.Lockstep on rank 0 of a --tp plan: followers replay its steps
         self.backend: DeviceBackend = (device if isinstance(device, DeviceBackend)
                                        else TorchDevice(device, interpreting=_interpreting, kernels=kernels))
         self.device = self.backend.device
@@ -124,9 +133,11 @@ class Engine:
         # weights
         self._objects: dict[str, Any] = {}
         self._weights: dict[tuple, Any] = {}
-        used = used_weights(self.plan)
+        from .tensor_parallel import weight_refs
+
+        used, self._shard_refs = weight_refs(self.plan)  # whole objects; (object, shard) copies of a --tp rank
         if self.verify_weights:
-            verify_weights(self.plan, self.artifact, used, progress)
+            verify_weights(self.plan, self.artifact, sorted(set(used) | {n for n, _ in self._shard_refs}), progress)
         self.backend.prepare_kernels()
         t_kern = time.perf_counter()
         self.kernel_package = self.source.import_kernels()
@@ -137,6 +148,9 @@ class Engine:
         t_kern = time.perf_counter() - t_kern
         t_up = time.perf_counter()
         self._upload(used, progress)
+        from .tensor_parallel import upload_shards
+
+        self._shards = upload_shards(self, _DIRECT, GROUPED)  # a --tp rank's copies (row / column ranges)
         self.backend.synchronize()
         t_up = time.perf_counter() - t_up
         t_wait = time.perf_counter()
@@ -173,6 +187,10 @@ class Engine:
         # the phases inside "kernels" (binaries: triton_cache.PlanBinaries.phases) and the capture
         self.load_phases = {"import": t_import, **(self.binaries.phases if self.binaries is not None else {}),
                             "binding": t_bind, "warmup": t_warm, "capture": t_cap}
+        if self.tp is not None and self.tp.world > 1 and self.tp.rank == 0:
+            from .tensor_parallel import Lockstep
+
+            self.lockstep = Lockstep(self)  # from here on the other ranks follow this engine's steps
         self.last_stats: dict[str, float] = {}
 
     def _read_options(self) -> None:
@@ -338,6 +356,10 @@ class Engine:
                 bar.close()
         self.weight_bytes = total
 
+    def process_group(self, name: str):
+        """The process group a collective launch names (None: a one-GPU plan)."""
+        return None if self.tp is None else self.tp.group(name)
+
     def _bind_object(self, e, dev: torch.Tensor):
         if e.format in _DIRECT:
             return dev.view(_DIRECT[e.format]).view(list(e.shape))
@@ -366,11 +388,11 @@ class Engine:
         return self._quant_weight_cls
 
     # ------------------------------------------------------------------------- lookups
-    def weight(self, name: str, rows: tuple[int, int] | None = None):
-        key = (name, rows)
+    def weight(self, name: str, rows: tuple[int, int] | None = None, shard: tuple | None = None):
+        key = (name, rows, shard)
         w = self._weights.get(key)
         if w is None:
-            base = self._objects.get(name)
+            base = self._objects.get(name) if shard is None else self._shards.get((name, shard))
             if base is None:
                 raise PlanError(f"weight {name} was not uploaded")
             if rows is None:
@@ -432,10 +454,15 @@ class Engine:
 
     def reset_slot(self, slot: int) -> None:
         """Zero the per-slot state of one slot (a new sequence starts there)."""
+        if self.lockstep is not None:
+            self.lockstep.reset_slot(slot)
         for s in self._state.values():
             s[slot].zero_()
 
     def close(self) -> None:
+        if getattr(self, "lockstep", None) is not None:
+            self.lockstep, ls = None, self.lockstep
+            ls.stop()
         self.graphs = {}
         if getattr(self, "binaries", None) is not None:
             self.binaries.release()
@@ -460,13 +487,12 @@ class Engine:
 
 
 def load(plan_dir, artifact, *, device=None, kernels: str | None = None, progress: bool = True,
-         verify_weights: bool = False) -> Engine:
-    """Load `plan_dir` with `artifact` onto `device` (default: the GPU, else the CPU). `kernels`: on the
-    CPU "torch" (default) or "interpret" (device.py). `verify_weights`: check every bound payload
-    against the plan's recorded digests first."""
+         verify_weights: bool = False, tp=None) -> Engine:
+    """Load `plan_dir` with `artifact` (the arguments are `Engine`'s; `tp` defaults to the context
+    tensor_parallel.py set up in this rank process); errors other than the runtime's become PlanMismatch."""
     try:
         return Engine(plan_dir, artifact, device=device, kernels=kernels, progress=progress,
-                      verify_weights=verify_weights)
+                      verify_weights=verify_weights, tp=tp)
     except NinferRuntimeError:
         raise
     except ArtifactViewError as exc:

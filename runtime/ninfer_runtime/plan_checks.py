@@ -25,6 +25,16 @@ def check_plan_shape(pj: Path, plan: dict) -> None:
         if not cond:
             raise PlanError(f"{pj}: {where}: {what}")
 
+    tp = plan.get("tensor_parallel")
+    if tp is not None:  # a --tp N plan: every rank's section is a one-GPU-shaped plan
+        from .tensor_parallel import rank_view
+
+        need(isinstance(tp, dict) and _is_int(tp.get("degree")) and tp["degree"] in (2, 4, 8)
+             and isinstance(tp.get("ranks"), list) and len(tp["ranks"]) == tp["degree"], "tensor_parallel",
+             "must be {degree: 2|4|8, ranks: [one section per rank]}")
+        for r in range(tp["degree"]):
+            check_plan_shape(pj, rank_view(plan, r))
+        return
     need(isinstance(plan["artifact"], dict), "artifact", "must be a mapping")
     need(isinstance(plan["model_id"], str), "model_id", "must be a string")
     need(_is_int(plan["sm"]) and 1 <= plan["sm"] <= 1000, "sm", "must be an integer in [1, 1000]")
@@ -98,15 +108,22 @@ def check_plan_shape(pj: Path, plan: dict) -> None:
                         rows = ref["rows"]
                         need(isinstance(rows, list) and len(rows) == 2 and all(_is_int(r) for r in rows)
                              and rows[0] >= 0 and rows[1] >= 1, f"{rw}.rows", "must be [begin >= 0, count >= 1]")
+                    if "shard" in ref:  # a --tp rank's copy: {rows|cols: [[begin >= 0, count >= 1], ...]}
+                        sh = ref["shard"]
+                        need("weight" in ref and isinstance(sh, dict) and set(sh) <= {"rows", "cols"} and sh and all(
+                            isinstance(v, list) and v and all(isinstance(r, list) and len(r) == 2 and all(
+                                _is_int(x) for x in r) and r[0] >= 0 and r[1] >= 1 for r in v) for v in sh.values()),
+                             f"{rw}.shard", "must be a weight's {rows|cols: [[begin >= 0, count >= 1], ...]}")
             bind = L.get("bind")
             if bind is not None:
                 need(isinstance(bind, list), f"{lw}.bind", "must be a list")
                 for j, b in enumerate(bind):
                     bw = f"{lw}.bind[{j}]"
-                    need(isinstance(b, dict) and isinstance(b.get("arg"), str) and len(set(b) - {"arg", "format", "rows"}) == 1
-                         and (set(b) - {"arg", "format", "rows"}) <= set(BIND_KINDS), bw,
+                    need(isinstance(b, dict) and isinstance(b.get("arg"), str)
+                         and len(set(b) - {"arg", "format", "rows", "shard"}) == 1
+                         and (set(b) - {"arg", "format", "rows", "shard"}) <= set(BIND_KINDS), bw,
                          f"must be {{arg, one of {'/'.join(BIND_KINDS)}}}")
-                    kind = next(iter(set(b) - {"arg", "format", "rows"}))
+                    kind = next(iter(set(b) - {"arg", "format", "rows", "shard"}))
                     if kind in ("buffer", "state", "weight"):
                         need(isinstance(b[kind], str), f"{bw}.{kind}", "must be a string")
                     if kind == "workspace":
@@ -120,7 +137,7 @@ def check_plan_shape(pj: Path, plan: dict) -> None:
              and ws.get("dtype", "f32") == "f32", f"{where}.workspace", "must be {numel: integer in [0, 2^42], dtype: f32}")
 
 
-BIND_KINDS = ("buffer", "weight", "state", "scalar", "constexpr", "workspace")
+BIND_KINDS = ("buffer", "weight", "state", "scalar", "constexpr", "workspace", "group")
 
 
 def check_bind(where: str, L: dict, info: dict) -> None:

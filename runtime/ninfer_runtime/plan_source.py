@@ -43,7 +43,8 @@ def read_plan(plan_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         raise PlanMismatch(f"{pj}: plan format {plan.get('format') if isinstance(plan, dict) else None!r}, "
                            f"this runtime reads {PLAN_FORMAT}")
     check_plan_integrity(plan_dir, plan)
-    for key in ("model_id", "artifact", "sm", "buffers", "extents", "options"):
+    sections = ("buffers", "extents") if "tensor_parallel" not in plan else ()  # --tp: per rank
+    for key in ("model_id", "artifact", "sm", *sections, "options"):
         if key not in plan:
             raise PlanError(f"{pj}: missing {key!r}")
     check_plan_shape(pj, plan)

@@ -116,13 +116,27 @@ def padding_slots(engine, used, busy, n: int, rows: int):
     if len(free) + len(borrow) < n:
         raise NinferRuntimeError(f"no slot left for {n} padding rows ({len(used)} sequences in the step)")
     layout = state_layout(engine) if borrow else []
-    saved = [(s, [(t[s][:rows] if kind == "kv" else t[s]).clone() for _, kind, t in layout]) for s in borrow]
+    saved = [(s, save_slot_rows(layout, s, rows)) for s in borrow]
+    lockstep = getattr(engine, "lockstep", None)  # a --tp plan's other ranks save / put back theirs too
+    for s, _ in saved:
+        if lockstep is not None:
+            lockstep.save_slot(s, rows)
     try:
         yield (free + borrow)[:n]
     finally:
         for s, kept in saved:
-            for (_, kind, t), r in zip(layout, kept):
-                (t[s][:rows] if kind == "kv" else t[s]).copy_(r)
+            restore_slot_rows(layout, s, rows, kept)
+            if lockstep is not None:
+                lockstep.restore_slot(s)
+
+
+def save_slot_rows(layout, s: int, rows: int) -> list:
+    return [(t[s][:rows] if kind == "kv" else t[s]).clone() for _, kind, t in layout]
+
+
+def restore_slot_rows(layout, s: int, rows: int, kept: list) -> None:
+    for (_, kind, t), r in zip(layout, kept):
+        (t[s][:rows] if kind == "kv" else t[s]).copy_(r)
 
 
 # ----------------------------------------------------------------------------- prefill

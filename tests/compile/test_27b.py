@@ -47,3 +47,16 @@ def test_27b_compiles_for_every_sm(q27, sm, tmp_path, capsys):
     # sm90 is one measured file; the unmeasured tables inherit their rows from base.yaml (cited there)
     files = (f"sm{sm}.yaml:",) if sm == 90 else (f"sm{sm}.yaml:", "base.yaml:")
     assert all(L["source"].startswith(files) for L in dec["launches"] if L["route"])
+
+
+def test_27b_on_two_24gb_sm86_cards(q27, tmp_path, capsys):
+    """--tp 2: every row-parallel K slice lies on whole scale groups; the context that fits a 24 GB
+    card is fitted per card."""
+    out = tmp_path / "q27.tp2.plan"
+    assert main([str(q27), "--sm", "86", "--tp", "2", "-o", str(out), "--max-context", "auto", "--memory-budget",
+                 "24", "--kv-dtype", "int8", "--no-binaries", "-q"]) == 0, capsys.readouterr().err
+    plan = json.loads((out / "plan.json").read_text())
+    ranks = plan["tensor_parallel"]["ranks"]
+    assert len(ranks) == 2 and all(r["memory"]["total_bytes"] <= 24 * 2**30 for r in ranks)
+    assert all(r["memory"]["weights_bytes"] < 9 * 2**30 for r in ranks)  # of the artifact's 17.5 GB
+    assert "context fit" in (out / "memory.txt").read_text()

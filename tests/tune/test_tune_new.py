@@ -384,7 +384,12 @@ def test_attention_verify_bench_rows_of_w_columns(monkeypatch, kvd, window):
 def test_shipped_sm90_has_no_hand_added_rows_and_replays_from_its_measurements(tmp_path, capsys):
     """routes/sm90.yaml = the committed measurement files (gpu_session.sh's COMMITTED_MEAS) replayed in
     order over it: every measured group comes back row for row, and no hand-added (untimed) row is left."""
-    assert _hand_marked(SM90) == [] and "untimed, added by hand" not in SM90.read_text()
+    from ninfer_compile.kernels.tuning import find_tune_spec
+
+    # a family the tuner cannot measure on one GPU (TuneSpec builder None: the collectives) keeps its
+    # hand-written rows
+    measurable = [(fam, m) for fam, m in _hand_marked(SM90) if (s := find_tune_spec(fam)) is None or s.tunable]
+    assert measurable == [] and "untimed, added by hand" not in SM90.read_text()
     # the list bench/gpu_session.sh replays (COMMITTED_MEAS), so the script and the table cannot drift apart
     script = (REPO / "bench" / "gpu_session.sh").read_text()
     listed = re.search(r'^COMMITTED_MEAS="([^"]*)"', script, re.M).group(1).split()

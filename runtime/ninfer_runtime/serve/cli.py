@@ -131,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     log = None
     try:
         _check(args)
+        from ..tensor_parallel import serve_ranks
+
+        rc = serve_ranks(args, sys.argv[1:] if argv is None else argv)  # a --tp N plan: N rank processes
+        if rc is not None:
+            return rc
         try:
             from .server import Server
         except ImportError as exc:

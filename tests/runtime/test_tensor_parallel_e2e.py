@@ -1,0 +1,179 @@
+"""--tp 2 and --tp 4 plans (draft window K = 2, the MTP head) of a TP-friendly tiny transformers
+model (bf16 recipe) run as 2 / 4 gloo rank processes on the CPU's torch path: rank 0's greedy tokens,
+plain and speculative (MTP drafts, verify rounds), are transformers' argmax (near-tie rule: the
+all-reduce changes the summation order), every rank uploads only its section's weights, and every
+rank runs exactly the all-reduces the plan lists for the extents rank 0 ran."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from . import support as S
+
+N_NEW = 6
+# every head count, the intermediate rows and the vocabulary divide by 4 (KV heads replicated at 4)
+TP_OVERRIDES = dict(num_attention_heads=8, num_key_value_heads=2, linear_num_key_heads=4, linear_num_value_heads=8,
+                    tie_word_embeddings=False)
+
+
+def _torch_path() -> bool:
+    import ninfer_runtime as nr
+
+    return "kernels" in inspect.signature(nr.load).parameters
+
+
+pytestmark = pytest.mark.skipif(not _torch_path() and not os.environ.get("NINFER_TP_E2E_INTERPRET"),
+                                reason="needs the torch CPU path (under the Triton interpreter a run takes minutes; "
+                                       "NINFER_TP_E2E_INTERPRET=1 runs it anyway)")
+
+
+@pytest.fixture(scope="module")
+def tp_model(tmp_path_factory):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    d = tmp_path_factory.mktemp("tp")
+    model = S._tiny.make_hf_model(0, **TP_OVERRIDES)
+    (d / "hf").mkdir()
+    model.save_pretrained(d / "hf", safe_serialization=True)
+    sd = load_file(str(d / "hf" / "model.safetensors"))  # + the random MTP head (tests/reference/hf_tiny.py)
+    sd.update({k: v.to(torch.bfloat16) for k, v in S._tiny.random_hf_mtp(model.config).items()})
+    save_file(sd, str(d / "hf" / "model.safetensors"), metadata={"format": "pt"})
+    art = S.pack(d / "hf", d / "tp-bf16.ninfer", "bf16")
+    return d, model, art
+
+
+def _rank(rank: int, world: int, init: str, plan: str, art: str, out: str) -> None:
+    import torch.distributed as dist
+
+    import ninfer_runtime as nr
+    from ninfer_runtime import tensor_parallel as tp
+
+    tp.init_ranks(rank, world, init, backend="gloo")
+    eng = nr.load(plan, art, progress=False)
+    calls, runs = [0], []
+    real = dist.all_reduce
+
+    def counting(*a, **k):
+        calls[0] += 1
+        return real(*a, **k)
+
+    dist.all_reduce = counting
+    if rank == 0:
+        real_run = eng.lockstep.run
+
+        def record(runner, n, graph=False):
+            runs.append(runner.name)
+            real_run(runner, n, graph)
+
+        eng.lockstep.run = record
+        plain = eng.generate(S.PROMPT, N_NEW, ignore_eos=True, spec="none").tokens
+        spec = eng.generate(S.PROMPT, N_NEW, ignore_eos=True, spec="mtp")
+        assert spec.finish_reason == "length" and eng.last_stats["spec"]["rounds"] >= 1
+        tokens = [plain, spec.tokens]
+    else:
+        tp.follow(eng)
+        tokens = None
+    Path(f"{out}.{rank}").write_text(json.dumps({"tokens": tokens, "all_reduce": calls[0], "runs": runs,
+                                                 "weight_bytes": eng.weight_bytes}))
+    eng.close()
+    tp.shutdown()
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_tp_plan_greedy_matches_transformers(tp_model, tp, tmp_path):
+    from ninfer_runtime.tensor_parallel import launch_ranks
+
+    d, model, art = tp_model
+    from ninfer_compile.compile_cli import compile_artifact
+    from ninfer_compile.ir.lower import LowerOptions
+    from ninfer_compile.plan.writer import write_plan
+
+    opts = LowerOptions(prefill_chunk=8, concurrency=(1,), max_context=32, draft_tokens=2, mtp=True)
+    c = compile_artifact(art, 90, opts=opts, tp=tp, binaries=False)
+    plan = write_plan(tmp_path / "plan", c.manifest, c.memory_txt, extra_files=c.kernel_files)
+    out = tmp_path / "rank"
+    launch_ranks(_rank, tp, (str(plan), str(art), str(out)), start_method="forkserver")
+    res = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(tp)]
+    for tokens in res[0]["tokens"]:  # plain, then speculative
+        bad = S.check_tokens_against(lambda t: S.hf_logits(model, t), S.PROMPT, tokens)
+        assert len(tokens) == N_NEW and not bad, "\n".join(bad)
+    p = json.loads((plan / "plan.json").read_text())
+    sections = p["tensor_parallel"]["ranks"]
+    per_extent = {n: sum(L["kind"] == "all_reduce" for L in x["launches"]) for n, x in sections[0]["extents"].items()}
+    want = sum(per_extent[n] for n in res[0]["runs"])
+    assert want > 0 and all(x["all_reduce"] == want for x in res), ([x["all_reduce"] for x in res], want)
+    for r, x in enumerate(res):  # each rank uploaded its section's weights, not the model's
+        assert x["weight_bytes"] == sections[r]["memory"]["weights_bytes"]
+
+
+def test_trained_tiny_served_over_two_ranks(tiny_trained_bf16, tmp_path):
+    """ninfer-serve with a --tp 2 plan of the trained tiny model (it starts the 2 ranks itself): the
+    openai client's greedy completion is the one-device plan's text; SIGTERM drains and ends every rank."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+    import openai
+
+    import ninfer_runtime as nr
+    from ninfer_compile.compile_cli import compile_artifact
+    from ninfer_compile.ir.lower import LowerOptions
+    from ninfer_compile.plan.writer import write_plan
+    from ninfer_runtime.serve.server import free_port
+
+    art = tiny_trained_bf16
+    opts = LowerOptions(prefill_chunk=16, concurrency=(1,), max_context=64)
+    plans = {}
+    for tp in (1, 2):
+        c = compile_artifact(art, 90, opts=opts, tp=tp, binaries=False)
+        plans[tp] = write_plan(tmp_path / f"tp{tp}", c.manifest, c.memory_txt, extra_files=c.kernel_files)
+    # a prompt whose one-device greedy continuation has no near-tie (the reference's top two logits
+    # further apart than 2% of the spread): the served text must then be the same text
+    ref = S.reference_logits_fn(art)
+    eng = nr.load(plans[1], art, progress=False)
+    try:
+        for text in ("Once upon a time", "The cat sat", "Hello", "In the beginning", "def main"):
+            prompt = eng.frontend.encode(text)
+            tokens = eng.generate(prompt, N_NEW, ignore_eos=True, spec="none").tokens
+            rows = ref(prompt + tokens[:-1])[len(prompt) - 1:]
+            top2 = rows.topk(2, dim=-1).values
+            if bool(((top2[:, 0] - top2[:, 1]) > 0.02 * (rows.max(-1).values - rows.min(-1).values)).all()):
+                break
+        else:
+            pytest.fail("every candidate prompt has a near-tie")
+        want = eng.frontend.decode(tokens)
+    finally:
+        eng.close()
+    port = free_port()
+    p = subprocess.Popen([sys.executable, "-m", "ninfer_runtime.serve", str(plans[2]), "--artifact", str(art),
+                          "--port", str(port), "--model-name", "tiny"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert p.poll() is None, p.stderr.read()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()["status"] == "ok":
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "ninfer-serve did not listen"
+            time.sleep(0.25)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=120)
+        got = client.completions.create(model="tiny", prompt=prompt, max_tokens=N_NEW, temperature=0)
+        assert got.choices[0].text == want and got.usage.completion_tokens == N_NEW
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=20) in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
+        err = p.stderr.read()
+        assert "Traceback" not in err, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
