@@ -4,8 +4,7 @@ every greedy token, plain, MTP rounds and n-gram rounds, is the fp32 reference's
 prefix (near-ties within 2% of the logit spread allowed, as every end-to-end test); the speculative
 runs give the plain run's tokens; C = 2 gives each sequence the C = 1 tokens; the perplexity of a
 slice of the held-out file through the runtime is within 0.5% of the reference's over the same
-windows. The sweep over K = 1..5 and every KV format runs in bench/cpu_exactness.py (its counts
-are in bench/results). The random tiny configs are covered by test_runtime_e2e.py,
+windows. The random tiny configs (K = 1..5, every KV format) are covered by test_runtime_e2e.py,
 test_speculative_e2e.py and tests/kernels/kv_cache/test_kv_formats_e2e.py, which run on the torch
 path too (the CPU default)."""
 
