@@ -424,8 +424,9 @@ def die_with_parent(parent: int) -> None:
         os._exit(143)
 
 
-def _cli_rank(rank: int, world: int, init: str, argv: list[str]) -> None:
-    """A rank process of ninfer-run: rank 0 is the CLI (tokenizer, requests, output); the others follow."""
+def _run_rank(rank: int, world: int, init: str, body) -> None:
+    """The frame of every rank process: die with the parent, SIGTERM from it is silent, the process
+    group set up, `body()` run, any error one line naming the rank, the exit status its return."""
     import sys
 
     die_with_parent(_PARENT[0])
@@ -434,14 +435,7 @@ def _cli_rank(rank: int, world: int, init: str, argv: list[str]) -> None:
     rc = 2
     try:
         init_ranks(rank, world, init)
-        if rank == 0:
-            from .cli import _main  # the CLI without its signal handlers: SIGTERM from the parent is silent
-
-            rc = _main(argv)
-        else:
-            from .cli import _parser
-
-            rc = _follow_cli(_parser().parse_args(argv))
+        rc = body()
     except Exception as exc:  # noqa: BLE001 - one line per rank, never a traceback
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"error: rank {rank}: {text}", file=sys.stderr)
@@ -449,6 +443,20 @@ def _cli_rank(rank: int, world: int, init: str, argv: list[str]) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(rc)
+
+
+def _cli_rank(rank: int, world: int, init: str, argv: list[str]) -> None:
+    """A rank process of ninfer-run: rank 0 is the CLI (tokenizer, requests, output); the others follow."""
+    def body() -> int:
+        if rank == 0:
+            from .cli import _main  # the CLI without its signal handlers: SIGTERM from the parent is silent
+
+            return _main(argv)
+        from .cli import _parser
+
+        return _follow_cli(_parser().parse_args(argv))
+
+    _run_rank(rank, world, init, body)
 
 
 def _follow_cli(args) -> int:
@@ -484,21 +492,9 @@ def serve_ranks(args, argv: list[str]) -> int | None:
 
 
 def _serve_rank(rank: int, world: int, init: str, argv: list[str]) -> None:
-    import sys
-
-    die_with_parent(_PARENT[0])
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *a: os._exit(143))
-    rc = 2
-    try:
-        init_ranks(rank, world, init)
+    def body() -> int:
         from .serve.cli import main
 
-        rc = main(argv)
-    except Exception as exc:  # noqa: BLE001 - one line per rank, never a traceback
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"error: rank {rank}: {text}", file=sys.stderr)
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(rc)
+        return main(argv)
+
+    _run_rank(rank, world, init, body)
