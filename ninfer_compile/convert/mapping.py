@@ -299,11 +299,18 @@ def text_recipes(text_config: Mapping, names: set[str] | Iterable[str], *, inclu
     return rec
 
 
-def mtp_recipes(g: TextGeometry, names: set[str]) -> list[ObjectRecipe]:
+def mtp_recipes(g: TextGeometry, names: Iterable[str], *, attention=None, feed_forward=None) -> list[ObjectRecipe]:
+    """The MTP part: one full-attention layer. `attention(out, src)` / `feed_forward(out, src)` give the
+    layer's attention and feed-forward recipes (default: the dense model's; the MoE converter passes its own)."""
+    names = set(names)
     layer_ids = {n.split(".")[2] for n in names if n.startswith("mtp.layers.")}
     if layer_ids != {"0"}:
         raise ConvertError(f"mtp: expected exactly one MTP layer (mtp.layers.0.*), found layers "
                            f"{sorted(layer_ids) or 'none'}")
+    if attention is None:
+        attention = lambda out, src: _attention_recipes(out, src, g, "mtp", mtp=True)  # noqa: E731
+    if feed_forward is None:
+        feed_forward = lambda out, src: _mlp_recipes(out, src, "mtp")  # noqa: E731
     m = "mtp.layers.0."
     rec = [
         ObjectRecipe("mtp/input_projection", ("mtp.fc.weight",), _identity, "mtp"),
@@ -311,10 +318,10 @@ def mtp_recipes(g: TextGeometry, names: set[str]) -> list[ObjectRecipe]:
         ObjectRecipe("mtp/hidden_norm", ("mtp.pre_fc_norm_hidden.weight",), _identity, "mtp"),
         ObjectRecipe("mtp/layer/input_norm", (m + "input_layernorm.weight",), _identity, "mtp"),
     ]
-    rec += _attention_recipes("mtp/layer/", m, g, "mtp", mtp=True)
+    rec += attention("mtp/layer/", m)
     rec.append(ObjectRecipe("mtp/layer/post_attention_norm", (m + "post_attention_layernorm.weight",),
                             _identity, "mtp"))
-    rec += _mlp_recipes("mtp/layer/", m, "mtp")
+    rec += feed_forward("mtp/layer/", m)
     rec.append(ObjectRecipe("mtp/final_norm", ("mtp.norm.weight",), _identity, "mtp"))
     return rec
 

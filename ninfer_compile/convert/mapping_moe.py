@@ -26,7 +26,7 @@ from collections.abc import Iterable
 import torch
 
 from ..errors import ConvertError
-from .mapping import ObjectRecipe, TextGeometry, _cat, _conv_tap_major, _identity, _split_q, _to_f32
+from .mapping import ObjectRecipe, TextGeometry, _cat, _conv_tap_major, _identity, _split_q, _to_f32, mtp_recipes
 
 
 def _attention(out: str, src: str, g: TextGeometry, part: str) -> list[ObjectRecipe]:
@@ -112,20 +112,5 @@ def moe_layer_recipes(g: TextGeometry, names: set[str], prefix: str) -> list[Obj
 def moe_mtp_recipes(g: TextGeometry, names: Iterable[str]) -> list[ObjectRecipe]:
     """The MTP part of a sparse-MoE checkpoint: one full-attention layer with its own MoE block."""
     names = set(names)
-    layer_ids = {n.split(".")[2] for n in names if n.startswith("mtp.layers.")}
-    if layer_ids != {"0"}:
-        raise ConvertError(f"mtp: expected exactly one MTP layer (mtp.layers.0.*), found layers "
-                           f"{sorted(layer_ids) or 'none'}")
-    m = "mtp.layers.0."
-    rec = [
-        ObjectRecipe("mtp/input_projection", ("mtp.fc.weight",), _identity, "mtp"),
-        ObjectRecipe("mtp/embedding_norm", ("mtp.pre_fc_norm_embedding.weight",), _identity, "mtp"),
-        ObjectRecipe("mtp/hidden_norm", ("mtp.pre_fc_norm_hidden.weight",), _identity, "mtp"),
-        ObjectRecipe("mtp/layer/input_norm", (m + "input_layernorm.weight",), _identity, "mtp"),
-    ]
-    rec += _attention("mtp/layer/", m, g, "mtp")
-    rec.append(ObjectRecipe("mtp/layer/post_attention_norm", (m + "post_attention_layernorm.weight",),
-                            _identity, "mtp"))
-    rec += moe_recipes("mtp/layer/", m, g, names, "mtp")
-    rec.append(ObjectRecipe("mtp/final_norm", ("mtp.norm.weight",), _identity, "mtp"))
-    return rec
+    return mtp_recipes(g, names, attention=lambda out, src: _attention(out, src, g, "mtp"),
+                       feed_forward=lambda out, src: moe_recipes(out, src, g, names, "mtp"))
