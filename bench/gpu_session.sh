@@ -52,7 +52,8 @@ COMMITTED_MEAS="$R/tune_sm90_linear_2026-11-29.meas.json $R/tune_sm90_gemv_2026-
   $R/tune_sm90_quick_2026-11-29.meas.json $R/tune_sm90_cliff_2026-12-01.meas.json
   $R/tune_sm90_gemv_fused_2026-12-01.meas.json $R/tune_sm90_attn_gating_2026-12-01.meas.json
   $R/tune_sm90_new_2026-12-02.meas.json $R/tune_sm90_gemv_tc_fence_2026-12-02.meas.json
-  $R/tune_sm90_gdn_prefill_2026-12-03.meas.json $R/tune_sm90_gemv_tc_shfl_2026-12-03.meas.json"
+  $R/tune_sm90_gdn_prefill_2026-12-03.meas.json $R/tune_sm90_gemv_tc_shfl_2026-12-03.meas.json
+  $R/bench_linear_h100_gemm_tc_2026-12-06.meas.json"
 replay_committed() {  # the committed measurements + the given files -> $OUT/sm90.yaml (+ .md)
   python3 -m ninfer_compile.cli tune --sm 90 --replay $COMMITTED_MEAS "$@" --base routes/sm90.yaml \
     -o "$OUT/sm90.yaml" --report "$OUT/sm90.md" 2>&1 | tail -n 1
@@ -165,10 +166,19 @@ for stage in "$@"; do
       # (the later stages compile with it); $OUT/retune.meas.json is the file to commit
       timeout $(( ${RETUNE_BUDGET_S:-240} + 40 )) python3 -m ninfer_compile.cli tune --sm 90 \
         --families ${RETUNE_FAMILIES:-linear} --routes "${RETUNE_ROUTES:-_gemv_tc}" --t-points ${RETUNE_T:-2,4,8,16,32} \
-        --reps ${RETUNE_REPS:-5} --budget-s ${RETUNE_BUDGET_S:-240} --draft-tokens 0 \
+        --reps ${RETUNE_REPS:-5} --budget-s ${RETUNE_BUDGET_S:-240} --draft-tokens 0 ${RETUNE_CANDIDATES:+--candidates $RETUNE_CANDIDATES} \
         --save-measurements "$OUT/retune.meas.json" 2>&1 | tr '\r' '\n' | grep -v "^ *$" \
         | grep -v "it/s\|run/s\|job/s" > "$OUT/retune.log"
       head -n 3 "$OUT/retune.log" | cut -c1-300; grep "^warning: --budget-s" "$OUT/retune.log" | cut -c1-300
+      # RETUNE_OWNS=1 (a run on another card of the same sm, e.g. an H100 over the H200 table): the file is
+      # marked "owns_points" (tune --replay then drops older timings at every (op, T) it measured, so each
+      # point is picked from timings of one card); its T = 1 point (which the tuner always measures) is
+      # dropped unless RETUNE_T names it
+      if [ -f "$OUT/retune.meas.json" ] && [ -n "${RETUNE_OWNS:-}" ]; then
+        python3 -c "import json,sys; p=sys.argv[1]; d=json.load(open(p)); d['owns_points']=True
+if sys.argv[2]=='drop': d['records']=[r for r in d['records'] if r.get('t')!=1]
+json.dump(d,open(p,'w'))" "$OUT/retune.meas.json" "$(echo ",${RETUNE_T:-}," | grep -q ",1," && echo keep || echo drop)"
+      fi
       [ -f "$OUT/retune.meas.json" ] && replay_committed "$OUT/retune.meas.json" ;;
     tune)
       # every family, format and draft window (~8,000 timings since the verify / KV-format cases): bounded by

@@ -94,6 +94,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replay", type=Path, nargs="+",
                         help="re-pick from saved measurements; no GPU needed. Several files merge: a later file's "
                              "timing of the same (op, T, context, route, params) replaces an earlier one")
+    parser.add_argument("--last-owns-points", action="store_true",
+                        help="with --replay: the last file owns every (op, T, context) it measured (earlier files' "
+                             "timings there are dropped), for a run on another card of the same sm")
     parser.add_argument("--no-graph", action="store_true", help="time eager launches between events (no CUDA graph)")
     parser.add_argument("--dry-run", action="store_true", help="print the match set and measurement count, measure nothing")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars on stderr (warnings and errors stay)")
@@ -336,7 +339,7 @@ def run(args) -> int:
         raise NinferError("--routes measures a subset of the routes: give --save-measurements FILE (to merge "
                           "with --replay) or -o TABLE")
     if args.replay is not None:
-        saved = merge_measurements(args.replay, args.sm)
+        saved = merge_measurements(args.replay, args.sm, last_owns_points=args.last_owns_points)
         cases = [MatchCase(**c) for c in saved["cases"]]
         records = saved["records"]
         env = saved["environment"]

@@ -201,11 +201,16 @@ def _registered_only(merged: dict, records: list[dict], warnings: list[str]) -> 
     return [{**r, "case": new[int(r["case"])]} for r in records if r.get("route") in names and int(r["case"]) in new]
 
 
-def merge_measurements(paths, sm: int) -> dict:
+def merge_measurements(paths, sm: int, last_owns_points: bool = False) -> dict:
     """Saved measurement files (`--save-measurements`) merged into one: cases are matched by
     (family, match, verify window, variant); a later file's record of the same (op, T, context,
     route, params) replaces an earlier one; T points are the union; environment and command come
-    from the last file, with the merge recorded in the command."""
+    from the last file, with the merge recorded in the command.
+
+    A file that owns its points (`"owns_points": true` in it, or the last one with `last_owns_points`:
+    measured on another card of the same sm, e.g. an H100 run over an H200 table): at every (case, T,
+    context) it has a record for, the earlier files' records are dropped, so each point is picked from
+    timings of one run; elsewhere they stay."""
     merged: dict | None = None
     case_keys: list[str] = []
     by_key: dict[str, dict] = {}
@@ -223,6 +228,7 @@ def merge_measurements(paths, sm: int) -> dict:
         if int(saved.get("sm", -1)) != sm:
             raise NinferError(f"--replay {path}: measured on sm{saved.get('sm')}, not --sm {sm}")
         local = []
+        owning = bool(saved.get("owns_points")) or (last_owns_points and path == paths[-1])
         for c in saved["cases"]:
             key = case_ident(c)  # family, match, verify window, variant
             if key not in case_keys:
@@ -231,6 +237,13 @@ def merge_measurements(paths, sm: int) -> dict:
                     merged = {"cases": []}
                 merged["cases"].append(c)
             local.append(case_keys.index(key))
+        if owning:
+            owned = {(local[int(r["case"])], r.get("t"), r.get("ctx")) for r in saved["records"]}
+            dropped = [k for k, r in by_key.items() if (r["case"], r.get("t"), r.get("ctx")) in owned]
+            for k in dropped:
+                del by_key[k]
+            warnings.append(f"{path}: owns its {len(owned)} (case, T, context) points; {len(dropped)} earlier "
+                            f"records there dropped")
         for r in saved["records"]:
             r = dict(r)
             r["case"] = local[int(r["case"])]

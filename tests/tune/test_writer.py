@@ -173,3 +173,24 @@ def test_replay_merges_files_later_timing_wins(tmp_path, capsys):
     bad.write_text("[]")
     assert main(["tune", "--sm", "90", "--replay", str(first), str(bad), "-o", str(out)]) == 2
     assert "bad.json" in capsys.readouterr().err
+
+
+def test_replay_last_owns_points_drops_the_other_cards_timings_there(tmp_path):
+    first = tmp_path / "a.json"
+    _fake_measurements(first)
+    data = json.loads(first.read_text())
+    # another card re-measured one route at T=1 only: with ownership, T=1 holds only its records
+    recs = [dict(r, us=r["us"] * 100) for r in data["records"] if r["route"] == "q4_gemv" and r["t"] == 1]
+    assert recs
+    second = tmp_path / "b.json"
+    second.write_text(json.dumps({**data, "t_points": [1], "records": recs}))
+    plain = tcli.merge_measurements([first, second], 90)
+    owned = tcli.merge_measurements([first, second], 90, last_owns_points=True)
+    cases = {r["case"] for r in recs}
+    at1 = lambda m: [r for r in m["records"] if r["t"] == 1 and r["case"] in cases]  # noqa: E731
+    assert {r["route"] for r in at1(plain)} != {"q4_gemv"}  # the first file's other routes stay
+    assert {r["route"] for r in at1(owned)} == {"q4_gemv"}  # only the owning run's timings at T=1
+    elsewhere = lambda m: sorted(json.dumps(r, sort_keys=True) for r in m["records"]  # noqa: E731
+                                 if r["t"] != 1 or r["case"] not in cases)
+    assert elsewhere(owned) == elsewhere(plain)
+    assert any("owns its" in w for w in owned["warnings"])
