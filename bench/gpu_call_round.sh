@@ -8,6 +8,7 @@
 #   spec    the K = 3 round at C = 1 and 8 against the plain step of the same plan, with $OUT/sm90.yaml;
 #   load    a fresh process to its first token, phase by phase (bench/load_phases.py).
 # run: carry ["wheels"], command "OUT=$OUT bash bench/gpu_call_round.sh", timeout_s 600
+# PARTS picks parts; GPU_TESTS the test paths of part tests; SPEC_S / LOAD_S / TESTS_S bound parts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
@@ -20,9 +21,9 @@ for part in ${PARTS:-tests retune spec load}; do
   case "$part" in
     tests)
       timeout ${TESTS_S:-110} python3 -m pytest -q -m gpu -p no:cacheprovider -rf -n 8 --dist loadfile \
-        tests/kernels/linear/test_gemv_lowreg.py tests/kernels/linear/test_gemv_tc.py \
+        ${GPU_TESTS:-tests/kernels/linear/test_gemv_lowreg.py tests/kernels/linear/test_gemv_tc.py \
         tests/kernels/linear/test_gemv_tc_w8.py tests/kernels/linear/test_linear_gpu.py \
-        tests/kernels/gdn/test_gdn_chunked_wy.py > "$OUT/gpu_tests.log" 2>&1
+        tests/kernels/gdn/test_gdn_chunked_wy.py} > "$OUT/gpu_tests.log" 2>&1
       echo "tests rc=$?" | tee -a "$OUT/call.log"; tail -n 2 "$OUT/gpu_tests.log" | tee -a "$OUT/call.log"
       grep -m 8 "^FAILED\|Error" "$OUT/gpu_tests.log" | cut -c1-300 | tee -a "$OUT/call.log" ;;
     retune)
