@@ -60,6 +60,18 @@ def make_hf_checkpoint(out: Path, seed: int = 0, tokenizer: bool = True):
     return model
 
 
+def make_hf_mtp_checkpoint(out: Path):
+    """make_hf_checkpoint + the random MTP tensors of tests/reference/hf_tiny.py (bf16). Returns the model."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    model = make_hf_checkpoint(out)
+    sd = load_file(str(out / "model.safetensors"))
+    sd.update({k: v.to(torch.bfloat16) for k, v in _tiny.random_hf_mtp(model.config).items()})
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return model
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([PY, "-m", "ninfer_compile.cli", *args], capture_output=True, text=True, cwd=REPO)
 
