@@ -227,11 +227,16 @@ class ReferenceModel:
     are bound once at construction (row views are zero-copy slices of their parents). The model
     runs on the weights' device (`self.device`, the embedding's): state, positions and token ids
     are created there. `layer_fn` (default `decoder_layer`) runs one layer; a caller may replace
-    it, e.g. with `torch.compile(decoder_layer)` for decode (bench/bench_peers.py).
+    it, e.g. with `torch.compile(decoder_layer)` for decode (bench/bench_peers.py). `kv_dtype`: a
+    KV format name (kernels/kv_cache/formats.py): every KV cache (the MTP head's too) stores what a
+    cache of that format gives back (quantize -> dequantize of the bf16 rows); None: fp32 rows.
     """
 
-    def __init__(self, spec, weights: WeightSource):
+    def __init__(self, spec, weights: WeightSource, kv_dtype: str | None = None):
+        from ..kernels.kv_cache.reference import kv_roundtrip_fn
+
         self.spec = spec
+        self.kv_roundtrip = None if kv_dtype is None else kv_roundtrip_fn(kv_dtype)
         self.source = weights
         self.dims = HybridDims.from_spec(spec)
         self.weights: TextWeights = load_text_weights(weights, spec, self.dims)
@@ -247,7 +252,7 @@ class ReferenceModel:
         st = ModelState()
         for l, kind in enumerate(d.layer_kinds):
             if kind == "attention":
-                st.kv[l] = KVCache.empty(d.kv_heads, d.head_dim, device=self.device)
+                st.kv[l] = KVCache.empty(d.kv_heads, d.head_dim, device=self.device, roundtrip=self.kv_roundtrip)
             else:
                 st.gdn[l] = GDNState.empty(d.conv_kernel, d.conv_channels, d.gdn_v_heads, d.gdn_k_dim,
                                            d.gdn_v_dim, device=self.device)

@@ -32,7 +32,8 @@ class MTPHead:
         self.last_state: MTPState | None = None
 
     def new_state(self) -> MTPState:
-        return MTPState(KVCache.empty(self.dims.kv_heads, self.dims.head_dim, device=self.model.device))
+        return MTPState(KVCache.empty(self.dims.kv_heads, self.dims.head_dim, device=self.model.device,
+                                     roundtrip=self.model.kv_roundtrip))
 
     def hidden(self, token_ids, target_hidden: torch.Tensor, state: MTPState | None = None,
                positions: torch.Tensor | None = None) -> torch.Tensor:

@@ -6,6 +6,7 @@ prefix reuse, snapshots (`clone`) and speculative rollback are plain Python oper
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -16,16 +17,19 @@ class KVCache:
     """Keys/values of one attention layer for positions `[0, length)`.
 
     k, v: [ctx, kv_heads, head_dim] float32 — keys are stored after q/k norm and RoPE, exactly
-    what later queries attend to.
+    what later queries attend to. roundtrip: None (rows kept as computed) or `(k, v) -> (k', v')`,
+    what a quantized cache gives back for the appended rows (kernels/kv_cache/reference.py
+    `kv_roundtrip_fn`): the rows are stored through it.
     """
 
     k: torch.Tensor
     v: torch.Tensor
+    roundtrip: Callable | None = None
 
     @classmethod
-    def empty(cls, kv_heads: int, head_dim: int, device=None) -> "KVCache":
+    def empty(cls, kv_heads: int, head_dim: int, device=None, roundtrip: Callable | None = None) -> "KVCache":
         z = torch.zeros(0, kv_heads, head_dim, dtype=torch.float32, device=device)
-        return cls(z, z.clone())
+        return cls(z, z.clone(), roundtrip)
 
     @property
     def length(self) -> int:
@@ -33,6 +37,8 @@ class KVCache:
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
         # k, v: [T, kv_heads, head_dim]
+        if self.roundtrip is not None:
+            k, v = self.roundtrip(k, v)
         self.k = torch.cat([self.k, k], dim=0)
         self.v = torch.cat([self.v, v], dim=0)
 
@@ -40,7 +46,7 @@ class KVCache:
         self.k, self.v = self.k[:length], self.v[:length]
 
     def clone(self) -> "KVCache":
-        return KVCache(self.k.clone(), self.v.clone())
+        return KVCache(self.k.clone(), self.v.clone(), self.roundtrip)
 
 
 @dataclass

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import reference.hf_tiny as _tiny
+from ninfer_compile.reference.greedy_check import NEAR_TIE, VIOLATION, judge_greedy
 
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME = REPO / "runtime"
@@ -56,6 +57,18 @@ def make_hf_checkpoint(out: Path, seed: int = 0, tokenizer: bool = True):
                                                                "eos_token": "<|im_end|>"}, indent=2) + "\n")
         (out / "chat_template.jinja").write_text(ex.CHAT_TEMPLATE)
         (out / "generation_config.json").write_text(json.dumps({"eos_token_id": [eos, tok.token_to_id("<|endoftext|>")]}) + "\n")
+    return model
+
+
+def make_hf_mtp_checkpoint(out: Path):
+    """make_hf_checkpoint + the random MTP tensors of tests/reference/hf_tiny.py (bf16). Returns the model."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    model = make_hf_checkpoint(out)
+    sd = load_file(str(out / "model.safetensors"))
+    sd.update({k: v.to(torch.bfloat16) for k, v in _tiny.random_hf_mtp(model.config).items()})
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
     return model
 
 
@@ -156,30 +169,23 @@ def seal_plan_dir(plan_dir: Path, plan: dict | None = None) -> dict:
     return sealed
 
 
-def check_tokens_against(logits_fn, prompt: list[int], generated: list[int], tie: float = 0.02) -> list[str]:
+def check_tokens_against(logits_fn, prompt: list[int], generated: list[int], tie: float = NEAR_TIE) -> list[str]:
     """Every generated token must be the reference's argmax for its prefix, or within `tie` x the
-    logit spread of the max (a near-tie). Returns the failures (empty = pass)."""
-    ref = logits_fn(prompt + generated[:-1])
-    bad = []
-    for i, tok in enumerate(generated):
-        row = ref[len(prompt) - 1 + i]
-        top = int(row.argmax())
-        spread = float(row.max() - row.min())
-        if tok != top and float(row[top] - row[tok]) > tie * spread:
-            bad.append(f"step {i}: got {tok} ({float(row[tok]):.4f}), reference argmax {top} ({float(row[top]):.4f}), "
-                       f"spread {spread:.4f}")
-    return bad
+    logit spread of the max (a near-tie; ninfer_compile.reference.greedy_check). Returns the
+    failures (empty = pass)."""
+    return [v.describe() for v in judge_greedy(logits_fn, prompt, generated, tie) if v.kind == VIOLATION]
 
 
-def reference_logits_fn(artifact: Path):
-    """Teacher-forced float32 logits of ninfer_compile.reference on `artifact` (quantized or not)."""
+def reference_logits_fn(artifact: Path, kv_dtype: str | None = None):
+    """Teacher-forced float32 logits of ninfer_compile.reference on `artifact` (quantized or not);
+    `kv_dtype`: its KV cache keeps what that format gives back (quantize -> dequantize of K / V)."""
     from ninfer_compile.artifact import Artifact
     from ninfer_compile.contracts import find_contract
     from ninfer_compile.reference import ArtifactWeights, ReferenceModel
 
     art = Artifact.open(artifact)
     spec = find_contract(art.path, art.model_id, None).resolve_for(art)
-    model = ReferenceModel(spec, ArtifactWeights(art))
+    model = ReferenceModel(spec, ArtifactWeights(art), kv_dtype=kv_dtype)
 
     def fn(tokens):
         import torch

@@ -6,7 +6,8 @@ runs give the plain run's tokens; C = 2 gives each sequence the C = 1 tokens; th
 slice of the held-out file through the runtime is within 0.5% of the reference's over the same
 windows. The random tiny configs (K = 1..5, every KV format) are covered by test_runtime_e2e.py,
 test_speculative_e2e.py and tests/kernels/kv_cache/test_kv_formats_e2e.py, which run on the torch
-path too (the CPU default)."""
+path too (the CPU default); bench/exactness_counts.py counts the same rule over every model, KV
+format, mode and K (bench/results/exactness_counts_2026-12-06.md)."""
 
 from __future__ import annotations
 

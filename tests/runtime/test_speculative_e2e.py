@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from . import support as S
 
@@ -25,19 +24,6 @@ N_NEW = 5  # the plain truth (plain3): 5 tokens, so a round of K + 1 = 4 after t
 # is accepted (the random MTP head, the always-wrong drafter), each rolled back; greedy, so each run
 # must equal the truth's first N_GEN tokens
 N_GEN = 4
-
-
-def _mtp_checkpoint(out: Path):
-    """support.make_hf_checkpoint + the random MTP tensors of tests/reference/hf_tiny.py."""
-    from safetensors.torch import load_file, save_file
-
-    from reference.hf_tiny import random_hf_mtp
-
-    model = S.make_hf_checkpoint(out)
-    sd = load_file(str(out / "model.safetensors"))
-    sd.update({k: v.to(torch.bfloat16) for k, v in random_hf_mtp(model.config).items()})
-    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
-    return model
 
 
 def _compile(art, out, table, *, k, concurrency, mtp=True, chunk=8):
@@ -54,7 +40,7 @@ def _compile(art, out, table, *, k, concurrency, mtp=True, chunk=8):
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     d = tmp_path_factory.mktemp("spec_rt")
-    model = _mtp_checkpoint(d / "hf")
+    model = S.make_hf_mtp_checkpoint(d / "hf")
     table = S.interp_table(d / "interp90.yaml")
     art = S.pack(d / "hf", d / "tiny-mtp.ninfer", "bf16")
     return d, model, table, art
