@@ -5,9 +5,10 @@ launchers' arguments (route params such as BLOCK_N / SPLIT_K and the workspace a
 ignored). The weight is the same operand the launchers read (a row-split `QuantWeight`, maybe a
 row view, or bf16 [N, K]). The product x @ W^T (fp32) takes one of two weight layouts, each made
 at the weight object's first use and kept with it:
-- up to `torch_int4.MAX_COLUMNS` columns (decode, short verify rows) of a `QuantWeight`: the stored
-  codes repacked into torch's int4 CPU matmul operand (`torch_int4`: about the stored bytes per
-  step; the scales and each partial product are rounded to bf16, x too when it is not bf16);
+- up to `torch_packed.MAX_COLUMNS` columns (decode, short verify rows) of a `QuantWeight`: the
+  stored codes repacked into torch's int4 / int8 CPU matmul operands (`torch_packed`: about the
+  stored bytes per step; the scales and the ops' products are rounded to bf16, x too when it is
+  not bf16);
 - otherwise (prefill, bf16 weights): the weight dequantized once into fp32 (`torch_util.fp32_weight`,
   exact: scale32 x code32) and one fp32 torch.mm.
 The epilogue runs in fp32, one rounding at the store into `out` (which `residual` may alias).
@@ -19,7 +20,7 @@ import torch
 
 from ...errors import RouteError
 from ..torch_util import fp32_weight
-from .torch_int4 import MAX_COLUMNS, int4_matmul
+from .torch_packed import MAX_COLUMNS, packed_matmul
 from .weights import QuantWeight
 
 __all__ = ["linear"]
@@ -30,7 +31,7 @@ def _product(x: torch.Tensor, weight) -> torch.Tensor:
     if x.shape[-1] != k:
         raise RouteError(f"linear (torch): x {list(x.shape)} has K={x.shape[-1]}, weight has K={k}")
     if isinstance(weight, QuantWeight) and x.shape[0] <= MAX_COLUMNS:
-        return int4_matmul(x, weight)
+        return packed_matmul(x, weight)
     return torch.mm(x.float(), fp32_weight(weight).t())
 
 

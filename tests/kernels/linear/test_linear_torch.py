@@ -1,7 +1,7 @@
 """The CPU path of the linear family (`linear/torch_impl.py`) against the fp32 reference for every
 weight format and epilogue on odd shapes, and against a Triton launcher (interpreter) on a few.
 
-Quantized weights at up to `MAX_COLUMNS` columns take the int4 products (`torch_int4`: bf16 scales
+Quantized weights at up to `MAX_COLUMNS` columns take the int4 products (`torch_packed`: bf16 scales
 and bf16 partial products, the tolerance of the GPU's bf16-weight routes, 1e-2); bf16 weights and
 wider products the exact fp32 matrix (one rounding at the store, 4e-3)."""
 
@@ -10,7 +10,7 @@ import torch
 
 from ninfer_compile.kernels.linear import torch_impl
 from ninfer_compile.kernels.linear.reference import linear as ref_linear
-from ninfer_compile.kernels.linear.torch_int4 import MAX_COLUMNS
+from ninfer_compile.kernels.linear.torch_packed import MAX_COLUMNS
 from ninfer_compile.kernels.torch_util import fp32_weight
 
 from _linear_helpers import assert_close_rel, random_weight
