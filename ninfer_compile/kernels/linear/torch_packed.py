@@ -3,19 +3,27 @@ torch's quantized CPU matmul operands, so a decode step reads about the stored b
 matrix). Both keep the stored codes exactly; the roundings are the fp16 scales to bf16 (relative
 2^-9 at most, once per group), x to bf16 when it is not bf16, and the ops' bf16 outputs.
 
-- Q4G64 -> `int4`: `_weight_int4pack_mm_for_cpu(x, packed, group, scale_zeros)` computes, for bf16
-  x [T, K], x @ W^T with W[n, k] = (u[n, k] - 8) * scale[k // group, n] + zero[k // group, n], u a
-  4-bit code, `scale_zeros` bf16 [K / group, N, 2], fp32 accumulation, one bf16 rounding of the
-  result: u = q + 8 (q the signed code), scale s, zero 0.
-- Q5G64 / Q6G64 / W8G32 -> `int8`: the signed codes as int8 and `_weight_int8pack_mm(x, codes [N,
-  group], scale bf16 [N])` once per group of K (the op scales whole rows), the groups' bf16 products
-  summed in fp32. (Splitting a code into two int4 terms costs two int4 products per weight; the
-  int8 calls are faster on AVX2 cores even at 56 groups per row.)
+`int4`: `_weight_int4pack_mm_for_cpu(x, packed, group, scale_zeros)` computes, for bf16 x [T, K],
+x @ W^T with W[n, k] = (u[n, k] - 8) * scale[k // group, n] + zero[k // group, n], u a 4-bit code,
+`scale_zeros` bf16 [K / group, N, 2], fp32 accumulation, one bf16 rounding of the result. A stored
+code q is a sum of such terms (`_split_codes`), laid side by side along K so one call sums them
+(x repeated once per part):
+- Q4G64: u = q + 8, scale s, zero 0 (one part);
+- Q5G64 / Q6G64: q = a + 16 b with a = ((q + 8) & 15) - 8 in [-8, 7], b = (q - a) / 16 (in [-1, 1]
+  / [-2, 2]): u = a + 8 with scale s and u = b + 8 with scale 16 s, zeros 0 (two parts);
+- W8G32: u = q + 128 = lo + 16 hi: u = lo with scale s and zero 8 s, u = hi with scale 16 s and
+  zero 0 (two parts, group 32).
+`int8` (Q5 / Q6 / W8 weights of at least `INT8_MIN_ROWS` rows, e.g. the vocabulary head: one int8
+byte per weight is half the int4 parts' work): `_weight_int8pack_mm(x, codes int8 [N, g], scale
+bf16 [N])` once per group of K (the op scales whole rows), the groups' bf16 products summed in fp32.
+Shorter weights keep the int4 parts: a call per group of a few thousand rows is too little work
+to share between threads (measured on 2 AVX2 cores: at N = 1024 the int4 parts are faster, at
+N = 4096 and at the head the int8 calls).
 
-Layout: the int4 op wants N a multiple of 16 and packs rows in blocks, so its rows are padded with
-zero codes to a multiple of `ROW_BLOCK`; both kinds are made in chunks of whole blocks (bounded
-temporaries for a vocabulary-sized head); K is the stored k_pad (pad lanes meet zero columns of
-x). The operand is made at the weight object's first use and kept with it (`torch_util.derived`).
+Layout: the int4 op wants N a multiple of 16 and packs rows in blocks, so rows are padded with zero
+codes to a multiple of `ROW_BLOCK` and packed in chunks of whole blocks (bounded temporaries for the
+head); K is the stored k_pad (pad lanes meet zero columns of x). The operand is made at the weight
+object's first use and kept with it (`torch_util.derived`).
 """
 
 from __future__ import annotations
@@ -28,27 +36,42 @@ from ..torch_util import derived
 from .reference import decode_planes
 from .weights import QuantWeight
 
-__all__ = ["PackedOperand", "packed_operand", "packed_matmul", "MAX_COLUMNS"]
+__all__ = ["PackedOperand", "packed_operand", "packed_matmul", "MAX_COLUMNS", "INT8_MIN_ROWS"]
 
 # Columns up to which the packed products beat the cached fp32 matrix (measured on AVX2 cores).
 MAX_COLUMNS = 16
+# Rows from which a Q5 / Q6 / W8 weight takes one int8 call per group instead of two int4 parts.
+INT8_MIN_ROWS = 4096
 ROW_BLOCK = 64
 ROWS_PER_CHUNK = 64 * ROW_BLOCK
 
 
 @dataclass(eq=False)
 class PackedOperand:
-    """One weight as a torch CPU matmul operand. `kind` "int4": `data` uint8 [N_pad, K / 2] (the
-    op's layout) and `scales` bf16 [K / group, N_pad, 2]; "int8": `data` int8 [K / group, N, group]
-    and `scales` bf16 [K / group, N]. `n` real rows of `n_pad`."""
+    """One weight as torch CPU matmul operands. `kind` "int4": `data` uint8 [N_pad, parts * K / 2]
+    (the op's layout) and `scales` bf16 [parts * K / group, N_pad, 2]; "int8": `data` int8
+    [K / group, N_pad, group] and `scales` bf16 [K / group, N_pad]. `n` real rows of `n_pad`."""
 
     kind: str
     n: int
     n_pad: int
     k_pad: int
     group: int
+    parts: int
     data: torch.Tensor
     scales: torch.Tensor
+
+
+def _split_codes(q: torch.Tensor, bits: int) -> list[tuple[torch.Tensor, int, int]]:
+    """[(u int32 in 0..15, scale multiplier, zero multiplier)] whose terms sum to q (module doc)."""
+    if bits == 4:
+        return [(q + 8, 1, 0)]
+    if bits == 8:
+        u = q + 128
+        return [(u & 15, 1, 8), (u >> 4, 16, 0)]
+    a = ((q + 8) & 15) - 8
+    b = (q - a) >> 4
+    return [(a + 8, 1, 0), (b + 8, 16, 0)]
 
 
 def _chunks(weight: QuantWeight, n_pad: int):
@@ -67,22 +90,28 @@ def _chunks(weight: QuantWeight, n_pad: int):
 
 
 def _pack(weight: QuantWeight) -> PackedOperand:
-    g, n, kp = weight.group, weight.n, weight.k_pad
+    bits, g, n, kp = weight.bits, weight.group, weight.n, weight.k_pad
     groups = kp // g
-    if weight.bits > 4:
+    if bits > 4 and n >= INT8_MIN_ROWS:
         data = torch.empty(groups, n, g, dtype=torch.int8)
         scales = torch.empty(groups, n, dtype=torch.bfloat16)
         for r0, r1, q, s in _chunks(weight, n):
             data[:, r0:r1] = q.to(torch.int8).view(r1 - r0, groups, g).transpose(0, 1)
-            scales[:, r0:r1] = s.t().to(torch.bfloat16)  # fp16 -> bf16 rounds
-        return PackedOperand("int8", n, n, kp, g, data, scales)
+            scales[:, r0:r1] = s.t().to(torch.bfloat16)
+        return PackedOperand("int8", n, n, kp, g, 1, data, scales)
     n_pad = -(-n // ROW_BLOCK) * ROW_BLOCK
-    data = torch.empty(n_pad, kp // 2, dtype=torch.uint8)
-    scales = torch.zeros(groups, n_pad, 2, dtype=torch.bfloat16)  # zero-points 0
+    parts = 1 if bits == 4 else 2
+    data = torch.empty(n_pad, parts * kp // 2, dtype=torch.uint8)
+    scales = torch.zeros(parts * groups, n_pad, 2, dtype=torch.bfloat16)
     for r0, r1, q, s in _chunks(weight, n_pad):
-        data[r0:r1] = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q + 8, 1)
-        scales[:, r0:r1, 0] = s.t().to(torch.bfloat16)
-    return PackedOperand("int4", n, n_pad, kp, g, data, scales)
+        split = _split_codes(q, bits)
+        u = torch.cat([p[0] for p in split], dim=1) if parts > 1 else split[0][0]
+        data[r0:r1] = torch.ops.aten._convert_weight_to_int4pack_for_cpu(u.contiguous(), 1)
+        for i, (_, s_mul, z_mul) in enumerate(split):
+            sb = (s * s_mul).t().to(torch.bfloat16)  # x16 is exact; fp16 -> bf16 rounds
+            scales[i * groups:(i + 1) * groups, r0:r1, 0] = sb
+            scales[i * groups:(i + 1) * groups, r0:r1, 1] = sb.float().mul(z_mul).to(torch.bfloat16)  # x8: exact
+    return PackedOperand("int4", n, n_pad, kp, g, parts, data, scales)
 
 
 def packed_operand(weight: QuantWeight) -> PackedOperand:
@@ -100,5 +129,7 @@ def packed_matmul(x: torch.Tensor, weight: QuantWeight) -> torch.Tensor:
         xs = xb.view(xb.shape[0], -1, op.group).transpose(0, 1).contiguous()  # [groups, T, group]
         mm = torch._weight_int8pack_mm
         return torch.stack([mm(xs[i], op.data[i], op.scales[i]) for i in range(len(xs))]).sum(0, dtype=torch.float32)
+    if op.parts > 1:
+        xb = xb.repeat(1, op.parts)
     acc = torch.ops.aten._weight_int4pack_mm_for_cpu(xb.contiguous(), op.data, op.group, op.scales).float()
     return acc if op.n == op.n_pad else acc[:, :op.n]
