@@ -5,7 +5,8 @@ prefix (near-ties within 2% of the logit spread allowed, as every end-to-end tes
 runs give the plain run's tokens; C = 2 gives each sequence the C = 1 tokens; the perplexity of a
 slice of the held-out file through the runtime is within 0.5% of the reference's over the same
 windows. The same model packed with the default (quantized) recipe, prefill chunks of 16, runs every
-linear on the packed int4 / int8 products: its tokens and perplexity pass the same checks. The random tiny configs (K = 1..5, every KV format) are covered by test_runtime_e2e.py,
+linear on the packed int4 / int8 products: its tokens and perplexity pass the same checks. The
+random tiny configs (K = 1..5, every KV format) are covered by test_runtime_e2e.py,
 test_speculative_e2e.py and tests/kernels/kv_cache/test_kv_formats_e2e.py, which run on the torch
 path too (the CPU default)."""
 
@@ -90,9 +91,13 @@ def test_interpreted_mtp_round_agrees_with_the_torch_path(trained):
 
 
 def test_packed_products_keep_the_default_recipe_exact(tmp_path):
-    """The default (quantized) recipe with prefill chunks of 16: every linear, prefill included,
-    runs on the packed int4 / int8 products (bf16 scales and products, linear/torch_packed.py);
-    greedy tokens are the reference argmax and the perplexity slice is within 0.5%."""
+    """The default (quantized) recipe with prefill chunks of 16: every quantized linear, prefill
+    included, runs on the packed int4 / int8 products (bf16 scales and products,
+    linear/torch_packed.py; the plan's copy told to take them from the first weight on, the tiny
+    model's weights being below MIN_PARAMS); greedy tokens are the reference argmax and the
+    perplexity slice is within 0.5%."""
+    import importlib
+
     import ninfer_runtime as nr
     from ninfer_compile.compile_cli import compile_artifact
     from ninfer_compile.ir.lower import LowerOptions
@@ -108,9 +113,12 @@ def test_packed_products_keep_the_default_recipe_exact(tmp_path):
     write_plan(tmp_path / "p.plan", c.manifest, c.memory_txt, extra_files=c.kernel_files)
     ref = Q.reference_model(art)
     with nr.load(tmp_path / "p.plan", art, progress=False) as eng:
+        importlib.import_module(f"{eng.kernel_package}.linear.torch_packed").MIN_PARAMS = 0
         prompt = Q.heldout_ids()[500:530]
         _check(ref, prompt, eng.generate(prompt, N_NEW, ignore_eos=True).tokens)
         text = Q.slice_text(PPL_TOKENS)
         got = engine_perplexity(eng, text, context=256)
         want = reference_perplexity(ref, eng.frontend.encode(text, add_special_tokens=False), context=256)
+        packed = [tag for _, tag in importlib.import_module(f"{eng.kernel_package}.torch_util")._DERIVED]
+    assert packed.count("packed") >= 10, packed
     assert abs(got.perplexity / want.perplexity - 1) < 0.005, (got.perplexity, want.perplexity)

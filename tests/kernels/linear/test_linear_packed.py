@@ -65,10 +65,14 @@ def test_row_chunks_and_row_views(fmt, kind):
                      what=f"{fmt} {kind} row view across the chunk edge")
 
 
-def test_torch_impl_takes_packed_for_few_columns_and_fp32_beyond():
+def test_torch_impl_takes_packed_for_few_columns_and_fp32_beyond(monkeypatch):
     drop_fp32_weights()
     gen = torch.Generator().manual_seed(2)
     w = random_weight("Q5G64_F16S", 48, 128, gen)
+    small = random_weight("Q4G64_F16S", 16, 64, gen)
+    assert not torch_packed.takes_packed(small, 1) and not torch_packed.takes_packed(w, 1)
+    monkeypatch.setattr(torch_packed, "MIN_PARAMS", 48 * 128)
+    assert torch_packed.takes_packed(w, 1) and not torch_packed.takes_packed(small, 1)
     out = torch.empty(torch_packed.MAX_COLUMNS + 1, 48, dtype=torch.bfloat16)
     x = torch.randn(out.shape[0], 128, generator=gen).bfloat16()
     torch_impl.linear(x[:1], w, out[:1])

@@ -1,16 +1,16 @@
 """The CPU path of the linear family (`linear/torch_impl.py`) against the fp32 reference for every
 weight format and epilogue on odd shapes, and against a Triton launcher (interpreter) on a few.
 
-Quantized weights at up to `MAX_COLUMNS` columns take the int4 products (`torch_packed`: bf16 scales
-and bf16 partial products, the tolerance of the GPU's bf16-weight routes, 1e-2); bf16 weights and
-wider products the exact fp32 matrix (one rounding at the store, 4e-3)."""
+Quantized weights at up to `MAX_COLUMNS` columns take the packed products (`torch_packed`, here
+from the first weight on: bf16 scales and products, the tolerance of the GPU's bf16-weight routes,
+1e-2); bf16 weights and wider products the exact fp32 matrix (one rounding at the store, 4e-3)."""
 
 import pytest
 import torch
 
 from ninfer_compile.kernels.linear import torch_impl
 from ninfer_compile.kernels.linear.reference import linear as ref_linear
-from ninfer_compile.kernels.linear.torch_packed import MAX_COLUMNS
+from ninfer_compile.kernels.linear import torch_packed
 from ninfer_compile.kernels.torch_util import fp32_weight
 
 from _linear_helpers import assert_close_rel, random_weight
@@ -31,8 +31,13 @@ def _case(fmt, t, n, k, epi, seed, view=None):
     return w, x, res, n_out
 
 
+@pytest.fixture(autouse=True)
+def packed_from_the_first_weight(monkeypatch):
+    monkeypatch.setattr(torch_packed, "MIN_PARAMS", 0)
+
+
 def _tol(fmt: str, t: int) -> float:
-    return 1e-2 if fmt != "BF16" and t <= MAX_COLUMNS else 4e-3
+    return 1e-2 if fmt != "BF16" and t <= torch_packed.MAX_COLUMNS else 4e-3
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
