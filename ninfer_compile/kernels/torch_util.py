@@ -3,12 +3,13 @@
 The torch implementations compute in fp32 and round once at the store, like the Triton kernels.
 No triton import here or in any torch_impl module: the CPU path imports and runs without Triton.
 
-Weight layout of the CPU path: on this machine fp32 matrix products are the fast path (bf16 and
-int4 matmuls run several times slower on CPUs without bf16 / VNNI units), so a linear weight is
-dequantized once, at its first use, into an fp32 [N, K] tensor (exact: scale32 × code32, the
-linear reference's oracle) and kept for the weight object's lifetime (`fp32_weight`). A bf16 weight
-is upcast once the same way. The cache is keyed by the weight object (the runtime binds one object
-per (name, row view)), so decode steps never dequantize again; it is released with the object.
+Weight layout of the CPU path: a linear weight used by a wide product (prefill) or too small to
+gain from packing is dequantized once, at its first use, into an fp32 [N, K] tensor (exact:
+scale32 x code32, the linear reference's oracle) and kept for the weight object's lifetime
+(`fp32_weight`); a bf16 weight is upcast once the same way. Few-column products of row-split
+weights (decode) read torch's int4 / int8 CPU matmul operands instead (`linear/torch_packed.py`,
+kept with `derived`). The caches are keyed by the weight object (the runtime binds one object per
+(name, row view)), so decode steps never repack; an entry is released with its object.
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ _DERIVED: dict[tuple[int, str], tuple[weakref.ref, torch.Tensor]] = {}
 
 
 def derived(t: torch.Tensor, tag: str, make) -> torch.Tensor:
-    """`make(t)`, computed once per (weight tensor object, tag) and kept while the tensor lives
-    (the plan's weights are bound once; per-step activations must not come here)."""
+    """`make(t)`, computed once per (weight object, tag) and kept while the object lives (a weight
+    tensor or a `QuantWeight`; the plan's weights are bound once; per-step activations must not
+    come here)."""
     key = (id(t), tag)
     hit = _DERIVED.get(key)
     if hit is not None and hit[0]() is t:

@@ -4,7 +4,9 @@ every greedy token, plain, MTP rounds and n-gram rounds, is the fp32 reference's
 prefix (near-ties within 2% of the logit spread allowed, as every end-to-end test); the speculative
 runs give the plain run's tokens; C = 2 gives each sequence the C = 1 tokens; the perplexity of a
 slice of the held-out file through the runtime is within 0.5% of the reference's over the same
-windows. The random tiny configs (K = 1..5, every KV format) are covered by test_runtime_e2e.py,
+windows. The same model packed with the default (quantized) recipe, prefill chunks of 16, runs every
+linear on the packed int4 / int8 products: its tokens and perplexity pass the same checks. The
+random tiny configs (K = 1..5, every KV format) are covered by test_runtime_e2e.py,
 test_speculative_e2e.py and tests/kernels/kv_cache/test_kv_formats_e2e.py, which run on the torch
 path too (the CPU default); bench/exactness_counts.py counts the same rule over every model, KV
 format, mode and K (bench/results/exactness_counts_2026-12-06.md)."""
@@ -87,3 +89,37 @@ def test_interpreted_mtp_round_agrees_with_the_torch_path(trained):
     assert sp["mode"] == "mtp" and sp["rounds"] >= 1
     for tokens in (got.tokens, want):
         _check(ref, prompt, tokens)
+
+
+def test_packed_products_keep_the_default_recipe_exact(tmp_path):
+    """The default (quantized) recipe with prefill chunks of 16: every quantized linear, prefill
+    included, runs on the packed int4 / int8 products (bf16 scales and products,
+    linear/torch_packed.py; the plan's copy told to take them from the first weight on, the tiny
+    model's weights being below MIN_PARAMS); greedy tokens are the reference argmax and the
+    perplexity slice is within 0.5%."""
+    import importlib
+
+    import ninfer_runtime as nr
+    from ninfer_compile.compile_cli import compile_artifact
+    from ninfer_compile.ir.lower import LowerOptions
+    from ninfer_compile.kernels.linear.torch_packed import MAX_COLUMNS
+    from ninfer_compile.plan.writer import write_plan
+    from ninfer_compile.reference.perplexity import reference_perplexity
+    from ninfer_runtime.perplexity import engine_perplexity
+    from quality import support as Q
+
+    art = Q.pack(tmp_path / "tiny-trained-default.ninfer", "default")
+    opts = LowerOptions(prefill_chunk=MAX_COLUMNS, concurrency=(1,), max_context=256, prefill_logits="all")
+    c = compile_artifact(art, 90, opts=opts, binaries=False)
+    write_plan(tmp_path / "p.plan", c.manifest, c.memory_txt, extra_files=c.kernel_files)
+    ref = Q.reference_model(art)
+    with nr.load(tmp_path / "p.plan", art, progress=False) as eng:
+        importlib.import_module(f"{eng.kernel_package}.linear.torch_packed").MIN_PARAMS = 0
+        prompt = Q.heldout_ids()[500:530]
+        _check(ref, prompt, eng.generate(prompt, N_NEW, ignore_eos=True).tokens)
+        text = Q.slice_text(PPL_TOKENS)
+        got = engine_perplexity(eng, text, context=256)
+        want = reference_perplexity(ref, eng.frontend.encode(text, add_special_tokens=False), context=256)
+        packed = [tag for _, tag in importlib.import_module(f"{eng.kernel_package}.torch_util")._DERIVED]
+    assert packed.count("packed") >= 10, packed
+    assert abs(got.perplexity / want.perplexity - 1) < 0.005, (got.perplexity, want.perplexity)
