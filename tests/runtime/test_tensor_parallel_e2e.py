@@ -1,8 +1,9 @@
 """--tp 2 and --tp 4 plans (draft window K = 2, the MTP head) of a TP-friendly tiny transformers
 model (bf16 recipe) run as 2 / 4 gloo rank processes on the CPU's torch path: rank 0's greedy tokens,
 plain and speculative (MTP drafts, verify rounds), are transformers' argmax (near-tie rule: the
-all-reduce changes the summation order), every rank uploads only its section's weights, and every
-rank runs exactly the all-reduces the plan lists for the extents rank 0 ran."""
+all-reduce changes the summation order), every rank uploads only its section's weights, every rank
+runs exactly the all-reduces the plan lists for the extents rank 0 ran, and a prefix-cache snapshot
+rank 0 takes, spills to the host and restores is every rank's."""
 
 from __future__ import annotations
 
@@ -72,17 +73,39 @@ def _rank(rank: int, world: int, init: str, plan: str, art: str, out: str) -> No
             real_run(runner, n, graph)
 
         eng.lockstep.run = record
+        restored_same = _snapshot_round_trip(eng)
         plain = eng.generate(S.PROMPT, N_NEW, ignore_eos=True, spec="none").tokens
         spec = eng.generate(S.PROMPT, N_NEW, ignore_eos=True, spec="mtp")
         assert spec.finish_reason == "length" and eng.last_stats["spec"]["rounds"] >= 1
         tokens = [plain, spec.tokens]
     else:
         tp.follow(eng)
-        tokens = None
-    Path(f"{out}.{rank}").write_text(json.dumps({"tokens": tokens, "all_reduce": calls[0], "runs": runs,
+        tokens = restored_same = None
+    Path(f"{out}.{rank}").write_text(json.dumps({"tokens": tokens, "restored_same": restored_same,
+                                                 "all_reduce": calls[0], "runs": runs,
                                                  "weight_bytes": eng.weight_bytes}))
     eng.close()
     tp.shutdown()
+
+
+def _snapshot_round_trip(eng) -> bool:
+    """Rank 0 snapshots slot 0 after the prompt (every rank its shards), spills it to the host, dirties
+    the slot with another prompt, restores the snapshot: the next decode step's logits are the ones
+    it gave straight after the prompt (so every rank restored its part, not only rank 0)."""
+    import torch
+
+    from ninfer_runtime.steps import Stepper
+
+    a = Stepper(eng, spec="none", use_graphs=False)
+    row, first = a.admit(0, S.PROMPT, None)
+    snap = a.spill_snapshot(a.snapshot(0, len(S.PROMPT), row))
+    col = [(first, len(S.PROMPT), 0)]
+    want = a.step(col, set(), [None])[0].last_row.clone()
+    a.admit(0, S.PROMPT[::-1], None)
+    a.restore(0, snap)
+    got = a.step(col, set(), [None])[0].last_row.clone()
+    a.drop_snapshot(snap)
+    return bool(torch.equal(got, want))
 
 
 @pytest.mark.parametrize("tp", [2, 4])
@@ -100,6 +123,7 @@ def test_tp_plan_greedy_matches_transformers(tp_model, tp, tmp_path):
     out = tmp_path / "rank"
     launch_ranks(_rank, tp, (str(plan), str(art), str(out)), start_method="forkserver")
     res = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(tp)]
+    assert res[0]["restored_same"]
     for tokens in res[0]["tokens"]:  # plain, then speculative
         bad = S.check_tokens_against(lambda t: S.hf_logits(model, t), S.PROMPT, tokens)
         assert len(tokens) == N_NEW and not bad, "\n".join(bad)
@@ -167,8 +191,11 @@ def test_trained_tiny_served_over_two_ranks(tiny_trained_bf16, tmp_path):
             assert time.monotonic() < deadline, "ninfer-serve did not listen"
             time.sleep(0.25)
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=120)
-        got = client.completions.create(model="tiny", prompt=prompt, max_tokens=N_NEW, temperature=0)
-        assert got.choices[0].text == want and got.usage.completion_tokens == N_NEW
+        for i in range(2):  # the second: rank 0's prefix cache restores the prompt on every rank
+            got = client.completions.create(model="tiny", prompt=prompt, max_tokens=N_NEW, temperature=0)
+            assert got.choices[0].text == want and got.usage.completion_tokens == N_NEW, i
+        cache = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).json()["prefix_cache"]
+        assert cache["hits"] >= 1 and cache["hit_tokens"] >= len(prompt), cache
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=20) in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
         err = p.stderr.read()
