@@ -30,6 +30,7 @@ from .errors import NinferRuntimeError, PlanError
 
 RANK_MEMBERS = ("extents", "memory", "buffers")
 _PARENT = [int(os.environ.get("NINFER_TP_PARENT", "0") or 0)]
+PEER_GRACE_S = 3.0  # a failed rank's wait for the launcher's verdict (await_launcher)
 GROUP = "tensor_parallel"
 COLLECTIVE_TIMEOUT_S = float(os.environ.get("NINFER_TP_TIMEOUT_S", "60"))
 
@@ -262,8 +263,8 @@ def launch_ranks(target: Callable, world: int, args: tuple = (), *, poll_s: floa
             if got_signal:
                 break
             dead = [(r, p) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
-            if dead:
-                r, p = dead[0]
+            if dead:  # a rank killed by a signal first: the others' errors follow from its death
+                r, p = min(dead, key=lambda d: (d[1].exitcode >= 0, d[0]))
                 raise RankFailed(f"tensor parallel: rank {r} (pid {p.pid}) {_exit_text(p.exitcode)}; ended the other "
                                  f"{world - 1} rank(s)")
             if all(p.exitcode == 0 for p in procs):
@@ -333,6 +334,15 @@ def die_with_parent(parent: int) -> None:
         os._exit(143)
 
 
+def await_launcher() -> None:
+    """A rank process (started by launch_ranks) whose run failed waits a moment before it says so:
+    when the failure is a peer's death (a collective broke), the launcher ends this rank meanwhile,
+    silently, and its one line names the rank that died, not this one. (Under torchrun: no wait.)"""
+    ctx = TensorParallel.current()
+    if ctx is not None and ctx.world > 1 and _PARENT[0]:
+        time.sleep(PEER_GRACE_S)
+
+
 def _run_rank(rank: int, world: int, init: str, body) -> None:
     """The frame of every rank process: die with the parent, SIGTERM from it is silent, the process
     group set up, `body()` run, any error one line naming the rank, the exit status its return."""
@@ -346,6 +356,7 @@ def _run_rank(rank: int, world: int, init: str, body) -> None:
         init_ranks(rank, world, init)
         rc = body()
     except Exception as exc:  # noqa: BLE001 - one line per rank, never a traceback
+        await_launcher()
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"error: rank {rank}: {text}", file=sys.stderr)
     finally:
