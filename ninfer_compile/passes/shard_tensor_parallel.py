@@ -19,7 +19,11 @@ Guarantees, for rank r:
     shapes; split sizes and reshape targets follow;
   - the output head (text/output_head, the MTP shortlist text/draft_head) is vocabulary-parallel: the
     rank's rows, then an `all_gather` of the logits, so sampling / spec_accept / take run replicated
-    on the whole row and pick the token one device picks. The embedding stays replicated;
+    on the whole row and pick the token one device picks (bit for bit the row one device has: a
+    distributed argmax would move less, but per-row sampling with top-k / top-p needs the row);
+  - the token embedding (text/token_embedding, main and MTP graphs) is vocabulary-parallel: the
+    rank's rows with `vocab_begin`, a zero row for a token of another rank, then an `all_reduce`
+    (one non-zero term per token: the sum is the one-device row exactly);
   - a degree that splits neither a head count nor (KV heads) its replication, or a K slice of a
     grouped-format weight that does not start and end on a scale group, is refused in one line.
 Every rank's runtime produces its `shard` copies at upload (rows: the row spans of each plane;
@@ -117,7 +121,7 @@ class Layout:
             return ("row", "gdn", self.gv)
         if obj.endswith("/mlp/down"):
             return ("row", "mlp", self.mlp)
-        if obj == "text/output_head":
+        if obj in ("text/output_head", "text/token_embedding"):
             return ("vocab", None, self.vocab)
         if obj == "text/draft_head" and self.draft is not None:
             return ("vocab", None, self.draft)
@@ -166,6 +170,11 @@ def run(graph: Graph, ctx: PassContext) -> Graph:
     sharded: dict[str, str] = {}  # activation -> region
     reduces = 0
     for op in g.ops():
+        if op.kind == "embedding" and weight_kind.get(op.inputs["table"], ("",))[0] == "vocab":
+            op = g.replace_op(op.model_copy(update={"attrs": {**op.attrs, "vocab_begin": lay.vocab.begin}}))
+            _insert_collective(g, op, "all_reduce", g.tensors[op.outputs["out"]].shape, n)
+            reduces += 1
+            continue
         w = op.inputs.get("weight") if op.kind == "linear" else None
         kind = weight_kind.get(w) if w is not None else None
         if kind is not None and kind[0] == "col":

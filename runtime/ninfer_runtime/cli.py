@@ -228,6 +228,9 @@ def _main(argv: list[str] | None) -> int:
 
         if os.environ.get("NINFER_TRACEBACK"):
             raise
+        from .tensor_parallel import await_launcher
+
+        await_launcher()  # a --tp rank: a peer's death (a broken collective) is the launcher's line
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else "(no message)"
         print(f"error: internal error ({type(exc).__name__}: {msg}); NINFER_TRACEBACK=1 shows where", file=sys.stderr)
         return 2

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from .errors import PlanError
 from .plan_checks import check_bind
-from .tensor_parallel import shard_key
+from .weight_shards import shard_key
 
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32,
           "i8": torch.int8, "u8": torch.uint8}

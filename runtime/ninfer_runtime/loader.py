@@ -133,7 +133,7 @@ class Engine:
         # weights
         self._objects: dict[str, Any] = {}
         self._weights: dict[tuple, Any] = {}
-        from .tensor_parallel import weight_refs
+        from .weight_shards import weight_refs
 
         used, self._shard_refs = weight_refs(self.plan)  # whole objects; (object, shard) copies of a --tp rank
         if self.verify_weights:
@@ -148,7 +148,7 @@ class Engine:
         t_kern = time.perf_counter() - t_kern
         t_up = time.perf_counter()
         self._upload(used, progress)
-        from .tensor_parallel import upload_shards
+        from .weight_shards import upload_shards
 
         self._shards = upload_shards(self, _DIRECT, GROUPED)  # a --tp rank's copies (row / column ranges)
         self.backend.synchronize()

@@ -21,6 +21,9 @@ strings, the prefix cache); the steps themselves live here, once:
   `padding_slots` is that rule, shared with the speculative round.
 - `snapshot(engine, slot, length, logits)` / `restore(engine, slot, snap)`: the per-slot state after
   `length` tokens (kind "kv": rows [0, length); any other kind: the whole per-slot row), exact copies.
+  On rank 0 of a --tp plan the other ranks snapshot / restore their own shards of the state in
+  lockstep (`StateSnapshot.mirror`: the id they keep theirs under; `spill_snapshot` /
+  `drop_snapshot` move theirs to host memory / free it as the prefix cache does with rank 0's).
 - `Stepper(engine, spec=, use_graphs=, keep_logits=)`: the above with speculative decoding folded in:
   `admit_chunk` (admission: one prompt chunk; at the prompt's end the first token is read and the
   slot enters decode, with its `Lane` under speculation), `step(columns, busy, params)` (a plain
@@ -73,11 +76,12 @@ class StateSnapshot:
     tensors: dict[str, torch.Tensor]
     logits: torch.Tensor | None
     nbytes: int
+    mirror: int | None = None  # --tp rank 0: the id the other ranks keep their shards' snapshot under
 
     def to(self, device) -> "StateSnapshot":
         t = {k: v.to(device) for k, v in self.tensors.items()}
         lg = self.logits.to(device) if self.logits is not None else None
-        return StateSnapshot(self.length, t, lg, self.nbytes)
+        return StateSnapshot(self.length, t, lg, self.nbytes, self.mirror)
 
 
 def state_layout(engine) -> list[tuple[str, str, torch.Tensor]]:
@@ -95,14 +99,41 @@ def snapshot(engine, slot: int, length: int, logits: torch.Tensor | None) -> Sta
     lg = logits.detach().clone() if logits is not None else None
     if lg is not None:
         nbytes += lg.numel() * lg.element_size()
-    return StateSnapshot(int(length), tensors, lg, nbytes)
+    lockstep = getattr(engine, "lockstep", None)
+    mirror = lockstep.snapshot(slot, length) if lockstep is not None else None
+    return StateSnapshot(int(length), tensors, lg, nbytes, mirror)
 
 
 def restore(engine, slot: int, snap: StateSnapshot) -> None:
     engine.reset_slot(slot)
+    write_slot(engine, slot, snap)
+    lockstep = getattr(engine, "lockstep", None)
+    if lockstep is not None:
+        if snap.mirror is None:
+            raise NinferRuntimeError("a --tp plan restores only snapshots its ranks took together")
+        lockstep.restore(slot, snap.mirror)
+
+
+def write_slot(engine, slot: int, snap: StateSnapshot) -> None:
+    """Copy a snapshot's state into the slot (reset already)."""
     for name, kind, t in state_layout(engine):
         src = snap.tensors[name]
         (t[slot][: src.shape[0]] if kind == "kv" else t[slot]).copy_(src)
+
+
+def spill_snapshot(engine, snap: StateSnapshot) -> StateSnapshot:
+    """The snapshot's host copy (the prefix cache's spill); a --tp plan's other ranks move theirs too."""
+    lockstep = getattr(engine, "lockstep", None)
+    if lockstep is not None and snap.mirror is not None:
+        lockstep.spill(snap.mirror)
+    return snap.to("cpu")
+
+
+def drop_snapshot(engine, snap: StateSnapshot) -> None:
+    """The prefix cache let go of `snap`: a --tp plan's other ranks free their part of it."""
+    lockstep = getattr(engine, "lockstep", None)
+    if lockstep is not None and snap.mirror is not None:
+        lockstep.drop(snap.mirror)
 
 
 @contextmanager
@@ -296,6 +327,13 @@ class SlotSteps:
     def start_lane(self, slot, prompt, first, params) -> None:
         pass
 
+    def spill_snapshot(self, snap: StateSnapshot) -> StateSnapshot:
+        """The prefix cache's host copy of a snapshot it moves out of device memory."""
+        return snap.to("cpu")
+
+    def drop_snapshot(self, snap: StateSnapshot) -> None:
+        """The prefix cache let go of `snap` (nothing else holds a part of it here)."""
+
     def release(self, slot: int) -> None:
         pass
 
@@ -337,6 +375,12 @@ class Stepper(SlotSteps):
 
     def restore(self, slot: int, snap: StateSnapshot) -> None:
         restore(self.engine, slot, snap)
+
+    def spill_snapshot(self, snap: StateSnapshot) -> StateSnapshot:
+        return spill_snapshot(self.engine, snap)
+
+    def drop_snapshot(self, snap: StateSnapshot) -> None:
+        drop_snapshot(self.engine, snap)
 
     def sample_from(self, row: torch.Tensor, params: SamplingParams | None, position: int) -> int:
         """The token a prefill ending at `position` would sample from logits `row` [V]: the row is

@@ -8,10 +8,7 @@ N processes, one per rank, each loading its own section of the plan.
   torch.distributed (NCCL on the GPU, gloo on the CPU; a timeout on every collective, so a rank
   that died never leaves the others stuck). `from_env()` reads torchrun's RANK / WORLD_SIZE /
   MASTER_ADDR / MASTER_PORT.
-- `shard_copy(entry, raw, shard, geometry)`: a rank's copy of an object, made at upload from the
-  artifact's bytes: the row ranges of every plane (direct formats: rows, then columns); a
-  row-split format's column range on whole scale groups is each plane row's byte range of those
-  groups, zero groups padding K to 128 (the layout's `row-split-k128-v1` alignment).
+- the rank's weight shards: weight_shards.py.
 - `launch_ranks(target, world, args)`: starts the N rank processes (rendezvous on 127.0.0.1), waits
   for them, and ends them all when one dies (`RankFailed`, one line naming the rank) or on
   SIGINT / SIGTERM (each child ended, none left behind).
@@ -33,6 +30,7 @@ from .errors import NinferRuntimeError, PlanError
 
 RANK_MEMBERS = ("extents", "memory", "buffers")
 _PARENT = [int(os.environ.get("NINFER_TP_PARENT", "0") or 0)]
+PEER_GRACE_S = 3.0  # a failed rank's wait for the launcher's verdict (await_launcher)
 GROUP = "tensor_parallel"
 COLLECTIVE_TIMEOUT_S = float(os.environ.get("NINFER_TP_TIMEOUT_S", "60"))
 
@@ -116,18 +114,22 @@ def shutdown() -> None:
 # ----------------------------------------------------------------------------- lockstep steps
 
 RUN, RESET_SLOT, SAVE_SLOT, RESTORE_SLOT, STOP = 1, 2, 3, 4, 0
+SNAPSHOT, RESTORE_SNAPSHOT, SPILL_SNAPSHOT, DROP_SNAPSHOT = 5, 6, 7, 8
 
 
 class Lockstep:
     """Rank 0's side: before each extent run (or graph replay) and each slot reset, tell the other
     ranks which one and broadcast the extent's inputs (ids, positions, slots, sampling rows, the
     MTP hidden rows...), so every rank runs the same step on the same inputs; the collectives inside
-    the extent then pair up. Rank 0 alone owns the tokenizer, the request loop and the host reads."""
+    the extent then pair up. Rank 0 alone owns the tokenizer, the request loop, the host reads and
+    the prefix cache: a snapshot it takes (steps.snapshot) has every other rank take its own
+    shards' snapshot under one id, which rank 0's restore / spill / drop then name."""
 
     def __init__(self, engine):
         self.engine = engine
         self.index = {name: i for i, name in enumerate(sorted(engine.extents))}
         self.device = engine.device
+        self.snapshots = 0  # ids handed out
 
     def _send(self, words: list[int]) -> None:
         import torch.distributed as dist
@@ -150,6 +152,20 @@ class Lockstep:
     def restore_slot(self, slot: int) -> None:
         self._send([RESTORE_SLOT, int(slot), 0, 0])
 
+    def snapshot(self, slot: int, length: int) -> int:
+        self.snapshots += 1
+        self._send([SNAPSHOT, int(slot), int(length), self.snapshots])
+        return self.snapshots
+
+    def restore(self, slot: int, mirror: int) -> None:
+        self._send([RESTORE_SNAPSHOT, int(slot), int(mirror), 0])
+
+    def spill(self, mirror: int) -> None:
+        self._send([SPILL_SNAPSHOT, int(mirror), 0, 0])
+
+    def drop(self, mirror: int) -> None:
+        self._send([DROP_SNAPSHOT, int(mirror), 0, 0])
+
     def stop(self) -> None:
         self._send([STOP, 0, 0, 0])
 
@@ -160,16 +176,27 @@ def follow(engine) -> None:
 
     from .graphs import replay_or_run
 
-    from .steps import restore_slot_rows, save_slot_rows, state_layout
+    from .steps import restore_slot_rows, save_slot_rows, snapshot, state_layout, write_slot
 
     names = sorted(engine.extents)
     words = torch.zeros(4, dtype=torch.int64, device=engine.device)
     saved: dict[int, tuple[int, list]] = {}
+    snaps: dict[int, Any] = {}  # rank 0's snapshot id -> this rank's part of it
     while True:
         dist.broadcast(words, src=0)
         cmd, a, b, c = (int(v) for v in words.tolist())
         if cmd == STOP:
             return
+        if cmd in (SNAPSHOT, RESTORE_SNAPSHOT, SPILL_SNAPSHOT, DROP_SNAPSHOT):
+            if cmd == SNAPSHOT:
+                snaps[c] = snapshot(engine, a, b, None)
+            elif cmd == RESTORE_SNAPSHOT:
+                write_slot(engine, a, snaps[b])  # (the reset came before, as RESET_SLOT)
+            elif cmd == SPILL_SNAPSHOT:
+                snaps[a] = snaps[a].to("cpu")
+            else:
+                del snaps[a]
+            continue
         if cmd == RESET_SLOT:
             engine.reset_slot(a)
             continue
@@ -187,123 +214,6 @@ def follow(engine) -> None:
             replay_or_run(engine, runner, True)
         else:
             runner.run(None if b < 0 else b)
-
-
-# ----------------------------------------------------------------------------- weight shards
-
-
-def weight_refs(plan: dict) -> tuple[list[str], set[tuple]]:
-    """(objects referenced whole, {(object, shard key)} a --tp rank copies), over the plan's launches."""
-    whole, shards = set(), set()
-    for x in plan["extents"].values():
-        for L in x["launches"]:
-            for ref in list((L.get("args") or {}).values()) + list((L.get("outs") or {}).values()):
-                if "weight" in ref:
-                    k = shard_key(ref)
-                    (whole.add(ref["weight"]) if k is None else shards.add((ref["weight"], k)))
-    return sorted(whole), shards
-
-
-def shard_nbytes(fmt: str, shape: tuple[int, ...], key: tuple, direct: dict, geometry) -> tuple[tuple, int]:
-    """(shape, bytes) of a rank's copy, without reading the payload."""
-    new = shard_shape(shape, key)
-    if fmt in direct:
-        n = direct[fmt].itemsize
-        for d in new:
-            n *= d
-        return new, n
-    return new, int(geometry(fmt, new[0], new[1]).total)
-
-
-def upload_shards(engine, direct: dict, grouped) -> dict[tuple, Any]:
-    """A --tp rank's copies of objects (`engine._shard_refs`: rows / columns of its shard), made from
-    the artifact's mmap at upload through the engine's backend; adds their bytes to weight_bytes."""
-    import sys
-    from types import SimpleNamespace
-
-    from .errors import PlanMismatch
-
-    out: dict[tuple, Any] = {}
-    geometry = None
-    for name, key in sorted(engine._shard_refs, key=repr):
-        e = engine.artifact.objects.get(name)
-        if e is None or e.kind != "tensor":
-            raise PlanMismatch(f"plan references object {name!r}, absent from artifact {engine.artifact.path.name}")
-        if e.format in grouped and geometry is None:
-            geometry = sys.modules[engine.quant_weight_cls().__module__].row_split_geometry
-        shape, nbytes = shard_nbytes(e.format, tuple(e.shape), key, direct, geometry)
-        dev = engine.backend.upload(lambda e=e, key=key: shard_copy(
-            e.name, e.format, tuple(e.shape), torch.frombuffer(engine.artifact.span(e.name), dtype=torch.uint8),
-            key, direct, geometry)[1], nbytes)
-        out[(name, key)] = engine._bind_object(SimpleNamespace(name=name, format=e.format, shape=shape, bytes=nbytes), dev)
-        engine.weight_bytes += nbytes
-    return out
-
-
-def shard_key(ref: dict) -> tuple | None:
-    s = ref.get("shard")
-    if not s:
-        return None
-    return (tuple(tuple(r) for r in s.get("rows") or ()) or None, tuple(tuple(c) for c in s.get("cols") or ()) or None)
-
-
-def shard_shape(shape: tuple[int, ...], key: tuple) -> tuple[int, ...]:
-    rows, cols = key
-    n = shape[0] if rows is None else sum(c for _, c in rows)
-    rest = tuple(shape[1:])
-    if cols is not None:
-        rest = (sum(c for _, c in cols), *rest[1:])
-    return (n, *rest)
-
-
-def _check_ranges(name: str, what: str, ranges, n: int) -> None:
-    for b, c in ranges or ():
-        if b < 0 or c < 1 or b + c > n:
-            raise PlanError(f"weight {name}: shard {what} [{b},{b + c}) outside its {n} {what}")
-
-
-def shard_copy(name: str, fmt: str, shape: tuple[int, ...], raw: torch.Tensor, key: tuple, direct: dict,
-               geometry: Callable | None = None) -> tuple[tuple[int, ...], torch.Tensor]:
-    """(shape, uint8 bytes) of a rank's copy of one object. `raw`: the object's payload (uint8);
-    `direct`: format -> torch dtype of the direct formats; `geometry(format, n, k)`: the row-split
-    plane geometry (grouped formats)."""
-    rows, cols = key
-    _check_ranges(name, "rows", rows, shape[0])
-    _check_ranges(name, "columns", cols, shape[1] if len(shape) > 1 else 0)
-    if fmt in direct:
-        t = raw.view(direct[fmt]).view(list(shape))
-        if rows is not None:
-            t = torch.cat([t[b:b + c] for b, c in rows], 0)
-        if cols is not None:
-            t = torch.cat([t[:, b:b + c] for b, c in cols], 1)
-        return tuple(t.shape), t.contiguous().view(-1).view(torch.uint8)
-    if geometry is None or len(shape) != 2:
-        raise PlanError(f"weight {name}: cannot shard {fmt} {list(shape)}")
-    g = geometry(fmt, int(shape[0]), int(shape[1]))
-    planes = [("base", g.base_offset, g.base_row_bytes), ("high", g.high_offset, g.high_row_bytes),
-              ("scale", g.scale_offset, g.scale_row_bytes)]
-    new_shape = shard_shape(tuple(shape), key)
-    ng = geometry(fmt, new_shape[0], new_shape[1])
-    out = torch.zeros(ng.total, dtype=torch.uint8)
-    if cols is not None:
-        if len(cols) != 1 or cols[0][0] % g.group or cols[0][1] % g.group:
-            raise PlanError(f"weight {name}: {fmt} column shard {list(cols)} is not one range of whole {g.group}-column "
-                            f"scale groups")
-        g0, gc = cols[0][0] // g.group, cols[0][1] // g.group
-    for (plane, off, row_bytes), new_off in zip(planes, (ng.base_offset, ng.high_offset, ng.scale_offset)):
-        if row_bytes == 0:
-            continue
-        m = raw[off:off + g.n * row_bytes].view(g.n, row_bytes)
-        if rows is not None:
-            m = torch.cat([m[b:b + c] for b, c in rows], 0)
-        new_row = row_bytes * ng.groups_per_row // g.groups_per_row
-        if cols is not None:
-            per = row_bytes // g.groups_per_row  # bytes of one scale group in this plane's row
-            dst = out[new_off:new_off + new_shape[0] * new_row].view(new_shape[0], new_row)
-            dst[:, :gc * per] = m[:, g0 * per:(g0 + gc) * per]  # the groups past K' stay zero (padding)
-        else:
-            out[new_off:new_off + new_shape[0] * new_row] = m.reshape(-1)
-    return new_shape, out
 
 
 # ----------------------------------------------------------------------------- rank processes
@@ -353,8 +263,8 @@ def launch_ranks(target: Callable, world: int, args: tuple = (), *, poll_s: floa
             if got_signal:
                 break
             dead = [(r, p) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
-            if dead:
-                r, p = dead[0]
+            if dead:  # a rank killed by a signal first: the others' errors follow from its death
+                r, p = min(dead, key=lambda d: (d[1].exitcode >= 0, d[0]))
                 raise RankFailed(f"tensor parallel: rank {r} (pid {p.pid}) {_exit_text(p.exitcode)}; ended the other "
                                  f"{world - 1} rank(s)")
             if all(p.exitcode == 0 for p in procs):
@@ -424,6 +334,15 @@ def die_with_parent(parent: int) -> None:
         os._exit(143)
 
 
+def await_launcher() -> None:
+    """A rank process (started by launch_ranks) whose run failed waits a moment before it says so:
+    when the failure is a peer's death (a collective broke), the launcher ends this rank meanwhile,
+    silently, and its one line names the rank that died, not this one. (Under torchrun: no wait.)"""
+    ctx = TensorParallel.current()
+    if ctx is not None and ctx.world > 1 and _PARENT[0]:
+        time.sleep(PEER_GRACE_S)
+
+
 def _run_rank(rank: int, world: int, init: str, body) -> None:
     """The frame of every rank process: die with the parent, SIGTERM from it is silent, the process
     group set up, `body()` run, any error one line naming the rank, the exit status its return."""
@@ -437,6 +356,7 @@ def _run_rank(rank: int, world: int, init: str, body) -> None:
         init_ranks(rank, world, init)
         rc = body()
     except Exception as exc:  # noqa: BLE001 - one line per rank, never a traceback
+        await_launcher()
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"error: rank {rank}: {text}", file=sys.stderr)
     finally:
@@ -471,22 +391,14 @@ def _follow_cli(args) -> int:
 
 
 def serve_ranks(args, argv: list[str]) -> int | None:
-    """ninfer-serve with a --tp N plan: start N rank processes (rank 0 serves; the others follow) and
-    return the exit status; None when this process serves (a one-GPU plan, or rank 0 itself, whose
-    prefix cache is off: the other ranks would have to mirror its state snapshots, not done yet)."""
-    import sys
-
+    """ninfer-serve with a --tp N plan: start N rank processes (rank 0 serves, with the prefix cache:
+    the other ranks mirror its snapshots, `Lockstep`; the others follow) and return the exit status;
+    None when this process serves (a one-GPU plan, or rank 0 itself)."""
     n = plan_degree(args.plan)
     if n <= 1:
         return None
     if TensorParallel.current() is not None or TensorParallel.from_env() is not None:
-        if TensorParallel.current().rank != 0:
-            return _follow_cli(args)
-        if args.prefix_cache_gib or args.prefix_cache_host_gib:
-            print(f"note: prefix cache off with a --tp {n} plan (the ranks do not mirror state snapshots yet)",
-                  file=sys.stderr)
-        args.prefix_cache_gib = args.prefix_cache_host_gib = 0
-        return None
+        return _follow_cli(args) if TensorParallel.current().rank != 0 else None
     launch_ranks(_serve_rank, n, (argv,))
     return 0
 

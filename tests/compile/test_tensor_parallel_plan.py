@@ -51,12 +51,12 @@ def test_tp2_plan_has_a_section_per_rank(tp_art, tmp_path, capsys):
         assert set(sec["extents"]) == set(one["extents"])
         dec = sec["extents"]["decode_c2_k0"]
         reduces = [L for L in dec["launches"] if L["kind"] == "all_reduce"]
-        assert len(reduces) == 2 * 4  # after each layer's o_proj and down
+        assert len(reduces) == 2 * 4 + 1  # after the embedding, each layer's o_proj and down
         assert all({"arg": "group", "group": "tensor_parallel"} in L["bind"] for L in reduces)
         shards.append(sorted(json.dumps(r, sort_keys=True) for L in dec["launches"] for r in L["args"].values()
                              if "shard" in r))
-        # every card holds less than one device's weights (the embedding stays whole)
-        assert sec["memory"]["weights_bytes"] < one["memory"]["weights_bytes"] * 0.75
+        # every card holds half of one device's weights (only the norms are whole)
+        assert sec["memory"]["weights_bytes"] < one["memory"]["weights_bytes"] * 0.55, (sec["memory"]["weights_bytes"], one["memory"]["weights_bytes"])
         assert sec["memory"]["kv_bytes_per_token"] * 2 == one["memory"]["kv_bytes_per_token"]
     assert shards[0] and shards[0] != shards[1]  # each rank binds its own slices
     text = (tmp_path / "two" / "memory.txt").read_text()

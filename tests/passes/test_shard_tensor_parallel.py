@@ -1,5 +1,6 @@
 """shard_tensor_parallel: rank r's graph holds 1/N of every sharded weight and activation, an
-all_reduce after every row-parallel projection and an all_gather after the vocabulary-parallel head;
+all_reduce after every row-parallel projection and after the vocabulary-parallel embedding, and an
+all_gather after the vocabulary-parallel head;
 over N gloo ranks (processes on 127.0.0.1) the ranks' IR executors give the one-device logits."""
 
 from __future__ import annotations
@@ -70,7 +71,11 @@ def test_each_rank_holds_one_nth_of_every_sharded_weight(tp_tiny, tp):
                     seen_cols.setdefault((name, t.name), []).append(t.shard.cols[0])
             reduces = [o for o in g.ops() if o.kind == "all_reduce"]
             layers = 1 if g.extent.graph == "mtp" else spec.dims["layers"]
-            assert len(reduces) == 2 * layers and all(o.attrs["ranks"] == tp for o in reduces)
+            assert len(reduces) == 2 * layers + 1 and all(o.attrs["ranks"] == tp for o in reduces)
+            (embed,) = [o for o in g.ops() if o.kind == "embedding"]
+            table = g.tensors[embed.inputs["table"]]
+            assert table.shard.rows == ((r * table.shape[0], table.shape[0]),)
+            assert embed.attrs["vocab_begin"] == r * table.shape[0] and reduces[0].inputs["x"] in embed.outputs.values()
             assert [o.name for o in g.ops() if o.kind == "all_gather"] == ["lm_head.all_gather"]
             assert g.tensors["logits"].shape == f.tensors["logits"].shape
             kv = [t for t in g.tensors.values() if t.role == "state" and t.name.endswith("k_cache")]

@@ -16,7 +16,8 @@ from ninfer_compile.artifact.codecs import decode_row_split, encode_row_split
 from ninfer_compile.artifact.formats import row_split_geometry
 from ninfer_compile.artifact.quantize import quantize_maxabs
 from ninfer_runtime.errors import PlanError
-from ninfer_runtime.tensor_parallel import RankFailed, launch_ranks, rank_view, shard_copy, shard_nbytes
+from ninfer_runtime.tensor_parallel import RankFailed, launch_ranks, rank_view
+from ninfer_runtime.weight_shards import shard_copy, shard_nbytes
 
 DIRECT = {"BF16": torch.bfloat16, "FP32": torch.float32, "I32": torch.int32}
 

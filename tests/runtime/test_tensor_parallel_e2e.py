@@ -1,8 +1,9 @@
 """--tp 2 and --tp 4 plans (draft window K = 2, the MTP head) of a TP-friendly tiny transformers
 model (bf16 recipe) run as 2 / 4 gloo rank processes on the CPU's torch path: rank 0's greedy tokens,
 plain and speculative (MTP drafts, verify rounds), are transformers' argmax (near-tie rule: the
-all-reduce changes the summation order), every rank uploads only its section's weights, and every
-rank runs exactly the all-reduces the plan lists for the extents rank 0 ran."""
+all-reduce changes the summation order), every rank uploads only its section's weights, every rank
+runs exactly the all-reduces the plan lists for the extents rank 0 ran, and a prefix-cache snapshot
+rank 0 takes, spills to the host and restores is every rank's."""
 
 from __future__ import annotations
 
@@ -72,17 +73,39 @@ def _rank(rank: int, world: int, init: str, plan: str, art: str, out: str) -> No
             real_run(runner, n, graph)
 
         eng.lockstep.run = record
+        restored_same = _snapshot_round_trip(eng)
         plain = eng.generate(S.PROMPT, N_NEW, ignore_eos=True, spec="none").tokens
         spec = eng.generate(S.PROMPT, N_NEW, ignore_eos=True, spec="mtp")
         assert spec.finish_reason == "length" and eng.last_stats["spec"]["rounds"] >= 1
         tokens = [plain, spec.tokens]
     else:
         tp.follow(eng)
-        tokens = None
-    Path(f"{out}.{rank}").write_text(json.dumps({"tokens": tokens, "all_reduce": calls[0], "runs": runs,
+        tokens = restored_same = None
+    Path(f"{out}.{rank}").write_text(json.dumps({"tokens": tokens, "restored_same": restored_same,
+                                                 "all_reduce": calls[0], "runs": runs,
                                                  "weight_bytes": eng.weight_bytes}))
     eng.close()
     tp.shutdown()
+
+
+def _snapshot_round_trip(eng) -> bool:
+    """Rank 0 snapshots slot 0 after the prompt (every rank its shards), spills it to the host, dirties
+    the slot with another prompt, restores the snapshot: the next decode step's logits are the ones
+    it gave straight after the prompt (so every rank restored its part, not only rank 0)."""
+    import torch
+
+    from ninfer_runtime.steps import Stepper
+
+    a = Stepper(eng, spec="none", use_graphs=False)
+    row, first = a.admit(0, S.PROMPT, None)
+    snap = a.spill_snapshot(a.snapshot(0, len(S.PROMPT), row))
+    col = [(first, len(S.PROMPT), 0)]
+    want = a.step(col, set(), [None])[0].last_row.clone()
+    a.admit(0, S.PROMPT[::-1], None)
+    a.restore(0, snap)
+    got = a.step(col, set(), [None])[0].last_row.clone()
+    a.drop_snapshot(snap)
+    return bool(torch.equal(got, want))
 
 
 @pytest.mark.parametrize("tp", [2, 4])
@@ -100,6 +123,7 @@ def test_tp_plan_greedy_matches_transformers(tp_model, tp, tmp_path):
     out = tmp_path / "rank"
     launch_ranks(_rank, tp, (str(plan), str(art), str(out)), start_method="forkserver")
     res = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(tp)]
+    assert res[0]["restored_same"]
     for tokens in res[0]["tokens"]:  # plain, then speculative
         bad = S.check_tokens_against(lambda t: S.hf_logits(model, t), S.PROMPT, tokens)
         assert len(tokens) == N_NEW and not bad, "\n".join(bad)
@@ -112,31 +136,22 @@ def test_tp_plan_greedy_matches_transformers(tp_model, tp, tmp_path):
         assert x["weight_bytes"] == sections[r]["memory"]["weights_bytes"]
 
 
-def test_trained_tiny_served_over_two_ranks(tiny_trained_bf16, tmp_path):
-    """ninfer-serve with a --tp 2 plan of the trained tiny model (it starts the 2 ranks itself): the
-    openai client's greedy completion is the one-device plan's text; SIGTERM drains and ends every rank."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    import httpx
-    import openai
-
+@pytest.fixture(scope="module")
+def trained_plans(tiny_trained_bf16, tmp_path_factory):
+    """The trained tiny model's --tp 1 and --tp 2 plans, a prompt whose one-device greedy continuation
+    has no near-tie (the reference's top two logits further apart than 2% of the spread: the --tp 2
+    tokens must then be the same tokens), and those tokens."""
     import ninfer_runtime as nr
     from ninfer_compile.compile_cli import compile_artifact
     from ninfer_compile.ir.lower import LowerOptions
     from ninfer_compile.plan.writer import write_plan
-    from ninfer_runtime.serve.server import free_port
 
-    art = tiny_trained_bf16
+    art, d = tiny_trained_bf16, tmp_path_factory.mktemp("tp_trained")
     opts = LowerOptions(prefill_chunk=16, concurrency=(1,), max_context=64)
     plans = {}
     for tp in (1, 2):
         c = compile_artifact(art, 90, opts=opts, tp=tp, binaries=False)
-        plans[tp] = write_plan(tmp_path / f"tp{tp}", c.manifest, c.memory_txt, extra_files=c.kernel_files)
-    # a prompt whose one-device greedy continuation has no near-tie (the reference's top two logits
-    # further apart than 2% of the spread): the served text must then be the same text
+        plans[tp] = write_plan(d / f"tp{tp}", c.manifest, c.memory_txt, extra_files=c.kernel_files)
     ref = S.reference_logits_fn(art)
     eng = nr.load(plans[1], art, progress=False)
     try:
@@ -149,9 +164,85 @@ def test_trained_tiny_served_over_two_ranks(tiny_trained_bf16, tmp_path):
                 break
         else:
             pytest.fail("every candidate prompt has a near-tie")
-        want = eng.frontend.decode(tokens)
+        return art, plans, prompt, tokens, eng.frontend.decode(tokens)
     finally:
         eng.close()
+
+
+def _ninfer_run(plan, art, prompt, *extra):
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "ninfer_runtime", str(plan), "--artifact", str(art), "--tokens",
+                             ",".join(map(str, prompt)), "--ignore-eos", "--quiet", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_ninfer_run_over_two_ranks(trained_plans):
+    """ninfer-run with the --tp 2 plan starts its 2 ranks: the one-device greedy tokens."""
+    art, plans, prompt, tokens, _ = trained_plans
+    p = _ninfer_run(plans[2], art, prompt, "--max-new-tokens", str(N_NEW))
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert f"tokens: {' '.join(map(str, tokens))}" in out, (out, err)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds the rank processes through /proc")
+@pytest.mark.parametrize("victim", [0, 1])
+def test_a_killed_rank_ends_ninfer_run_with_one_line(trained_plans, victim):
+    """SIGKILL one rank of a running ninfer-run: the run ends, every rank with it, and stderr is one
+    line naming the killed rank (not the other rank's broken collective)."""
+    import os
+    import signal
+    import time
+
+    art, plans, prompt, _, _ = trained_plans
+    p = _ninfer_run(plans[2], art, prompt, "--max-new-tokens", "40")
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            ranks = [k for k in _children(p.pid) if "spawn_main" in Path(f"/proc/{k}/cmdline").read_text()]
+            if len(ranks) == 2 or p.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert len(ranks) == 2, p.communicate()
+        time.sleep(1.0)  # the ranks are inside init / load / their first collectives
+        os.kill(ranks[victim], signal.SIGKILL)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+    lines = err.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"error: tensor parallel: rank {victim} (pid {ranks[victim]}) was killed by SIGKILL")
+    assert not any(Path(f"/proc/{k}").exists() and Path(f"/proc/{k}/stat").read_text().split()[2] != "Z"
+                   for k in ranks)
+
+
+def test_trained_tiny_served_over_two_ranks(trained_plans):
+    """ninfer-serve with a --tp 2 plan of the trained tiny model (it starts the 2 ranks itself): the
+    openai client's greedy completion is the one-device plan's text, again when the prompt comes back
+    from the prefix cache (every rank restores its shards of the snapshot); SIGTERM drains and ends
+    every rank."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+    import openai
+
+    from ninfer_runtime.serve.server import free_port
+
+    art, plans, prompt, _, want = trained_plans
     port = free_port()
     p = subprocess.Popen([sys.executable, "-m", "ninfer_runtime.serve", str(plans[2]), "--artifact", str(art),
                           "--port", str(port), "--model-name", "tiny"], stderr=subprocess.PIPE, text=True)
@@ -167,8 +258,11 @@ def test_trained_tiny_served_over_two_ranks(tiny_trained_bf16, tmp_path):
             assert time.monotonic() < deadline, "ninfer-serve did not listen"
             time.sleep(0.25)
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=120)
-        got = client.completions.create(model="tiny", prompt=prompt, max_tokens=N_NEW, temperature=0)
-        assert got.choices[0].text == want and got.usage.completion_tokens == N_NEW
+        for i in range(2):  # the second: rank 0's prefix cache restores the prompt on every rank
+            got = client.completions.create(model="tiny", prompt=prompt, max_tokens=N_NEW, temperature=0)
+            assert got.choices[0].text == want and got.usage.completion_tokens == N_NEW, i
+        cache = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).json()["prefix_cache"]
+        assert cache["hits"] >= 1 and cache["hit_tokens"] >= len(prompt), cache
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=20) in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
         err = p.stderr.read()

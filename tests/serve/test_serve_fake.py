@@ -133,6 +133,22 @@ def test_host_spill_keeps_an_evicted_snapshot():
     assert PrefixCache(device_bytes=0).insert([1], lambda: _Snap(1, 1)) is False
 
 
+def test_every_snapshot_let_go_is_told():
+    """on_drop hears of each snapshot the cache lets go (a --tp plan's other ranks free theirs then):
+    one over the budget, one evicted past the host tier, and every one on clear; never a kept one."""
+    dropped = []
+    c = PrefixCache(device_bytes=150, host_bytes=100, to_host=lambda s: s, on_drop=dropped.append)
+    big, a, b, d = _Snap(1, 200), _Snap(2, 100), _Snap(2, 100), _Snap(2, 100)
+    assert not c.insert([9], lambda: big) and dropped == [big]
+    c.insert([1, 2], lambda: a)
+    c.insert([3, 4], lambda: b)  # a spills to the host tier: kept, not dropped
+    assert dropped == [big]
+    c.insert([5, 6], lambda: d)  # b spills, a leaves the full host tier
+    assert dropped == [big, a] and c.lookup([1, 2])[0] == 0
+    c.clear()
+    assert sorted(map(id, dropped[2:])) == sorted(map(id, (b, d))) and c.snapshots == 0
+
+
 # ---------------------------------------------------------------------- over HTTP
 def test_concurrent_requests_equal_alone_and_prefix_reuse_counted():
     a = FakeAdapter(slots=4, chunk=8)

@@ -4,7 +4,8 @@ embed_rowsplit_kernel reads one row of a `row-split-k128-v1` table straight from
 (storage-layouts §3): base nibbles (lane 2j low, 2j+1 high nibble of byte j of the group), high
 bits (Q5: 1 bit/lane, Q6: 2 bits/lane, lane-major little-endian bit order), one binary16 scale
 per group; W8: one two's-complement byte per lane. Value = float32(scale) * code -> out dtype.
-Grid (T, cdiv(H, BLOCK)).
+Table row = id - first; an id outside [first, first + rows) writes zeros (a vocabulary-parallel
+rank's slice; first = 0, rows = V for the whole table). Grid (T, cdiv(H, BLOCK)).
 """
 
 import triton
@@ -15,15 +16,17 @@ from ..pdl import pdl_enter
 @triton.jit
 def embed_rowsplit_kernel(
     ids_ptr, base_ptr, high_ptr, scale_ptr, out_ptr,
-    H, gpr, stride_ot,
+    H, gpr, stride_ot, first, rows,
     BITS: tl.constexpr, GROUP: tl.constexpr, BLOCK: tl.constexpr,
     PDL: tl.constexpr = False,
 ):
     pdl_enter(PDL)
     t = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    row = tl.load(ids_ptr + t).to(tl.int64) - first
+    inside = (row >= 0) & (row < rows)
+    row = tl.where(inside, row, 0)  # (row 0 is read, then zeroed: the masks stay vectors)
     m = cols < H
-    row = tl.load(ids_ptr + t).to(tl.int64)
     grp = cols // GROUP
     lane = cols % GROUP
     if BITS == 8:
@@ -40,17 +43,20 @@ def embed_rowsplit_kernel(
             u = u | (((hb >> ((lane % 4) * 2)) & 3) << 4)
         half: tl.constexpr = 1 << (BITS - 1)
         code = tl.where(u >= half, u - 2 * half, u)
-    sc = tl.load(scale_ptr + row * gpr + grp, mask=m, other=0.0).to(tl.float32)
+    sc = tl.where(inside, tl.load(scale_ptr + row * gpr + grp, mask=m, other=0.0).to(tl.float32), 0.0)
     tl.store(out_ptr + t * stride_ot + cols, (sc * code.to(tl.float32)).to(out_ptr.dtype.element_ty), mask=m)
 
 
 @triton.jit
-def embed_dense_kernel(ids_ptr, table_ptr, out_ptr, H, stride_tr, stride_ot, BLOCK: tl.constexpr,
+def embed_dense_kernel(ids_ptr, table_ptr, out_ptr, H, stride_tr, stride_ot, first, rows, BLOCK: tl.constexpr,
                        PDL: tl.constexpr = False):
     pdl_enter(PDL)
     t = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    row = tl.load(ids_ptr + t).to(tl.int64) - first
+    inside = (row >= 0) & (row < rows)
+    row = tl.where(inside, row, 0)
     m = cols < H
-    row = tl.load(ids_ptr + t).to(tl.int64)
     x = tl.load(table_ptr + row * stride_tr + cols, mask=m, other=0.0)
+    x = tl.where(inside, x, 0.0)
     tl.store(out_ptr + t * stride_ot + cols, x.to(out_ptr.dtype.element_ty), mask=m)

@@ -1,6 +1,12 @@
-"""Family spec of `embedding`: the token-embedding lookup (no torch / triton imports)."""
+"""Family spec of `embedding`: the token-embedding lookup (no torch / triton imports).
 
-from ..family import FamilySpec, OpView, Operand
+Attribute `vocab_begin` (optional, set only by passes/shard_tensor_parallel.py): the table holds
+vocabulary rows [vocab_begin, vocab_begin + V) of a vocabulary-parallel embedding; a token outside
+them gives a zero row (the ranks' rows then sum to the one-device row in the `all_reduce` that
+follows). Unset: the table is the whole vocabulary.
+"""
+
+from ..family import Attr, FamilySpec, OpView, Operand
 from ..spec_util import INDEX, VALUE, checker, eq
 
 
@@ -29,11 +35,13 @@ SPECS = (FamilySpec(
         Operand("table", roles=("weight",), rank=2, doc="[V, H] embedding table"),
         Operand("out", io="out", roles=VALUE, rank=2, doc="[T, H]"),
     ),
+    attrs=(Attr("vocab_begin", (int,), None, optional=True,
+                doc="first vocabulary row of the table (a rank's slice); ids outside it give zero rows"),),
     t_operand="ids",
     match=_match,
     check=_check,
     reference="ninfer_compile.kernels.embedding.reference:embedding",
     torch_impl="ninfer_compile.kernels.embedding.torch_impl:embedding",
     model_matches=_model_matches,
-    doc="out[t] = table[ids[t]]",
+    doc="out[t] = table[ids[t] - vocab_begin] (a zero row outside the table's rows)",
 ),)

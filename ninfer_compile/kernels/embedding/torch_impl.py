@@ -4,7 +4,8 @@ A row-split table (`QuantWeight`) is decoded only at the looked-up rows (their p
 gathered, then decoded exactly: float32(scale) × code), unless the CPU path already holds the
 table's fp32 matrix (a tied output head, `torch_util.fp32_weight`) or the table is small
 (<= SMALL_TABLE elements: decoded whole once), which is then indexed. A bf16
-table is indexed directly. One rounding at the store.
+table is indexed directly. One rounding at the store. `vocab_begin` (a vocabulary-parallel rank's
+table): ids outside [vocab_begin, vocab_begin + V) give zero rows.
 """
 
 from __future__ import annotations
@@ -32,8 +33,20 @@ def _gathered_rows(table: QuantWeight, rows: torch.Tensor) -> QuantWeight:
                        scale=take(table.scale, table.scale_row_bytes))
 
 
-def embedding(ids, table, out, workspace=None, **params) -> None:
+def embedding(ids, table, out, workspace=None, vocab_begin=None, **params) -> None:
     rows = ids.long()
+    if vocab_begin is not None:
+        n = table.n if isinstance(table, QuantWeight) else int(table.shape[0])
+        rows = rows - int(vocab_begin)
+        outside = (rows < 0) | (rows >= n)
+        rows = rows.clamp(0, n - 1)
+        _lookup(rows, table, out)
+        out[outside] = 0
+        return
+    _lookup(rows, table, out)
+
+
+def _lookup(rows, table, out) -> None:
     if isinstance(table, QuantWeight):
         if table.k != out.shape[1]:
             raise RouteError(f"embedding (torch): table {table.format} [{table.n},{table.k}] does not match "

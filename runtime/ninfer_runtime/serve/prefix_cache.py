@@ -9,8 +9,9 @@ the end of every generation (prompt + generated tokens but the last, which was n
 
 Memory is bounded: `device_bytes` for snapshots on the engine's device, least recently used first
 out; an evicted snapshot moves to host memory while `host_bytes` allows (spill), else it is
-dropped. A restored host snapshot is copied back by the restore itself. Only the engine thread
-touches the cache (no locks); the counters are read by the metrics endpoint.
+dropped. A restored host snapshot is copied back by the restore itself. `on_drop(snapshot)` hears
+of every snapshot the cache lets go (a --tp plan's other ranks then free their part of it). Only
+the engine thread touches the cache (no locks); the counters are read by the metrics endpoint.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ class _Node:
 
 
 class PrefixCache:
-    def __init__(self, device_bytes: int, host_bytes: int = 0, *, to_host=None):
+    def __init__(self, device_bytes: int, host_bytes: int = 0, *, to_host=None, on_drop=None):
         self.device_budget = max(0, int(device_bytes))
         self.host_budget = max(0, int(host_bytes))
         self._to_host = to_host  # snapshot -> host copy (None: no spilling)
+        self._on_drop = on_drop  # snapshot -> None, for every snapshot let go (None: nothing to tell)
         self.root = _Node((), None, 0)
         self._lru: "OrderedDict[int, _Node]" = OrderedDict()  # id(node) -> node, oldest first
         self.device_used = 0
@@ -102,6 +104,8 @@ class PrefixCache:
             return False
         snap = make_snapshot()
         if snap.nbytes > self.device_budget:
+            if self._on_drop is not None:
+                self._on_drop(snap)
             self._prune(node)
             return False
         node.snap, node.tier = snap, "device"
@@ -154,6 +158,8 @@ class PrefixCache:
         if node.tier == "host":
             self.host_used -= node.snap.nbytes
         self._lru.pop(id(node), None)
+        if self._on_drop is not None:
+            self._on_drop(node.snap)
         node.snap, node.tier = None, ""
         self._prune(node)
 

@@ -135,7 +135,8 @@ class Scheduler:
         self.prefill_budget = max(1, int(prefill_budget or T))
         iv = int(snapshot_interval) if snapshot_interval else max(T, 2048)
         self.snapshot_interval = max(T, (iv + T - 1) // T * T)
-        self.cache = PrefixCache(cache_bytes, host_cache_bytes, to_host=lambda s: s.to("cpu"))
+        self.cache = PrefixCache(cache_bytes, host_cache_bytes, to_host=adapter.spill_snapshot,
+                                 on_drop=adapter.drop_snapshot)
         self.metrics = metrics
         self.log = sys.stderr if log is None else log
         self.idle_wait_s = idle_wait_s

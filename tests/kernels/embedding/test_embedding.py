@@ -61,3 +61,27 @@ def test_bad_ids_dtype():
     with pytest.raises(RouteError, match="int32"):
         launch.embedding(torch.zeros(2, dtype=torch.int64), torch.zeros(4, 8, dtype=torch.bfloat16),
                          torch.empty(2, 8, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("fmt", ["Q4G64_F16S", "W8G32_F16S", "BF16"])
+def test_vocabulary_slice_gives_zero_rows_outside(fmt):
+    """A vocabulary-parallel rank's table (rows [13, 26) of 37): ids of other ranks give zero rows, so
+    the ranks' outputs sum to the whole table's rows."""
+    H = 130
+    if fmt == "BF16":
+        full = torch.randn(37, H).bfloat16()
+        oracle, parts = full.float(), [full[b:b + 13].to(DEV) for b in (0, 13, 26)]
+    else:
+        qw, oracle = _table(fmt, 37, H, seed=3)
+        parts = [qw.rows(b, min(13, 37 - b)) for b in (0, 13, 26)]
+    ids = torch.tensor([0, 12, 13, 25, 26, 36, 20], dtype=torch.int32)
+    total = torch.zeros(len(ids), H)
+    for b, part in zip((0, 13, 26), parts):
+        out = torch.full((len(ids), H), float("nan"), dtype=torch.bfloat16, device=DEV)
+        launch.embedding(ids.to(DEV), part, out, vocab_begin=b)
+        want = reference.embedding(ids, oracle[b:b + 13], vocab_begin=b)
+        inside = (ids >= b) & (ids < b + 13)
+        assert bool((want[~inside] == 0).all()) and bool((out.cpu()[~inside] == 0).all())
+        _same_bf16(out, want)
+        total += out.cpu().float()
+    _same_bf16(total.bfloat16(), reference.embedding(ids, oracle))

@@ -57,3 +57,18 @@ def test_matches_launcher():
     torch_impl.embedding(ids, qw, got)
     launch.embedding(ids, qw, want)
     torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -7, atol=1e-30)
+
+
+@pytest.mark.parametrize("small_table", [0, 1 << 22])
+def test_vocabulary_slice_exact(small_table, monkeypatch):
+    """A rank's slice (rows [20, 37) with vocab_begin 20): its rows exactly, zeros for other ids."""
+    from ninfer_compile.kernels.embedding import reference
+
+    monkeypatch.setattr(torch_impl, "SMALL_TABLE", small_table)
+    qw, oracle = _table("Q6G64_F16S", 37, 128, seed=2)
+    ids = torch.tensor([19, 20, 36, 0, 27], dtype=torch.int32)
+    for table, part in ((qw.rows(20, 17), oracle[20:]), (oracle[20:].bfloat16(), oracle[20:].bfloat16().float())):
+        out = torch.full((5, 128), float("nan"), dtype=torch.bfloat16)
+        torch_impl.embedding(ids, table, out, vocab_begin=20)
+        assert torch.equal(out, reference.embedding(ids, part, vocab_begin=20).bfloat16())
+        assert bool((out[[0, 3]] == 0).all()) and torch.equal(out[[1, 2, 4]], part[[0, 16, 7]].bfloat16())
