@@ -29,6 +29,7 @@ from ..errors import CompileError
 from ..kernels.kv_cache.formats import FORMATS as KV_FORMATS
 from ..kernels.kv_cache.formats import KV_DTYPES, cache_buffers, format_problem
 from .graph import Graph
+from .lower_moe import attention_projections, gdn_projection_weights, moe_block
 from .types import Extent, Op, TensorType
 
 # The sampling op's per-row parameter inputs (kernels/sampling/spec.py): name -> (trailing dims, dtype).
@@ -135,9 +136,6 @@ def draft_head(spec, opts: LowerOptions) -> str:
 
 class _Builder:
     def __init__(self, spec, dims: Dims, extent: Extent, opts: LowerOptions):
-        if dims.is_moe:  # lowered once the router / expert kernel families exist (issue 32)
-            raise CompileError(f"op moe_experts ({spec.model_id}, every layer's sparse-MoE block): no kernel "
-                               "family 'moe' is registered yet, so contract family qwen3_5_moe cannot compile")
         self.spec = spec
         self.d = dims
         self.T = extent.t
@@ -266,13 +264,13 @@ class _Builder:
 
     def gdn_layer(self, p: str, tag: str, x: str, h: str, layer: int) -> str:
         d, T = self.d, self.T
-        qk, vz = f"{p}/gdn/query_key", f"{p}/gdn/value_z"
-        q = self.linear(f"{tag}.q_proj", h, self.weight(qk, "query", (0, d.gdn_k_width)), d.gdn_k_width)
-        k = self.linear(f"{tag}.k_proj", h, self.weight(qk, "key", (d.gdn_k_width, d.gdn_k_width)), d.gdn_k_width)
-        v = self.linear(f"{tag}.v_proj", h, self.weight(vz, "value", (0, d.gdn_v_width)), d.gdn_v_width)
-        z = self.linear(f"{tag}.z_proj", h, self.weight(vz, "z", (d.gdn_v_width, d.gdn_v_width)), d.gdn_v_width)
-        a = self.linear(f"{tag}.a_proj", h, self.weight(f"{p}/gdn/a_projection"), d.gdn_v_heads)
-        b = self.linear(f"{tag}.b_proj", h, self.weight(f"{p}/gdn/b_projection"), d.gdn_v_heads)
+        wq, wk, wv, wz, wa, wb = gdn_projection_weights(self, p)
+        q = self.linear(f"{tag}.q_proj", h, wq, d.gdn_k_width)
+        k = self.linear(f"{tag}.k_proj", h, wk, d.gdn_k_width)
+        v = self.linear(f"{tag}.v_proj", h, wv, d.gdn_v_width)
+        z = self.linear(f"{tag}.z_proj", h, wz, d.gdn_v_width)
+        a = self.linear(f"{tag}.a_proj", h, wa, d.gdn_v_heads)
+        b = self.linear(f"{tag}.b_proj", h, wb, d.gdn_v_heads)
         C = d.conv_channels
         qkv = self.act(f"{tag}.qkv", (T, C))
         self.op("concat", f"{tag}.qkv_concat", {"x0": q, "x1": k, "x2": v}, {"out": qkv}, axis=1)
@@ -326,8 +324,11 @@ class _Builder:
         return self.add(f"{tag}.residual", x, out)
 
     def mlp(self, p: str, tag: str, x: str) -> str:
+        """The feed-forward block: a dense SwiGLU MLP, or the sparse-MoE block (lower_moe.py)."""
         d = self.d
         h = self.rmsnorm(f"{tag}.post_norm", x, self.weight(f"{p}/post_attention_norm"))
+        if d.is_moe:
+            return moe_block(self, p, tag, x, h)
         gu = f"{p}/mlp/gate_up"
         gate = self.linear(f"{tag}.gate_proj", h, self.weight(gu, "mlp_gate", (0, d.intermediate)), d.intermediate)
         up = self.linear(f"{tag}.up_proj", h, self.weight(gu, "mlp_up", (d.intermediate, d.intermediate)),
@@ -445,9 +446,7 @@ def lower_text(spec, extent: Extent, opts: LowerOptions, dims: Dims | None = Non
         p, tag = f"text/layers/{layer}", f"l{layer}"
         h = b.rmsnorm(f"{tag}.input_norm", x, b.weight(f"{p}/input_norm"))
         if kind == "attention":
-            qk, gv = f"{p}/attention/query_key", f"{p}/attention/gate_value"
-            x = b.attention_layer(p, f"{tag}.attn", x, h, [(qk, "query"), (qk, "key"), (gv, "gate"), (gv, "value")],
-                                  f"kv/{layer}")
+            x = b.attention_layer(p, f"{tag}.attn", x, h, attention_projections(spec, p), f"kv/{layer}")
         else:
             x = b.gdn_layer(p, f"{tag}.gdn", x, h, layer)
         x = b.mlp(p, f"{tag}.mlp", x)

@@ -1,0 +1,100 @@
+"""The MoE routes' Triton kernels under the interpreter against the fp32 references, on odd shapes:
+T = 1, 3, 5, 17, hidden 96 and expert width 32 (K not a multiple of 128: the row-split padding),
+a non-power-of-two expert count, every bank format the contracts use (Q4 gate_up, Q5 / Q6 / W8
+down, BF16 / W8 router)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ninfer_compile.errors import RouteError
+from ninfer_compile.kernels.moe import launch as L
+from ninfer_compile.kernels.moe import reference as R
+from ninfer_compile.kernels.moe.routes import moe_experts_workspace
+
+from _moe_helpers import random_routing, random_weight, rel_rms
+
+H, I = 96, 32
+
+
+@pytest.mark.parametrize("fmt,E,k,T", [("BF16", 8, 2, 1), ("BF16", 12, 3, 5), ("W8G32_F16S", 8, 2, 17),
+                                       ("BF16", 8, 8, 3)])
+def test_router_matches_reference(fmt, E, k, T):
+    gen = torch.Generator().manual_seed(E * 100 + T)
+    w = random_weight(fmt, E + 1, H, gen, scale=0.2)
+    x = torch.randn(T, H, generator=gen).bfloat16()
+    ids = torch.full((T, k), -1, dtype=torch.int32)
+    wts = torch.full((T, k), float("nan"))
+    gate = torch.full((T,), float("nan"))
+    L.moe_router_rows(x, w, ids, wts, gate, k, BLOCK_K=32)
+    r_ids, r_w, r_gate = R.moe_router(x, w, k)
+    assert torch.equal(ids, r_ids), (ids, r_ids)
+    tol = 1e-5 if fmt == "BF16" else 1e-2  # quantized rows are dequantized into bf16 tiles
+    assert torch.allclose(wts, r_w, atol=tol) and torch.allclose(wts.sum(-1), torch.ones(T), atol=1e-5)
+    assert torch.allclose(gate, r_gate, atol=tol)
+
+
+class _WS:
+    """A view with the operand shapes the workspace hook reads."""
+
+    def __init__(self, **shapes):
+        self.shapes = shapes
+
+    def shape(self, name, out=False):
+        return self.shapes[name]
+
+
+def _run_experts(launcher, T, E, k, gu_fmt, down_fmt, seed, **params):
+    gen = torch.Generator().manual_seed(seed)
+    gate_up = random_weight(gu_fmt, E * 2 * I, H, gen)
+    down = random_weight(down_fmt, E * H, I, gen)
+    x = torch.randn(T, H, generator=gen).bfloat16()
+    ids, wts, gate = random_routing(T, E, k, gen)
+    shared = torch.randn(T, H, generator=gen).bfloat16() * 0.1
+    residual = torch.randn(T, H, generator=gen).bfloat16() * 0.1  # the routed sum's size: bf16 out keeps it
+    out = torch.full((T, H), float("nan")).bfloat16()
+    numel = moe_experts_workspace(_WS(gate_up=(E * 2 * I, H), down=(E * H, I), expert_ids=(T, k)), {})
+    ws = torch.full((numel,), float("nan"))
+    launcher(x, ids, wts, gate_up, down, shared, gate, residual, out, workspace=ws, **params)
+    ref = R.moe_experts(x, ids, wts, gate_up, down, shared, gate, residual)
+    return out, ref, residual.float() + gate[:, None] * shared.float()
+
+
+@pytest.mark.parametrize("T,E,k,gu,dn", [(1, 8, 2, "Q4G64_F16S", "Q5G64_F16S"),  # H 96 / I 32: padded K
+                                         (3, 8, 2, "Q4G64_F16S", "Q6G64_F16S"),
+                                         (5, 12, 3, "W8G32_F16S", "W8G32_F16S"),
+                                         (16, 8, 2, "BF16", "Q5G64_F16S")])  # BF16 gate_up: FMT 16 tiles
+def test_experts_gemv_matches_reference(T, E, k, gu, dn):
+    out, ref, no_experts = _run_experts(L.moe_experts_gemv, T, E, k, gu, dn, seed=T, BLOCK_N=64, BLOCK_K=64)
+    assert rel_rms(out.float(), ref) < 1e-2
+    assert rel_rms(no_experts, ref) > 0.1  # the routed sum is a large part of the output
+
+
+@pytest.mark.parametrize("T,E,k,gu,dn,bt", [(1, 8, 2, "Q4G64_F16S", "Q5G64_F16S", 16),
+                                            (17, 8, 2, "Q4G64_F16S", "Q6G64_F16S", 16),
+                                            (17, 12, 3, "Q4G64_F16S", "Q5G64_F16S", 32)])
+def test_experts_grouped_gemm_matches_reference(T, E, k, gu, dn, bt):
+    out, ref, no_experts = _run_experts(L.moe_experts_grouped_gemm, T, E, k, gu, dn, seed=T + bt, BLOCK_T=bt,
+                                      BLOCK_N=64, BLOCK_K=64)
+    assert rel_rms(out.float(), ref) < 1e-2 and rel_rms(no_experts, ref) > 0.1
+
+
+def test_the_decode_route_refuses_wide_steps_and_small_workspaces():
+    with pytest.raises(RouteError, match=r"T=17 columns is outside"):
+        _run_experts(L.moe_experts_gemv, 17, 8, 2, "Q4G64_F16S", "Q5G64_F16S", seed=0)
+    gen = torch.Generator().manual_seed(0)
+    gate_up, down = random_weight("Q4G64_F16S", 8 * 2 * I, H, gen), random_weight("Q5G64_F16S", 8 * H, I, gen)
+    x = torch.zeros(1, H).bfloat16()
+    ids, wts, gate = random_routing(1, 8, 2, gen)
+    with pytest.raises(RouteError, match="workspace"):
+        L.moe_experts_gemv(x, ids, wts, gate_up, down, x, gate, x, x.clone(), workspace=torch.zeros(10))
+
+
+def test_tile_slots_bound_the_tiles_of_any_routing():
+    """The grid covers the worst case: every expert hit (min(E, P)) plus the full tiles."""
+    for E, P, bt in ((8, 2, 1), (8, 34, 16), (256, 8192, 64), (256, 8, 8)):
+        worst = min(E, P) + P // bt
+        counts = [P // min(E, P)] * min(E, P)
+        counts[0] += P - sum(counts)
+        assert sum(-(-c // bt) for c in counts) <= worst == L.tile_slots(E, P, bt)
