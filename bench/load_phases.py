@@ -1,6 +1,7 @@
 """Load phases: how long a fresh process takes to its first token, step by step.
 
     python bench/load_phases.py [--dir D] [--artifact A] [--model qwen3.6-27b] [--sm N] [--runs 2] [--dry-run]
+                                [--importtime]
 
 1. writes the synthetic artifact once (`ninfer-compile pack --synthetic MODEL --seed 0`: the real
    shapes, formats and frontend resources; ~17.5 GB for the 27B; a sparse artifact has no
@@ -14,6 +15,8 @@
    (`/proc/self/stat` start time) to the first token. The first child may pay Triton's one-time
    driver-utilities build (user cache); the later ones show the steady state.
 
+--importtime: the children run under `python -X importtime`; each prints the imports that cost most
+(`imports ...`: self time and cumulative, ms), e.g. what the torch import is made of.
 --dry-run (no GPU): the tiny synthetic model, compiled with binaries, loaded under the Triton
 interpreter (no binaries used, no graphs): checks the script end to end on a CPU.
 Results: one JSON line per child (`phases ...`) and a table; nothing is written elsewhere.
@@ -74,6 +77,23 @@ def _run(cmd, env, what):
     return p, dt
 
 
+def costliest_imports(stderr: str, n: int = 15) -> str:
+    """`-X importtime` output -> the n imports with the largest self time, and the top-level
+    packages by cumulative time: `name self/cumulative ms, ...`."""
+    rows = []
+    for ln in stderr.splitlines():
+        if not ln.startswith("import time:") or "|" not in ln:
+            continue
+        self_us, cum_us, name = ln[len("import time:"):].split("|", 2)
+        if self_us.strip().isdigit() and cum_us.strip().isdigit():  # name indented 2 per nesting level
+            top_level = len(name) - len(name.lstrip()) <= 1
+            rows.append((int(self_us), int(cum_us), name.strip(), top_level))
+    top = sorted(rows, reverse=True)[:n]
+    roots = sorted((r for r in rows if r[3]), key=lambda r: -r[1])[:8]
+    fmt = ", ".join(f"{name} {s / 1e3:.0f}/{c / 1e3:.0f}" for s, c, name, _ in top)
+    return f"self: {fmt}; top-level: " + ", ".join(f"{name} {c / 1e3:.0f}" for _, c, name, _ in roots)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dir", type=Path, default=Path("/tmp/ninfer-load-phases"))
@@ -82,6 +102,7 @@ def main(argv=None) -> int:
     ap.add_argument("--artifact", type=Path, default=None, help="an existing artifact (default: pack one in --dir)")
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--dry-run", action="store_true", help="no GPU: the tiny model under the interpreter")
+    ap.add_argument("--importtime", action="store_true", help="print the costliest imports of each child")
     args = ap.parse_args(argv)
     args.dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "runtime"),
@@ -113,9 +134,12 @@ def main(argv=None) -> int:
         child_env["TRITON_INTERPRET"] = "1"
     rows = []
     for i in range(args.runs):
-        p, wall = _run([sys.executable, "-c", CHILD, str(plan), str(art)], child_env, f"load run {i + 1}")
+        xopt = ["-X", "importtime"] if args.importtime else []
+        p, wall = _run([sys.executable, *xopt, "-c", CHILD, str(plan), str(art)], child_env, f"load run {i + 1}")
         line = next(ln for ln in p.stdout.splitlines() if ln.startswith("phases "))
         print(line, flush=True)
+        if args.importtime:
+            print("imports " + costliest_imports(p.stderr), flush=True)
         rows.append((wall, json.loads(line[len("phases "):])))
     print("\nrun | process->first token | import torch | import runtime | load | first token | load phases")
     for i, (wall, r) in enumerate(rows, start=1):

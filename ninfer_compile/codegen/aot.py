@@ -52,7 +52,7 @@ from typing import Any
 from ..errors import CompileError
 from . import binary_cache
 from .aot_binaries import ACTIVE, bin_manifest, compile_captures, harvest, publish, store_manager_class
-from .aot_capture import MemoryImporter, Session, one_line, prefill_columns, reproduce_launches
+from .aot_capture import LaunchMemo, MemoryImporter, Session, one_line, prefill_columns, reproduce_launches
 from .aot_device import aot_engine, environment, fake_tensors
 
 __all__ = ["AotFailure", "AotResult", "attach_binaries", "disabled", "failure", "precompile", "prefill_columns",
@@ -209,8 +209,9 @@ def _precompile_or_skip(plan, kernel_files, objects, sm, progress, cache) -> Aot
     ACTIVE.update(cache=cache, identity=cache.identity(int(sm)) if cache is not None else None, probe=False,
                   restored=set())
     try:
+        memo = LaunchMemo(cache, launch_context(kernel_files, int(sm), cache), root) if cache is not None else None
         result = _precompile(plan, kernel_manifest, importer, session, objects, int(sm), scratch,
-                             worker_tmp, progress, cache)
+                             worker_tmp, progress, cache, memo)
     except Exception as exc:  # noqa: BLE001 - the plan is written with source only
         return _skipped(f"ahead-of-time compilation failed: {one_line(exc)}")
     finally:
@@ -252,8 +253,8 @@ def _code_digest() -> str:
     return h.hexdigest()
 
 
-def result_key(plan, kernel_files, objects, sm: int, cache) -> str:
-    """The key of a whole binary-compile result: everything the capture and the compile read."""
+def _process_context(sm: int, cache) -> dict[str, Any]:
+    """What a capture reads besides the plan: the capture code, the toolchain, torch, sm, environment."""
     from importlib import metadata
 
     try:
@@ -262,13 +263,28 @@ def result_key(plan, kernel_files, objects, sm: int, cache) -> str:
         torch_version = ""
     env = {k: v for k, v in sorted(os.environ.items())
            if k.startswith(("NINFER_", "TRITON_")) and k not in _ENV_IGNORED}
-    files = {rel: hashlib.sha256(t if isinstance(t, bytes) else t.encode("utf-8")).hexdigest()
-             for rel, t in sorted(kernel_files.items())}
+    return {"format": binary_cache.STORE_FORMAT, "sm": sm, "identity": cache.identity(sm), "code": _code_digest(),
+            "torch": torch_version, "env": env}
+
+
+def _file_digests(kernel_files, python_only: bool = False) -> dict[str, str]:
+    return {rel: hashlib.sha256(t if isinstance(t, bytes) else t.encode("utf-8")).hexdigest()
+            for rel, t in sorted(kernel_files.items()) if not python_only or rel.endswith(".py")}
+
+
+def result_key(plan, kernel_files, objects, sm: int, cache) -> str:
+    """The key of a whole binary-compile result: everything the capture and the compile read."""
     objs = sorted((name, repr(o)) for name, o in objects.items())
-    return binary_cache.digest({"format": binary_cache.STORE_FORMAT, "what": "result", "plan": plan,
-                                "kernel_files": files, "objects": binary_cache.digest(objs), "sm": sm,
-                                "identity": cache.identity(sm), "code": _code_digest(), "torch": torch_version,
-                                "env": env})
+    return binary_cache.digest({**_process_context(sm, cache), "what": "result", "plan": plan,
+                                "kernel_files": _file_digests(kernel_files), "objects": binary_cache.digest(objs)})
+
+
+def launch_context(kernel_files, sm: int, cache) -> str:
+    """The context of remembered launches (aot_capture.LaunchMemo): everything a launcher reads
+    besides its arguments, i.e. the kernel package's Python source and the process context (not
+    the plan, the route manifest or the artifact, which reach a launcher only through its arguments)."""
+    return binary_cache.digest({**_process_context(sm, cache), "what": "launch",
+                                "python": _file_digests(kernel_files, python_only=True)})
 
 
 def _cached_result(cache, rkey: str, sm: int, progress) -> AotResult | None:
@@ -326,7 +342,7 @@ def _forget_package(root: str, importer: MemoryImporter) -> None:
 
 
 def _precompile(plan, kernel_manifest, importer, session, objects, sm, scratch, worker_tmp,
-                progress=None, cache=None) -> AotResult:
+                progress=None, cache=None, memo=None) -> AotResult:
     from ninfer_runtime.triton_cache import BIN_DIR, BIN_FORMAT, hash_in_canonical_order, kernel_modules
 
     fake = fake_tensors()
@@ -345,7 +361,7 @@ def _precompile(plan, kernel_manifest, importer, session, objects, sm, scratch, 
                 progress("binaries: reproducing the launches")
             with fake.AllocMode():
                 engine = aot_engine(plan, kernel_manifest, root, objects, sm, fake)
-                unbound = reproduce_launches(engine, session, fake.AotTensor)
+                unbound = reproduce_launches(engine, session, fake.AotTensor, memo)
             # compile every distinct specialisation, through the path the runtime replays
             session.compiling = True
             compiled, failed, n_cached = compile_captures(list(session.captures.values()), root, worker_tmp,

@@ -109,22 +109,92 @@ class Session:
     def hook(self, **kw):
         if self.compiling:
             return None
-        jf = kw["fn"].jit_function
-        comp = kw["compile"]
-        k = (id(jf), kw["key"])
-        rec = self.captures.get(k)
-        if rec is None:
-            rec = self.captures[k] = Capture(jf, kw["key"], comp["specialization_data"], self.current)
-        rec.launches += 1
-        self.produced.append(k)
+        self.record(kw["fn"].jit_function, kw["key"], kw["compile"]["specialization_data"])
         return True  # skip the compile and the launch
 
+    def record(self, jf, key, spec: str) -> None:
+        """One kernel launch of the launch being reproduced: kernel `jf` specialised as `spec`."""
+        k = (id(jf), key)
+        rec = self.captures.get(k)
+        if rec is None:
+            rec = self.captures[k] = Capture(jf, key, spec, self.current)
+        rec.launches += 1
+        self.produced.append(k)
 
-def launch_signature(kwargs: Mapping[str, Any], AotTensor) -> tuple | None:
+
+class LaunchMemo:
+    """Launches reproduced by earlier compiles (the binary cache's `launch-v1` entries): a launch's
+    signature -> the kernels its launcher launched and their specialisations. `context` is the
+    digest of everything else a launcher can read (the kernel package's Python source, the
+    runtime's code, the toolchain, sm and environment: codegen/aot.py's `launch_context`), so an
+    entry is only found by a launch that would launch the same kernels the same way."""
+
+    def __init__(self, cache, context: str, root: str):
+        self.cache, self.context, self.root = cache, context, root
+        self.hits = 0
+
+    def _key(self, sig) -> str:
+        from .binary_cache import digest
+
+        return digest({"context": self.context, "signature": repr(sig)})
+
+    def _jit(self, ref: str):
+        """The JIT function named `module:qualname` in the kernel package (None: not found)."""
+        import importlib
+
+        mod, _, qual = ref.partition(":")
+        try:
+            obj = importlib.import_module(f"{self.root}.{mod}" if mod else self.root)
+            for part in qual.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError):
+            return None
+        while obj is not None and not hasattr(obj, "preload") and hasattr(obj, "fn"):
+            obj = obj.fn  # heuristics / autotune wrappers
+        return obj if hasattr(obj, "preload") else None
+
+    def _ref(self, jf) -> str:
+        mod = jf.__module__
+        return f"{mod[len(self.root) + 1:] if mod.startswith(self.root + '.') else ''}:{jf.fn.__qualname__}"
+
+    def replay(self, sig, session: "Session") -> bool:
+        """Record what the remembered launch launched (False: nothing remembered for `sig`)."""
+        got = self.cache.get_json("launch-v1", self._key(sig))
+        if not isinstance(got, list):
+            return False
+        here = self.root + "."
+        try:
+            calls = [(self._jit(ref), key.replace(ROOT_PLACEHOLDER + ".", here),
+                      spec.replace(ROOT_PLACEHOLDER + ".", here)) for ref, key, spec in got]
+        except (TypeError, ValueError, AttributeError):
+            return False
+        if any(jf is None for jf, _, _ in calls):
+            return False
+        for jf, key, spec in calls:
+            session.record(jf, key, spec)
+        self.hits += 1
+        return True
+
+    def remember(self, sig, session: "Session", produced: list) -> None:
+        """Store the kernels launch `sig` launched (only those found again by name)."""
+        calls = []
+        for k in produced:
+            rec = session.captures[k]
+            ref = self._ref(rec.jf)
+            if self._jit(ref) is not rec.jf or not isinstance(rec.key, str):
+                return  # a kernel not reachable by its name (e.g. made by a factory): not remembered
+            calls.append([ref, rec.key.replace(self.root + ".", ROOT_PLACEHOLDER + "."),
+                          rec.spec.replace(self.root + ".", ROOT_PLACEHOLDER + ".")])
+        self.cache.put_json("launch-v1", self._key(sig), calls)
+
+
+def launch_signature(kwargs: Mapping[str, Any], AotTensor, layout: bool = False) -> tuple | None:
     """Everything a launcher can observe of its arguments, without absolute addresses: types,
     values, tensor dtype / shape / strides / 256-byte alignment, and which tensors share a storage,
     start at the same address or overlap. Two launches with equal signatures specialise the same
-    kernels the same way (the 64 layers of a model mostly repeat a few). None: not comparable."""
+    kernels the same way (the 64 layers of a model mostly repeat a few). None: not comparable.
+    `layout`: also each tensor's byte offset from the first tensor of its storage (what decides
+    whether views still overlap once narrowed to fewer columns)."""
     import dataclasses
 
     import torch
@@ -166,52 +236,114 @@ def launch_signature(kwargs: Mapping[str, Any], AotTensor) -> tuple | None:
         return None
     rel = tuple((i, j, a[0] == b[0], a[0] < b[1] and b[0] < a[1])
                 for i, a in enumerate(spans) for j, b in enumerate(spans) if j > i and a[2] == b[2])
-    return out, rel
+    if not layout:
+        return out, rel
+    first: dict[int, int] = {}
+    return out, rel, tuple(p - first.setdefault(g, p) for p, _, g in spans)
 
 
-def reproduce_launches(engine, session: Session, AotTensor) -> dict[tuple, dict]:
-    """Reproduce every extent's launches (see the module docstring); returns the unbound ones."""
+def launch_classes(runner, bound: list, AotTensor) -> dict[int, list[int]]:
+    """Launch kinds of an extent, from its launches bound at T: launch index of the first of each
+    kind -> the later launches of that kind. Two launches are of one kind when their route, PDL
+    use, column count, operand kinds (`bind`) and layout signature at T are equal; narrowing to n
+    columns then changes them alike, so their signatures stay equal at every n (launches without a
+    comparable signature are kinds of their own)."""
+    kinds: dict[tuple, int] = {}
+    out: dict[int, list[int]] = {}
+    for i, (b, L) in enumerate(zip(bound, runner.entry.get("launches", []))):
+        if b.route is None:
+            continue
+        try:
+            sig = launch_signature(b.kwargs, AotTensor, layout=True)
+        except Exception:  # noqa: BLE001 - not comparable: a kind of its own
+            sig = None
+        if sig is None:
+            out[i] = []
+            continue
+        binds = tuple((x.get("arg"), tuple(sorted(k for k in x if k != "arg"))) for x in L.get("bind") or ())
+        key = (b.route, b.pdl is not None, L.get("t"), binds, sig)
+        first = kinds.setdefault(key, i)
+        out.setdefault(first, [])
+        if first != i:
+            out[first].append(i)
+    return out
+
+
+def reproduce_launches(engine, session: Session, AotTensor, memo: LaunchMemo | None = None) -> dict[tuple, dict]:
+    """Reproduce every extent's launches (see the module docstring); returns the unbound ones.
+    At T every launch is bound; at a prefill's other column counts only the first launch of each
+    kind (`launch_classes`) is, and the others count as repeats of it. `memo`: launches remembered
+    from earlier compiles are replayed from it instead of run, new ones are stored in it."""
     unbound: dict[tuple, dict] = {}
     seen: dict = {}  # launch signature -> capture keys it produced (or its failure)
+
+    def repeat(done, times: int) -> None:
+        if isinstance(done, dict):  # the same failure again
+            done["count"] += times
+        else:
+            for k in done:
+                session.captures[k].launches += times
+
+    def reproduce(b, where: str):
+        """The capture keys (or the failure record) of launch `b`, counted once; None: its
+        signature was not comparable (reproduced, not remembered)."""
+        session.current = f"{where}/{b.op}"
+        try:
+            sig = launch_signature(b.kwargs, AotTensor)
+            if sig is not None:
+                sig = (b.route, b.pdl is not None, sig)  # a PDL launch is another specialisation
+        except Exception:  # noqa: BLE001 - not comparable: reproduce it
+            sig = None
+        if sig is not None and sig in seen:
+            repeat(seen[sig], 1)
+            return seen[sig]
+        session.produced = []
+        if sig is not None and memo is not None and memo.replay(sig, session):
+            seen[sig] = done = list(session.produced)
+            return done
+        try:
+            b()
+            done = list(session.produced)
+            if sig is not None and memo is not None:
+                memo.remember(sig, session, done)
+        except Exception as exc:  # noqa: BLE001 - this launch JITs at run time
+            k = (b.route, one_line(exc))
+            done = unbound.setdefault(k, {"route": b.route, "op": b.op, "first": session.current,
+                                          "count": 0, "reason": k[1]})
+            done["count"] += 1
+        if sig is None:
+            return None
+        seen[sig] = done
+        return done
+
     for name, runner in sorted(engine.extents.items()):
         cols = [None] if runner.phase != "prefill" else [None] + [
             c for c in prefill_columns(runner.t) if c != runner.t]
+        classes = None
         for n in cols:
             where = f"{name}" + ("" if n is None else f"[{n} columns]")
             try:
-                bound = runner.bound(n)
+                if classes is None:
+                    bound = runner.bound(n)
+                    idx = list(range(len(bound)))
+                else:
+                    idx = sorted(classes)
+                    bound = runner.bind_launches(idx, n)
             except Exception as exc:  # noqa: BLE001 - the runtime would refuse it too
                 k = ("*", one_line(exc))
                 unbound.setdefault(k, {"route": None, "op": None, "first": where, "count": 0,
                                        "reason": k[1]})["count"] += 1
                 continue
-            for b in bound:
+            for i, b in zip(idx, bound):
                 if b.route is None:
                     continue
-                session.current = f"{where}/{b.op}"
-                try:
-                    sig = launch_signature(b.kwargs, AotTensor)
-                    if sig is not None:
-                        sig = (b.route, b.pdl is not None, sig)  # a PDL launch is another specialisation
-                except Exception:  # noqa: BLE001 - not comparable: reproduce it
-                    sig = None
-                if sig is not None and sig in seen:
-                    done = seen[sig]
-                    if isinstance(done, dict):  # the same failure again
-                        done["count"] += 1
-                    else:
-                        for k in done:
-                            session.captures[k].launches += 1
-                    continue
-                session.produced = []
-                try:
-                    b()
-                    done = list(session.produced)
-                except Exception as exc:  # noqa: BLE001 - this launch JITs at run time
-                    k = (b.route, one_line(exc))
-                    done = unbound.setdefault(k, {"route": b.route, "op": b.op, "first": session.current,
-                                                  "count": 0, "reason": k[1]})
-                    done["count"] += 1
-                if sig is not None:
-                    seen[sig] = done
+                done = reproduce(b, where)
+                rest = [] if classes is None else classes[i]
+                if done is not None:
+                    repeat(done, len(rest))
+                elif rest:  # not comparable after all: every launch of the kind on its own
+                    for bj in runner.bind_launches(rest, n):
+                        reproduce(bj, where)
+            if n is None and runner.phase == "prefill":
+                classes = launch_classes(runner, bound, AotTensor)
     return unbound

@@ -203,9 +203,18 @@ class ExtentRunner:
         out = self._cache.get(key)
         if out is not None:
             return out
-        nn = None if key == self.t else key
+        out = self.bind_launches(range(len(self._launch_specs)), n)
+        self._cache[key] = out
+        return out
+
+    def bind_launches(self, indices, n: int | None = None) -> list[Bound]:
+        """The launches at `indices` (positions in the plan's launch list) bound for n columns, in
+        that order, exactly as `bound(n)` binds them (not cached: the compiler's ahead-of-time pass
+        binds one launch of each kind per column count)."""
+        nn = None if n is None or n == self.t else n
         out = []
-        for L, info, fn in self._launch_specs:
+        for i in indices:
+            L, info, fn = self._launch_specs[i]
             try:
                 if fn is None:
                     out.append(self._bind_builtin(L, nn))
@@ -216,7 +225,6 @@ class ExtentRunner:
             except (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
                 raise PlanError(f"extent {self.name}: launch {L.get('op')} (route {L.get('route')}): cannot bind "
                                 f"its operands: {type(exc).__name__}: {_first_line(exc)}") from None
-        self._cache[key] = out
         return out
 
     def _bind_route(self, L, info, fn, n) -> Bound:

@@ -1,36 +1,32 @@
 """Precompiled kernel binaries: a read-through Triton cache over `PLAN/kernels/bin/`.
 
 The compiler (`ninfer_compile/codegen/aot.py`) compiles every (kernel, specialisation) the runtime
-will launch ahead of time, for the plan's sm, and stores the results in `PLAN/kernels/bin/` laid
-out like Triton's own file cache: `bin/<cache key>/<kernel>.cubin`, `<kernel>.json` (metadata) and
-`__grp__<kernel>.json` (the group; child paths are relative to its directory, so the plan can
-move). `bin/manifest.json` records the Triton version and build (`triton_key` digest), the backend
-hash (ptxas version + arch), the cache-relevant environment, the sha256 of every file and, per
-entry, Triton's own serialised specialisation (`JITFunction.preload` input).
+will launch ahead of time, for the plan's sm, into `PLAN/kernels/bin/`, laid out like Triton's file
+cache: `bin/<cache key>/<kernel>.cubin`, `<kernel>.json` (metadata), `__grp__<kernel>.json` (the
+group; child paths relative, so the plan can move). `bin/manifest.json` records the Triton version
+and build (`triton_key` digest), the backend hash (ptxas version + arch), the cache-relevant
+environment, every file's sha256 and, per entry, Triton's serialised specialisation (`preload` input).
 
 At load (GPU only) `binaries_for` decides whether the binaries apply to this process: same Triton
 version and build, same sm, same ptxas, same cache-invalidating environment, files intact. If so it
-registers the bin directory with `PlanCacheManager` and selects that class through Triton's
-cache-manager knob (`triton.knobs.cache.manager_class`, or the `TRITON_CACHE_MANAGER` environment
-variable on a Triton without knobs); `preload_binaries` then hands every entry to
-`JITFunction.preload`, which computes the same cache key the JIT computes at launch and so finds
-the entry in the plan instead of compiling (a key the plan does not hold is reported as stale and
-left to the JIT). Otherwise the runtime JITs from the emitted source and the one-line note says why.
+registers the bin directory with `PlanCacheManager`, selected through Triton's cache-manager knob
+(`triton.knobs.cache.manager_class`, or `TRITON_CACHE_MANAGER` on a Triton without knobs);
+`preload_binaries` then hands every entry to `JITFunction.preload`, which computes the cache key
+the JIT computes at launch and so finds the entry in the plan (a key the plan lacks is reported
+stale and left to the JIT). Otherwise the runtime JITs from the emitted source; the note says why.
 
-`PlanCacheManager` looks in the registered plan bin directories first and delegates everything
-else (misses, every write, the launcher stubs some Triton versions build) to the cache manager
-Triton would have used otherwise (normally `FileCacheManager` on the user cache). It never writes
-into a plan directory.
+`PlanCacheManager` looks in the registered plan bin directories first and delegates everything else (misses,
+every write, launcher stubs) to the cache manager Triton would have used otherwise (normally `FileCacheManager`
+on the user cache). It never writes into a plan directory. A binary or bin manifest whose sha256 differs from
+its record is refused (PlanMismatch, one line naming the file), as the loader's integrity check (integrity.py)
+does for every plan file.
 
-A binary or bin manifest whose sha256 differs from its record is refused (PlanMismatch, one line
-naming the file), as the loader's integrity check (integrity.py) already does for every plan file.
-
-Load phases (`PlanBinaries.phases`, seconds): "check" (manifest, toolchain, sha256), "driver"
-(Triton's GPU driver, its utilities built on first use), "hash", "preload" (every entry's lookup
-and metadata), "module_load" (every cubin loaded onto the GPU with its launcher, in a thread that
+Load phases (`PlanBinaries.phases`, seconds): "check" (manifest, toolchain, sha256; its parts
+"check_triton" (its import and build digest: a sha256 of libtriton + sources, which its own keys need anyway),
+"check_backend" (ptxas), "check_files"), "driver" (Triton's GPU driver, utilities built on first use), "hash",
+"preload" (every entry's lookup and metadata), "module_load" (every cubin loaded with its launcher, in a thread
 `preload_binaries` starts so it overlaps the weight upload), "module_wait" (`wait_modules`).
-This module imports only the standard library (and the runtime's errors) at import time; Triton is
-imported when used.
+This module imports only the standard library (and the runtime's errors) at import time; Triton when used.
 """
 
 from __future__ import annotations
@@ -334,6 +330,7 @@ def binaries_for(plan_dir: Path, plan: dict, kernels: dict) -> tuple[PlanBinarie
     status = summary.get("status")
     if status not in ("ok", "partial"):
         return None, f"kernels: JIT from source (binaries {status} at compile time: {summary.get('reason')})"
+    t = time.perf_counter()
     try:
         import triton
     except ImportError:
@@ -363,6 +360,7 @@ def binaries_for(plan_dir: Path, plan: dict, kernels: dict) -> tuple[PlanBinarie
         if got is not None and got != want:
             return None, (f"kernels: JIT from source (the binaries come from another build of triton "
                           f"{triton.__version__})")
+    parts, t = {"check_triton": time.perf_counter() - t}, time.perf_counter()
     want = man.get("backend")
     if want:
         got = backend_digest(int(plan["sm"]))
@@ -374,6 +372,7 @@ def binaries_for(plan_dir: Path, plan: dict, kernels: dict) -> tuple[PlanBinarie
         diff = sorted(set(env.items()) ^ set((man.get("env") or {}).items()))
         return None, (f"kernels: JIT from source (cache-relevant environment differs from compile time: "
                       f"{', '.join(f'{k}={v}' for k, v in diff[:3])})")
+    parts["check_backend"], t = time.perf_counter() - t, time.perf_counter()
     for e in man.get("entries") or []:
         for name, sha in sorted((e.get("files") or {}).items()):
             p = bin_dir / e["dir"] / name
@@ -383,9 +382,11 @@ def binaries_for(plan_dir: Path, plan: dict, kernels: dict) -> tuple[PlanBinarie
                 raise PlanMismatch(f"{p}: kernel binary is missing (listed in {BIN_DIR}/manifest.json)") from None
             if not ok:
                 raise PlanMismatch(f"{p}: kernel binary is damaged (sha256 differs from {BIN_DIR}/manifest.json)")
+    parts["check_files"] = time.perf_counter() - t
     b = PlanBinaries(bin_dir, man, kernel_modules(kernels))
     b.register()
     b.phases["check"] = time.perf_counter() - t0
+    b.phases.update(parts)
     return b, (f"kernels: precompiled binaries (triton {man.get('triton')}, sm_{man.get('sm')}, "
                f"{len(b.entries)} entries)")
 
