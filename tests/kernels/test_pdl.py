@@ -190,7 +190,7 @@ CASES = {  # name: kernel, constexprs, compile options
     'tc_w8': (gemv_tc_w8_kernel, dict(EPI=1, N_TILES=1, SPLIT_K=1, NW=4, PREFETCH=True, FUSED_REDUCE=False,
                                       PDL_PREFETCH_BYTES=4096), {'num_warps': 4}),
 }
-def ptx(name, arch, pdl):
+def compiled(name, arch, pdl):
     fn, consts, opts = CASES[name]
     consts = dict(consts, PDL=pdl)
     names = fn.arg_names
@@ -198,14 +198,22 @@ def ptx(name, arch, pdl):
     if name == 'norm':
         sig = {n: ('*bf16' if v.startswith('*') else v) for n, v in sig.items()}
     src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()})
-    return triton.compile(src, target=GPUTarget('cuda', arch, 32), options=dict(opts, launch_pdl=bool(pdl))).asm['ptx']
+    return triton.compile(src, target=GPUTarget('cuda', arch, 32), options=dict(opts, launch_pdl=bool(pdl))).asm
+def sass_order(cubin):  # SASS offsets of: PREEXIT (launch_dependents), UBLKPF (bulk prefetch), ACQBULK (wait), LDG
+    import os, subprocess, tempfile
+    tool = os.path.join(os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin', 'cuobjdump')
+    with tempfile.NamedTemporaryFile(suffix='.cubin') as f:
+        f.write(cubin); f.flush()
+        text = subprocess.run([tool, '-sass', f.name], capture_output=True, text=True, check=True).stdout
+    return [text.find(s) for s in ('PREEXIT', 'UBLKPF.L2', 'ACQBULK', 'LDG')]
 def where(text):  # first offset of: wait, launch_dependents, bulk L2 prefetch, a global load; -1 = absent
     return [text.find(s) for s in ('griddepcontrol.wait', 'griddepcontrol.launch_dependents',
                                    'cp.async.bulk.prefetch.L2', 'ld.global')] + [text.count('cp.async.bulk.prefetch.L2')]
-out = {f'{name}-{arch}-{pdl}': where(ptx(name, arch, pdl))
+out = {f'{name}-{arch}-{pdl}': where(compiled(name, arch, pdl)['ptx'])
        for name, runs in (('norm', ((90, 1), (90, 2), (90, 0), (86, 0))),
                           ('lowreg', ((90, 1), (90, 2), (90, 0))), ('gemv_bf16', ((90, 2),)), ('tc_w8', ((90, 2),)))
        for arch, pdl in runs}
+out['sass'] = sass_order(compiled('lowreg', 90, 2)['cubin'])
 print(json.dumps(out))
 """
 
@@ -214,12 +222,15 @@ def test_sm90_code_orders_release_prefetch_and_wait():
     """Compiled for sm_90 with the installed Triton (child process: the suite runs the interpreter):
     PDL_LATE waits, then releases the next grid; PDL_EARLY releases first; the prefetching GEMVs
     issue their bulk L2 prefetches (gate + up: base, scale and Q5 high planes = 6) after the release
-    and before the wait; no global load precedes the wait; PDL off and sm_86 emit none of it."""
+    and before the wait; no global load precedes the wait (PTX; and the SASS of the early Q5
+    GEMV: PREEXIT, UBLKPF.L2, ACQBULK, then the first LDG); PDL off and sm_86 emit none of it."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", _COMPILE_CHILD], capture_output=True, text=True, env=env, cwd=REPO,
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
+    release, prefetch, wait, load = got.pop("sass")  # the machine code keeps that order too (ptxas)
+    assert 0 <= release < prefetch < wait < load, (release, prefetch, wait, load)
     for key, (wait, launch, pf, load, n_pf) in got.items():
         name, arch, mode = key.split("-")
         if mode == "0":
