@@ -8,8 +8,9 @@ is visible, so the launch latency and the block scheduling overlap the first gri
 
 Contract (checked by tests/kernels/test_pdl.py over every kernel of the package):
   * a kernel that can be launched with PDL declares `PDL: tl.constexpr = False` as its last
-    parameter and calls `pdl_enter(PDL)` as its first statement, before any memory access;
-  * a launcher passes `**pdl_launch(kernel)`: `{"PDL": True, "launch_pdl": True}` only for such
+    parameter and calls `pdl_enter(PDL)` as its first statement, before any memory access (or the
+    prefetching form below);
+  * a launcher passes `**pdl_launch(kernel)`: `{"PDL": PDL_LATE or PDL_EARLY, "launch_pdl": True}` only for such
     kernels, on sm_90+ outside the interpreter, while the caller allows it (`allow`, set by the
     runtime per launch from the plan's `dependent_launch` decision: CUDA-graph decode extents),
     unless NINFER_PDL=0 (the off switch; the plan's precompiled binaries are keyed by it, so set it
@@ -66,8 +67,9 @@ PDL_LATE = 1  # the PDL constexpr: wait, then release the next grid
 PDL_EARLY = 2  # release the next grid, then wait (NINFER_PDL_EARLY=1)
 EARLY = tl.constexpr(PDL_EARLY)  # the same, for the jit functions
 
-# cp.async.bulk.prefetch.L2 (sm_90) of bytes [$1, $1 + $2) by warp 0 ($1 16-byte aligned, $2 a multiple of
-# 16, both uniform: one instruction per warp, no lane loop). $0: a dummy result.
+# cp.async.bulk.prefetch.L2 (sm_90) of bytes [$1, $1 + $2), issued by warp 0 only ($1 16-byte aligned, $2 a
+# multiple of 16; both the same in every lane, so ptxas emits one uniform-datapath UBLKPF, no lane loop).
+# $0: a dummy result.
 PREFETCH_L2_ASM = tl.constexpr(
     "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.lt.u32 p, t, 32; setp.gt.and.s32 p, $2, 0, p; "
     "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }")
@@ -104,18 +106,18 @@ def pdl_acquire(PDL: tl.constexpr):
 
 
 @triton.jit
-def pdl_prefetch_rows(ptr, row_stride, row0, lo, n_rows, UNITS: tl.constexpr, NUM: tl.constexpr,
+def pdl_prefetch_rows(ptr, row_stride, row_len, row0, lo, n_rows, UNITS: tl.constexpr, NUM: tl.constexpr,
                       DEN: tl.constexpr, PDL: tl.constexpr):
     """L2 prefetch (no register, no wait) of one contiguous span of a row-major plane (`ptr` typed,
-    `row_stride` elements per row, NUM / DEN elements per K unit): UNITS K units from unit `lo` of
-    row `row0` on (the same span in every plane of a quantized weight), clipped to the plane's
-    `n_rows` rows and shrunk to 16-byte boundaries (the bulk copy's alignment), so no byte outside
-    the plane is touched. Only under PDL: the weights are launch constants, nothing the previous
-    kernels write."""
+    `row_stride` elements from row to row, `row_len` of them the row's own, NUM / DEN elements per
+    K unit): UNITS K units from unit `lo` of row `row0` on (the same span in every plane of a
+    quantized weight), clipped to the end of the plane's last row (`n_rows` rows) and shrunk to
+    16-byte boundaries (the bulk copy's alignment), so no byte past the plane is touched. Only under
+    PDL: the weights are launch constants, nothing the previous kernels write."""
     if PDL:
         ES: tl.constexpr = ptr.dtype.element_ty.primitive_bitwidth // 8
         first = row0.to(tl.int64) * row_stride + lo * NUM // DEN
-        last = tl.minimum(first + UNITS * NUM // DEN, n_rows.to(tl.int64) * row_stride)
+        last = tl.minimum(first + UNITS * NUM // DEN, (n_rows - 1).to(tl.int64) * row_stride + row_len)
         base = ptr.to(tl.int64, bitcast=True)
         a = (base + first * ES + 15) & -16
         e = (base + last * ES) & -16

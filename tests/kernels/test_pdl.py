@@ -105,7 +105,7 @@ def test_prefetchers_touch_memory_only_by_an_l2_prefetch():
     assert set(found) == PREFETCHERS | {"pdl_prefetch_rows"}, found
     for name in PREFETCHERS:
         assert found[name] <= {"tl.program_id", "tl.static_range", "pdl_prefetch_rows"}, (name, found[name])
-    assert found["pdl_prefetch_rows"] <= {"row0.to", "n_rows.to", "ptr.to", "tl.minimum", "tl.maximum",
+    assert found["pdl_prefetch_rows"] <= {"row0.to", "(n_rows - 1).to", "ptr.to", "tl.minimum", "tl.maximum",
                                           "tl.maximum(e - a, 0).to", "tl.inline_asm_elementwise"}, \
         found["pdl_prefetch_rows"]
     asm = pdl.PREFETCH_L2_ASM.value

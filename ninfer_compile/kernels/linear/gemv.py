@@ -232,7 +232,7 @@ def qlinear_gemv_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, 
                         INTERP: tl.constexpr = False, USE_ASM: tl.constexpr = False,
                         PDL_PREFETCH_BYTES: tl.constexpr = 0, PDL: tl.constexpr = False):
     pdl_release(PDL)
-    gemv_prefetch(base_ptr, high_ptr, scale_ptr, N_OUT, up_off, base_row, high_row, scale_row,
+    gemv_prefetch(base_ptr, high_ptr, scale_ptr, N_OUT, up_off, base_row, high_row, scale_row, K,
                   iters_per_split, FMT, EPI, BLOCK_N, BLOCK_K, PDL_PREFETCH_BYTES, PDL)
     pdl_acquire(PDL)
     tl.static_assert(BLOCK_T <= 4)
