@@ -77,9 +77,8 @@ class Engine:
         for n in asked:  # decode_c*, verify_c*, mtp_* extents: say which kinds ask for it
             kind = "MTP" if n.startswith("mtp") else str(self.plan["extents"][n].get("phase", "decode"))
             kinds[kind] = kinds.get(kind, 0) + 1
-        order = ", early trigger (NINFER_PDL_EARLY=1)" if getattr(self.extents[asked[0]]._pdl, "early", bool)() else ""
         return (f"; programmatic dependent launch in {len(asked)} extents ("
-                + ", ".join(f"{v} {k}" for k, v in sorted(kinds.items())) + f"){order}")
+                + ", ".join(f"{v} {k}" for k, v in sorted(kinds.items())) + ")")
 
     def __init__(self, plan_dir, artifact, *, device=None, kernels: str | None = None, progress: bool = True,
                  verify_weights: bool = False, tp=None):

@@ -19,8 +19,7 @@ import triton.language as tl
 from .dequant import XOR_Q4, XOR_W8, magic_f32
 from .epilogue import store_epilogue, store_partial
 from .ptx import LD_X, q4_word_asm_source, q4_word_constraints
-from ..pdl import pdl_acquire, pdl_release
-from .prefetch import gemv_prefetch
+from ..pdl import pdl_enter
 
 
 # USE_ASM (Q4, sm_90+, not under the interpreter): one asm instance per 32-bit word of one row, all
@@ -230,11 +229,8 @@ def qlinear_gemv_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, 
                         FMT: tl.constexpr, EPI: tl.constexpr, BLOCK_N: tl.constexpr,
                         BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, SPLIT_K: tl.constexpr,
                         INTERP: tl.constexpr = False, USE_ASM: tl.constexpr = False,
-                        PDL_PREFETCH_BYTES: tl.constexpr = 0, PDL: tl.constexpr = False):
-    pdl_release(PDL)
-    gemv_prefetch(base_ptr, high_ptr, scale_ptr, N_OUT, up_off, base_row, high_row, scale_row, K,
-                  iters_per_split, FMT, EPI, BLOCK_N, BLOCK_K, PDL_PREFETCH_BYTES, PDL)
-    pdl_acquire(PDL)
+                        PDL: tl.constexpr = False):
+    pdl_enter(PDL)
     tl.static_assert(BLOCK_T <= 4)
     LPW: tl.constexpr = 4 if FMT == 8 else 8
     KW: tl.constexpr = BLOCK_K // LPW

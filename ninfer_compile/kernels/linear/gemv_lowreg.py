@@ -45,8 +45,8 @@ from .launch import (_FMT_CODE, asm_supported, check_call, interpreting, named_l
 from .ptx import LD_W, LD_W_L2, LD_X, chunk_asm_source, chunk_constraints
 from .routes import linear_workspace_numel  # noqa: F401  (the family's sizing hook, on each launcher module)
 from .weights import QuantWeight
-from ..pdl import pdl_acquire, pdl_launch, pdl_release
-from .prefetch import lowreg_prefetch
+from ..pdl import pdl_enter
+from ..pdl import pdl_launch
 
 # (fmt, BLOCK_T, CHAIN) -> asm text / constraints, as constexprs chosen inside the kernel
 _A = {(f, t, c): tl.constexpr(chunk_asm_source(f, t, c)) for f in (4, 5, 6) for t in (1, 2, 4) for c in (1, 2, 4)}
@@ -310,11 +310,8 @@ def gemv_lowreg_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, out_ptr, res_ptr, w
                        CHAIN: tl.constexpr = 1, INTERP: tl.constexpr = False,
                        USE_ASM: tl.constexpr = False, PREFETCH: tl.constexpr = False,
                        L2_HINT: tl.constexpr = False, FUSED_REDUCE: tl.constexpr = False,
-                       ASYNC: tl.constexpr = 0, PDL_PREFETCH_BYTES: tl.constexpr = 0, PDL: tl.constexpr = False):
-    pdl_release(PDL)
-    lowreg_prefetch(base_ptr, high_ptr, scale_ptr, N_OUT, up_off, base_row, high_row, scale_row,
-                    iters_per_split, FMT, EPI, BLOCK_N, BLOCK_K, PDL_PREFETCH_BYTES, PDL)
-    pdl_acquire(PDL)
+                       ASYNC: tl.constexpr = 0, PDL: tl.constexpr = False):
+    pdl_enter(PDL)
     tl.static_assert(BLOCK_T <= 4)
     KC: tl.constexpr = BLOCK_K // 32
     pid_n = tl.program_id(0)
@@ -488,7 +485,8 @@ def launch_lowreg(route_name: str, x, weight, out, *, epilogue: str = "none", re
         FMT=code, EPI=epi, BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], BLOCK_T=block_t,
         SPLIT_K=split_k, CHAIN=p["CHAIN"], INTERP=interpreting(), USE_ASM=use_asm,
         PREFETCH=bool(p["PREFETCH"]), L2_HINT=bool(p["L2_HINT"]), FUSED_REDUCE=fused, ASYNC=p["ASYNC"],
-        PDL_PREFETCH_BYTES=p["PDL_PREFETCH_BYTES"], num_warps=p["num_warps"], num_stages=p["num_stages"],
+        num_warps=p["num_warps"],
+        num_stages=p["num_stages"],
         **({"maxnreg": p["MAXNREG"]} if p["MAXNREG"] and not interpreting() else {}), **pdl_launch(gemv_lowreg_kernel))
     if not fused:
         reduce_split_k(ws, out, res, T, n_out, split_k, epi)

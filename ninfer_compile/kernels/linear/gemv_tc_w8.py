@@ -38,8 +38,8 @@ from .launch import asm_supported, check_call, named_launcher, reduce_split_k, s
 from .ptx import tc_w8_step_asm_source, tc_w8_step_constraints
 from .routes import linear_workspace_numel  # noqa: F401  (the family's sizing hook, on each launcher module)
 from .weights import QuantWeight
-from ..pdl import pdl_acquire, pdl_launch, pdl_release
-from .prefetch import w8_tc_prefetch
+from ..pdl import pdl_enter
+from ..pdl import pdl_launch
 
 TCW8_1 = tl.constexpr(tc_w8_step_asm_source(1))
 TCW8_2 = tl.constexpr(tc_w8_step_asm_source(2))
@@ -96,11 +96,8 @@ def gemv_tc_w8_kernel(x_ptr, base_ptr, scale_ptr, out_ptr, res_ptr, ws_ptr, cnt_
                       T, K, N_OUT, KB_TOTAL, base_row, scale_row, up_off, sx, so, sr, iters_per_split,
                       EPI: tl.constexpr, N_TILES: tl.constexpr, SPLIT_K: tl.constexpr, NW: tl.constexpr,
                       PREFETCH: tl.constexpr = False, FUSED_REDUCE: tl.constexpr = False,
-                      PDL_PREFETCH_BYTES: tl.constexpr = 0, PDL: tl.constexpr = False):
-    pdl_release(PDL)
-    w8_tc_prefetch(base_ptr, scale_ptr, N_OUT, up_off, base_row, scale_row, iters_per_split, EPI, NW,
-                   PDL_PREFETCH_BYTES, PDL)
-    pdl_acquire(PDL)
+                      PDL: tl.constexpr = False):
+    pdl_enter(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     # [NW, 8, 4]: warp, g = lane // 4, c = lane % 4 (the mma fragment owners)
@@ -238,7 +235,7 @@ def launch_tc_w8(route_name: str, x, weight, out, *, epilogue: str = "none", res
         T, k, n_out, kb_total, weight.base_row_bytes // 4, weight.groups_per_row,
         n_out, x.stride(0), out.stride(0), res.stride(0), ips,
         EPI=epi, N_TILES=1 if T <= 8 else 2, SPLIT_K=split_k, NW=nw, PREFETCH=bool(p["PREFETCH"]),
-        FUSED_REDUCE=fused, PDL_PREFETCH_BYTES=p["PDL_PREFETCH_BYTES"], num_warps=nw, num_stages=1, **({"maxnreg": p["MAXNREG"]} if p["MAXNREG"] else {}),
+        FUSED_REDUCE=fused, num_warps=nw, num_stages=1, **({"maxnreg": p["MAXNREG"]} if p["MAXNREG"] else {}),
         **pdl_launch(gemv_tc_w8_kernel))
     if not fused:
         reduce_split_k(ws, out, res, T, n_out, split_k, epi)

@@ -182,7 +182,7 @@ def launch(route_name: str, x, weight, out, *, epilogue: str = "none", residual=
             T, k, n_out, kw_total, base_row, high_row, scale_row, n_out,
             x.stride(0), out.stride(0), res.stride(0), ips,
             FMT=code, EPI=epi, BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], BLOCK_T=block_t,
-            SPLIT_K=split_k, INTERP=interpreting(), USE_ASM=use_asm, PDL_PREFETCH_BYTES=p["PDL_PREFETCH_BYTES"],
+            SPLIT_K=split_k, INTERP=interpreting(), USE_ASM=use_asm,
             num_warps=p["num_warps"], num_stages=p["num_stages"], **pdl_launch(qlinear_gemv_kernel))
     else:
         use_asm = p["USE_ASM"]

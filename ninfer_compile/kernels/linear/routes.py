@@ -45,12 +45,6 @@ def _p(name, choices, default, doc=""):
     return ParamSpec(name, tuple(choices), default, doc)
 
 
-PDL_PREFETCH = ("PDL_PREFETCH_BYTES", (0, 1024, 2048, 4096, 8192, 16384), 4096,
-                "L2 prefetch of the first bytes of each program's base-plane slice (+ the same K prefix of its "
-                "high / scale planes) before the programmatic-dependent-launch wait (prefetch.py); only under PDL "
-                "(CUDA-graph decode), 0 = off. 4096: bench/results/pdl_prefetch_predictions_2026-12-06.md")
-
-
 def _gemv_params():
     return {
         "BLOCK_N": _p("BLOCK_N", (1, 2, 4, 8, 16, 32, 64), 8, "output rows per program"),
@@ -61,7 +55,6 @@ def _gemv_params():
         "USE_ASM": _p("USE_ASM", ("auto", False, True), "auto",
                       "packed bf16x2 prmt/lop3 dequant + bf16x2 FMA per word (Q4 only; auto = on for "
                       "sm_90+ outside the interpreter when K % 8 == 0 and x rows are 16-byte aligned)"),
-        "PDL_PREFETCH_BYTES": _p(*PDL_PREFETCH),
     }
 
 
@@ -250,7 +243,6 @@ def _lowreg_params():
         "USE_ASM": _p("USE_ASM", ("auto", False, True), "auto",
                       "inline-PTX packed path (auto = on for sm_90+ outside the interpreter when K % 8 == 0 "
                       "and x rows / planes are 16-byte aligned); False = plain-Triton fp32 equivalent"),
-        "PDL_PREFETCH_BYTES": _p(*PDL_PREFETCH),
     }
 
 
@@ -295,9 +287,7 @@ def _tc_params(w8: bool):
                              "inline-PTX mma path (auto = on for sm_90+ outside the interpreter when K % 8 == 0 "
                              "and x rows / planes are 16-byte aligned); False = the small_t_mma kernel"),
     }
-    if w8:
-        params["PDL_PREFETCH_BYTES"] = _p(*PDL_PREFETCH)
-    else:  # (W8 has one G32 scale per 16-byte chunk, loaded with it)
+    if not w8:  # (W8 has one G32 scale per 16-byte chunk, loaded with it)
         params["SCALES"] = ParamSpec("SCALES", ("lane", "shfl"), "lane",
                                      "group scales: lane = a 2-byte load per row and K step; shfl = one coalesced "
                                      "4-byte load per row and lane per 4 K steps, then a warp shuffle per step")
