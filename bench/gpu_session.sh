@@ -52,8 +52,7 @@ COMMITTED_MEAS="$R/tune_sm90_linear_2026-11-29.meas.json $R/tune_sm90_gemv_2026-
   $R/tune_sm90_quick_2026-11-29.meas.json $R/tune_sm90_cliff_2026-12-01.meas.json
   $R/tune_sm90_gemv_fused_2026-12-01.meas.json $R/tune_sm90_attn_gating_2026-12-01.meas.json
   $R/tune_sm90_new_2026-12-02.meas.json $R/tune_sm90_gemv_tc_fence_2026-12-02.meas.json
-  $R/tune_sm90_gdn_prefill_2026-12-03.meas.json $R/tune_sm90_gemv_tc_shfl_2026-12-03.meas.json
-  $R/bench_linear_h100_gemm_tc_2026-12-06.meas.json"
+  $R/tune_sm90_gdn_prefill_2026-12-03.meas.json $R/tune_sm90_gemv_tc_shfl_2026-12-03.meas.json"
 replay_committed() {  # the committed measurements + the given files -> $OUT/sm90.yaml (+ .md)
   python3 -m ninfer_compile.cli tune --sm 90 --replay $COMMITTED_MEAS "$@" --base routes/sm90.yaml \
     -o "$OUT/sm90.yaml" --report "$OUT/sm90.md" 2>&1 | tail -n 1
