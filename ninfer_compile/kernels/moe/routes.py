@@ -41,6 +41,8 @@ register(Route(
     doc="one program per token: E router logits + the shared gate row, softmax, top-k by k arg-max "
         "rounds (ties to the lower id), renormalised; the decode router in one launch",
 ))
+# both expert routes run the same four kernels (group, gate/up, down, combine); they differ in tiling
+_EXPERT_KERNELS = tuple(f"{_M}.kernels:moe_{k}_kernel" for k in ("group", "gate_up", "down", "combine"))
 register(Route(
     name="moe_experts_gemv", family="moe_experts",
     domain=RouteDomain(formats=WEIGHT_FORMATS, max_t=GEMV_MAX_T),
@@ -48,9 +50,7 @@ register(Route(
             "BLOCK_K": ParamSpec("BLOCK_K", (32, 64, 128), 64, "columns per K step"),
             "num_warps": _warps()},
     reference=f"{_M}.reference:moe_experts", launcher=f"{_M}.launch:moe_experts_gemv",
-    kernels=(f"{_M}.kernels:moe_group_kernel", f"{_M}.kernels:moe_gate_up_kernel",
-             f"{_M}.kernels:moe_down_kernel", f"{_M}.kernels:moe_combine_kernel"),
-    workspace=f"{_M}.routes:moe_experts_workspace",
+    kernels=_EXPERT_KERNELS, workspace=f"{_M}.routes:moe_experts_workspace",
     doc="decode: pairs grouped by expert, one tile per hit expert (slots past the step's tile count "
         "exit), each hit expert's gate/up and down rows read once; broadcast-FMA; deterministic combine",
 ))
@@ -61,9 +61,7 @@ register(Route(
             "BLOCK_K": ParamSpec("BLOCK_K", (32, 64, 128), 64, "columns per K step"),
             "num_warps": _warps()},
     reference=f"{_M}.reference:moe_experts", launcher=f"{_M}.launch:moe_experts_grouped_gemm",
-    kernels=(f"{_M}.kernels:moe_group_kernel", f"{_M}.kernels:moe_gate_up_kernel",
-             f"{_M}.kernels:moe_down_kernel", f"{_M}.kernels:moe_combine_kernel"),
-    workspace=f"{_M}.routes:moe_experts_workspace",
+    kernels=_EXPERT_KERNELS, workspace=f"{_M}.routes:moe_experts_workspace",
     doc="prefill: tokens grouped by expert (sort / offsets), per-expert tiles of BLOCK_T pairs x "
         "BLOCK_N rows with tl.dot on dequantized bf16 tiles; deterministic combine",
 ))
