@@ -36,6 +36,12 @@ class _OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+
+def _rate(v: float) -> str:
+    """tok/s for the summary line: one decimal, two significant digits below 1 (the interpreter's
+    rates are well under 0.1 tok/s and must not print as 0.0)."""
+    return f"{v:.1f}" if v >= 1 or v == 0 else f"{v:.2g}"
+
 def _version() -> str:
     from . import __version__
 
@@ -327,8 +333,8 @@ def _generate(engine, args, prompt, concurrency: int, several: bool) -> None:
         head = f"concurrency {concurrency}: " if several else ""
         pf = st["prefill_tokens"] / st["prefill_s"] if st["prefill_s"] else 0.0
         dc = st["decode_tokens"] / st["decode_s"] if st["decode_s"] else 0.0
-        print(f"{head}prefill: {st['prefill_tokens']} tokens, {pf:.1f} tok/s; decode: {st['decode_tokens']} tokens "
-              f"in {st['decode_steps']} steps, {dc:.1f} tok/s", file=sys.stderr)
+        print(f"{head}prefill: {st['prefill_tokens']} tokens, {_rate(pf)} tok/s; decode: {st['decode_tokens']} tokens "
+              f"in {st['decode_steps']} steps, {_rate(dc)} tok/s", file=sys.stderr)
         if "spec" in st:
             print(head + spec_line(st), file=sys.stderr)
         print(head + _stop_line(results, args.max_new_tokens), file=sys.stderr)
