@@ -42,15 +42,11 @@ def read_bandwidth_gbs(torch, n: int = 34816, k: int = 5120, copies: int = 8) ->
 
 
 def decode_weight_bytes(plan: dict, artifact: Path) -> int:
-    """Bytes of weights one C=1 decode step reads: every weight object its launches reference
-    (fused parents whole), except the embedding table (one row per token)."""
-    from ninfer_runtime.artifact_view import ArtifactView
-
+    """Bytes of weights one decode step of the plan's first plain decode extent reads: every weight
+    object its launches reference once (fused parents whole), the embedding one row per column, an
+    expert bank the experts a step is expected to hit (`limits.step_floor_bytes`)."""
     ext = next(e for name, e in plan["extents"].items() if e["phase"] == "decode" and not name.startswith("mtp"))
-    names = {v["weight"] for L in ext["launches"] if L["kind"] != "embedding"
-             for v in L["args"].values() if isinstance(v, dict) and "weight" in v}
-    with ArtifactView.open(artifact) as art:
-        return sum(art.entry(n).bytes for n in names)
+    return step_floor_bytes(plan, ext, _entry_bytes(artifact), context=0)["weights"]
 
 
 def _entry_bytes(artifact: Path):

@@ -39,11 +39,33 @@ def _slot_bytes(buf: Mapping) -> int:
     return math.prod(per) * _DTYPE_BYTES.get(str(buf.get("dtype")), 2)
 
 
+def expected_experts_hit(experts: int, top_k: int, columns: int) -> float:
+    """Expected distinct experts a step of `columns` tokens hits when each token picks `top_k` of
+    `experts` uniformly at random (distinct per token): E * (1 - (1 - k/E)^T). Exact at T = 1 (k)."""
+    return experts * (1.0 - (1.0 - top_k / experts) ** max(1, int(columns)))
+
+
+def _moe_banks_share(launch: Mapping, plan: Mapping) -> float:
+    """Share of a `moe_experts` launch's banks one step reads: the expected distinct experts hit at
+    its T columns (uniform routing) over E, with E and top_k taken from the router launch that
+    writes the same expert_ids buffer; 1.0 for any other launch."""
+    if launch.get("kind") != "moe_experts":
+        return 1.0
+    ids = launch["args"]["expert_ids"]["buffer"]
+    for ext in plan["extents"].values():
+        for L in ext["launches"]:
+            if L.get("kind") == "moe_router" and L.get("outs", {}).get("expert_ids", {}).get("buffer") == ids:
+                E, k = int(L["match"]["n"]) - 1, int(L["attrs"]["top_k"])
+                return expected_experts_hit(E, k, int(launch.get("t", 1))) / E
+    raise KeyError(f"moe_experts launch {launch.get('op')}: no router writes {ids}")
+
+
 def launch_floor_bytes(launch: Mapping, plan: Mapping, entry_bytes: Callable[[str], int], *, slots: int,
                        context: int) -> int:
     """The least bytes one launch must move at decode with `slots` active sequences `context` deep.
 
-    Weights: every bound weight object whole (the embedding table: one row of it per column).
+    Weights: every bound weight object whole (the embedding table: one row of it per column; an
+    expert bank: the rows of the experts a step is expected to hit, `_moe_banks_share`).
     State (`{"state": ...}` arguments): recurrent / conv state read + written per active slot; a
     KV cache (per-slot shape [ctx, heads, D]) read for `context` positions and one row written.
     Activations are not counted (kilobytes at decode)."""
@@ -55,6 +77,8 @@ def launch_floor_bytes(launch: Mapping, plan: Mapping, entry_bytes: Callable[[st
             if launch.get("kind") == "embedding":
                 rows = max(1, int(launch.get("match", {}).get("n", 1)))
                 nbytes = math.ceil(nbytes / rows) * int(launch.get("t", 1))
+            elif name in ("gate_up", "down"):
+                nbytes = math.ceil(nbytes * _moe_banks_share(launch, plan))
             total += nbytes
             continue
         ref = _state_ref(v)
@@ -95,7 +119,7 @@ def step_floor_bytes(plan: Mapping, extent: Mapping, entry_bytes: Callable[[str]
                 if v["weight"] in seen:
                     continue
                 seen.add(v["weight"])
-                one = {"args": {"w": v}, "kind": L.get("kind"), "match": L.get("match", {}), "t": L.get("t", 1)}
+                one = {**L, "args": {k: a for k, a in L["args"].items() if a is v or k == "expert_ids"}}
                 out["weights"] += launch_floor_bytes(one, plan, entry_bytes, slots=slots, context=context)
             elif _state_ref(v) in state:
                 one = {"args": {"s": v}, "kind": L.get("kind")}

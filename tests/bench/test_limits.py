@@ -67,6 +67,27 @@ def test_floors_by_kernel_assign_each_launch_to_its_main_kernel():
     assert f["(emb)"] == 80  # a route without a manifest entry is named by its route
 
 
+def test_moe_banks_count_the_experts_a_step_hits():
+    """An expert bank's floor is the expected distinct experts hit at T columns (uniform top-k),
+    E and k from the router that writes the same expert_ids: exactly k of E at T = 1."""
+    router = {"kind": "moe_router", "route": "r", "t": 3, "match": {"n": 17}, "attrs": {"top_k": 4},
+              "args": {"weight": {"weight": "router"}}, "outs": {"expert_ids": {"buffer": "ids"}}}
+    experts = {"kind": "moe_experts", "route": "x", "t": 3,
+               "args": {"expert_ids": {"buffer": "ids"}, "gate_up": {"weight": "gu"}, "down": {"weight": "dn"}}}
+    plan = {"buffers": {"state": {}}, "extents": {"decode_c3_k0": {"phase": "decode", "concurrency": 3,
+                                                                   "launches": [router, experts]}}}
+    sizes = {"router": 170, "gu": 16000, "dn": 32000}.__getitem__
+    hit = 16 * (1 - (1 - 4 / 16) ** 3)
+    assert limits.expected_experts_hit(16, 4, 1) == 4
+    assert abs(limits.expected_experts_hit(16, 4, 3) - hit) < 1e-12
+    f = limits.step_floor_bytes(plan, plan["extents"]["decode_c3_k0"], sizes, context=1)
+    assert f["weights"] == 170 + int(-(-16000 * hit // 16)) + int(-(-32000 * hit // 16))
+    assert limits.launch_floor_bytes({**experts, "t": 1}, plan, sizes, slots=1, context=1) == (16000 + 32000) // 4
+    del router["outs"]
+    with pytest.raises(KeyError, match="no router"):
+        limits.launch_floor_bytes(experts, plan, sizes, slots=1, context=1)
+
+
 def test_full_size_27b_floor(tmp_path):
     """On the sparse 27B artifact: the step floor's state part is exactly 48 GDN layers' recurrent
     (48 x 128 x 128 fp32) + conv (3 x 10240 bf16) state read and written; weights are ~15.4 GB."""

@@ -72,3 +72,24 @@ def test_quantized_moe_plan_matches_reference_on_torch_and_interpreter(moe, tmp_
     for toks in (torch_tokens, interp_tokens):
         bad = S.check_tokens_against(ref, PROMPT, toks)
         assert not bad, "\n".join(bad)
+
+
+@pytest.mark.gpu
+def test_moe_plans_on_the_gpu_generate_the_argmax(moe, tmp_path_factory):
+    """On a GPU the Triton kernels run (CUDA graphs at decode); chunk 24 takes the prompt through the
+    grouped expert GEMM's tl.dot in bf16: bf16 recipe = transformers' argmax, default recipe = the
+    reference's (near-ties allowed)."""
+    import ninfer_runtime as nr
+
+    model = moe[0]
+    for recipe in ("bf16", "default"):
+        art, plan = _plan(moe, tmp_path_factory, recipe, 24)
+        with nr.load(plan, art, device="cuda", progress=False) as eng:
+            assert eng.graphs, "decode extents should be captured"
+            tokens = eng.generate(PROMPT, N_NEW, ignore_eos=True).tokens
+        if recipe == "bf16":
+            with torch.no_grad():
+                bad = S.check_tokens_against(lambda t: S.hf_logits(model, t), PROMPT, tokens)
+        else:
+            bad = S.check_tokens_against(S.reference_logits_fn(art), PROMPT, tokens)
+        assert not bad, f"{recipe}: " + "\n".join(bad)

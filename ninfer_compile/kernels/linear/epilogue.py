@@ -101,7 +101,7 @@ def splitk_reduce_kernel(ws_ptr, out_ptr, res_ptr, T, N_OUT, so, sr,
 
 
 @triton.jit
-def _fence_gpu(anchor, INTERP: tl.constexpr):
+def fence_gpu(anchor, INTERP: tl.constexpr):
     """fence.acq_rel.gpu once per element of `anchor` that a thread holds; nothing under the
     interpreter (programs run one after another there). The asm is emitted per element: pass a 1-D
     anchor (up to the program's thread count it is replicated, so every thread holds one element and
@@ -124,11 +124,11 @@ def splitk_fixup(ws_ptr, cnt_ptr, out_ptr, res_ptr, tile, n0, T, N_OUT, so, sr,
     t = tl.arange(0, BLOCK_T)[None, :]
     m = (n < N_OUT) & (t < T)
     one_per_thread = n0 + tl.arange(0, BLOCK_N)  # gemv_tc: 16 x NW rows over 32 x NW threads
-    _fence_gpu(one_per_thread, INTERP)  # this thread's partial stores are visible device-wide ...
+    fence_gpu(one_per_thread, INTERP)  # this thread's partial stores are visible device-wide ...
     tl.debug_barrier()  # ... for every thread of the program, before the ticket is taken
     ticket = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
     if ticket == SPLIT_K - 1:
-        _fence_gpu(one_per_thread, INTERP)
+        fence_gpu(one_per_thread, INTERP)
         if EPI == 1:
             ws_cols = 2 * N_OUT
         else:

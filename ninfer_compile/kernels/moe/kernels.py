@@ -1,9 +1,11 @@
 """Triton kernels of the MoE families.
 
-Router (`moe_router_kernel`, one launch): one program per token row computes all E + 1 logits
-(router rows and the shared-expert gate row, any linear weight format through the linear family's
-`dequant_tile`), the softmax over the E router logits, the top-k by k rounds of arg-max (ties to
-the lower expert id), the renormalised weights and the sigmoid of the shared gate.
+Router, one launch either way: `moe_router_kernel` (prefill) runs one program per token row over
+all E + 1 logits (router rows and the shared-expert gate row, any linear weight format through the
+linear family's `dequant_tile`); `moe_router_split_kernel` (decode, T <= 16) splits the rows over
+many programs, each reading its rows once for all T tokens, and the last program to arrive routes
+the tokens. Routing (`_route_token`): softmax over the E router logits, top-k by k rounds of arg-max
+(ties to the lower expert id), renormalised weights, sigmoid of the shared gate.
 
 Experts (`moe_experts` routes, four launches; see launch.py for the why):
 
@@ -30,7 +32,33 @@ import triton
 import triton.language as tl
 
 from ..linear.dequant import dequant_tile
+from ..linear.epilogue import fence_gpu
 from ..pdl import pdl_enter
+
+
+@triton.jit
+def _route_token(logits, ev, E, t, ids_ptr, w_ptr, gate_ptr, TOP_K: tl.constexpr, BLOCK_E: tl.constexpr,
+                 BLOCK_TOPK: tl.constexpr):
+    """Token t from its E + 1 logits [BLOCK_E]: softmax over rows 0..E-1, top-k by k arg-max rounds
+    (ties to the lower id), renormalised weights; sigmoid of row E (the shared gate)."""
+    gate = tl.sum(tl.where(ev == E, logits, 0.0), axis=0)
+    lg = tl.where(ev < E, logits, float("-inf"))
+    p = tl.exp(lg - tl.max(lg, axis=0))
+    p = p / tl.sum(p, axis=0)
+    kv = tl.arange(0, BLOCK_TOPK)
+    sel_ids = tl.zeros([BLOCK_TOPK], tl.int32)
+    sel_w = tl.zeros([BLOCK_TOPK], tl.float32)
+    for j in tl.static_range(TOP_K):
+        best = tl.max(p, axis=0)
+        idx = tl.min(tl.where(p == best, ev, BLOCK_E), axis=0)
+        sel_ids = tl.where(kv == j, idx, sel_ids)
+        sel_w = tl.where(kv == j, best, sel_w)
+        p = tl.where(ev == idx, -1.0, p)
+    sel_w = sel_w / tl.sum(sel_w, axis=0)
+    kmask = kv < TOP_K
+    tl.store(ids_ptr + t * TOP_K + kv, sel_ids, mask=kmask)
+    tl.store(w_ptr + t * TOP_K + kv, sel_w, mask=kmask)
+    tl.store(gate_ptr + t, 1.0 / (1.0 + tl.exp(-gate)))
 
 
 @triton.jit
@@ -50,25 +78,42 @@ def moe_router_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, ids_ptr, w_ptr, gate
         kk = k0 + tl.arange(0, BLOCK_K)
         xv = tl.load(x_ptr + t * sx + kk, mask=kk < K, other=0.0).to(tl.float32)
         acc += w * xv[None, :]
-    logits = tl.sum(acc, axis=1)
-    gate = tl.sum(tl.where(ev == E, logits, 0.0), axis=0)
-    lg = tl.where(ev < E, logits, float("-inf"))
-    p = tl.exp(lg - tl.max(lg, axis=0))
-    p = p / tl.sum(p, axis=0)
-    kv = tl.arange(0, BLOCK_TOPK)
-    sel_ids = tl.zeros([BLOCK_TOPK], tl.int32)
-    sel_w = tl.zeros([BLOCK_TOPK], tl.float32)
-    for j in tl.static_range(TOP_K):
-        best = tl.max(p, axis=0)
-        idx = tl.min(tl.where(p == best, ev, BLOCK_E), axis=0)
-        sel_ids = tl.where(kv == j, idx, sel_ids)
-        sel_w = tl.where(kv == j, best, sel_w)
-        p = tl.where(ev == idx, -1.0, p)
-    sel_w = sel_w / tl.sum(sel_w, axis=0)
-    kmask = kv < TOP_K
-    tl.store(ids_ptr + t * TOP_K + kv, sel_ids, mask=kmask)
-    tl.store(w_ptr + t * TOP_K + kv, sel_w, mask=kmask)
-    tl.store(gate_ptr + t, 1.0 / (1.0 + tl.exp(-gate)))
+    _route_token(tl.sum(acc, axis=1), ev, E, t, ids_ptr, w_ptr, gate_ptr, TOP_K, BLOCK_E, BLOCK_TOPK)
+
+
+@triton.jit
+def moe_router_split_kernel(x_ptr, base_ptr, high_ptr, scale_ptr, logits_ptr, cnt_ptr, ids_ptr, w_ptr, gate_ptr,
+                            T, E, K, KW_TOTAL, K_LOOP, base_row, high_row, scale_row, sx,
+                            TOP_K: tl.constexpr, FMT: tl.constexpr, BLOCK_T: tl.constexpr,
+                            BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr,
+                            BLOCK_TOPK: tl.constexpr, INTERP: tl.constexpr, PDL: tl.constexpr = False):
+    """Decode router over many programs: program i computes router rows [i*BLOCK_R, (i+1)*BLOCK_R)
+    for all T tokens (each row read once per step) into the fp32 logits workspace [T, E+1]; the
+    last program to arrive (an acq_rel ticket on a self-resetting counter) routes every token."""
+    pdl_enter(PDL)
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rmask = r <= E
+    tv = tl.arange(0, BLOCK_T)
+    tmask = tv < T
+    acc = tl.zeros([BLOCK_T, BLOCK_R], tl.float32)
+    for k0 in range(0, K_LOOP, BLOCK_K):
+        w = dequant_tile(base_ptr, high_ptr, scale_ptr, r, rmask, k0, K, KW_TOTAL, base_row, high_row,
+                         scale_row, FMT, BLOCK_R, BLOCK_K, False, INTERP).to(tl.float32)
+        kk = k0 + tl.arange(0, BLOCK_K)
+        xv = tl.load(x_ptr + tv[:, None] * sx + kk[None, :], mask=tmask[:, None] & (kk < K)[None, :],
+                     other=0.0).to(tl.float32)
+        acc += tl.sum(xv[:, None, :] * w[None, :, :], axis=2)
+    tl.store(logits_ptr + tv[:, None] * (E + 1) + r[None, :], acc, mask=tmask[:, None] & rmask[None, :])
+    fence_gpu(r, INTERP)  # this thread's logits are visible device-wide ...
+    tl.debug_barrier()  # ... for every thread of the program, before the ticket is taken
+    ticket = tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu")
+    if ticket == tl.num_programs(0) - 1:
+        fence_gpu(r, INTERP)
+        ev = tl.arange(0, BLOCK_E)
+        for t in range(0, T):
+            logits = tl.load(logits_ptr + t * (E + 1) + ev, mask=ev <= E, other=0.0, cache_modifier=".cg")
+            _route_token(logits, ev, E, t, ids_ptr, w_ptr, gate_ptr, TOP_K, BLOCK_E, BLOCK_TOPK)
+        tl.atomic_xchg(cnt_ptr, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit

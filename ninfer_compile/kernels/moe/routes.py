@@ -8,6 +8,7 @@ from ninfer_compile.kernels.registry import ParamSpec, Route, RouteDomain, regis
 _M = "ninfer_compile.kernels.moe"
 WEIGHT_FORMATS = ("Q4G64_F16S", "Q5G64_F16S", "Q6G64_F16S", "W8G32_F16S", "BF16")
 GEMV_MAX_T = 16
+ROUTER_SPLIT_MAX_T = 16
 
 
 def workspace_layout(E: int, I: int, H: int, pairs: int) -> dict[str, int]:
@@ -28,6 +29,13 @@ def moe_experts_workspace(view, params) -> int:
     return workspace_layout(n_d // H, I, H, T * k)["total"]
 
 
+def moe_router_workspace(view, params) -> int:
+    """The split router's fp32 logits [T, E+1]."""
+    T, _ = view.shape("x")
+    n, _ = view.shape("weight")
+    return T * n
+
+
 def _warps(default: int = 4) -> ParamSpec:
     return ParamSpec("num_warps", (1, 2, 4, 8), default, "warps per program")
 
@@ -40,6 +48,17 @@ register(Route(
     kernels=(f"{_M}.kernels:moe_router_kernel",),
     doc="one program per token: E router logits + the shared gate row, softmax, top-k by k arg-max "
         "rounds (ties to the lower id), renormalised; the decode router in one launch",
+))
+register(Route(
+    name="moe_router_split", family="moe_router",
+    domain=RouteDomain(formats=WEIGHT_FORMATS, max_t=ROUTER_SPLIT_MAX_T),
+    params={"BLOCK_R": ParamSpec("BLOCK_R", (8, 16, 32), 16, "router rows per program"),
+            "BLOCK_K": ParamSpec("BLOCK_K", (64, 128, 256), 128, "hidden columns per K step"),
+            "num_warps": _warps()},
+    reference=f"{_M}.reference:moe_router", launcher=f"{_M}.launch:moe_router_split",
+    kernels=(f"{_M}.kernels:moe_router_split_kernel",), workspace=f"{_M}.routes:moe_router_workspace",
+    doc="decode: the E + 1 rows split over cdiv(E+1, BLOCK_R) programs, each row read once for all T "
+        "tokens into fp32 logits; the last program to arrive (acq_rel ticket) routes every token",
 ))
 # both expert routes run the same four kernels (group, gate/up, down, combine); they differ in tiling
 _EXPERT_KERNELS = tuple(f"{_M}.kernels:moe_{k}_kernel" for k in ("group", "gate_up", "down", "combine"))
