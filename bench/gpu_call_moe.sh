@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The 35B-A3B (issue 33) on one GPU in one device call, parts in order ($PARTS), each bounded:
+#   tests   GPU-marked MoE tests: the MoE kernels at the real shapes, the tiny MoE plan on the GPU
+#           (a failure stops the parts that time those kernels)
+#   pack    the synthetic 35B-A3B artifact (seed 0: the real inventory, random payloads, ~22.8 GB)
+#   compile the sm_90 plan with kernel binaries: C = 1 and 8, the K = 3 MTP extents, context 4608
+#   e2e     bench_e2e: prefill 4096, decode C = 1 and 8 at context 4096, the waterfall at C = 1 and 8
+#   moe     bench_moe: the router and expert routes at T = 1..64, uniform and skewed routing
+#   spec    bench_spec: the K = 3 round at C = 1 and 8 against the plain step, forced acceptance at C = 1
+#   load    load_phases: two fresh processes to their first token
+#   tune    the MoE families' rows measured by the tuner (-> $OUT/sm90_moe.yaml)
+# Everything but call.log and gpu_tests.log comes back in results.tgz.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site wheels/*.whl || exit 2
+export PYTHONPATH=/tmp/site:$PWD:$PWD/runtime PYTHONUNBUFFERED=1
+stamp() { echo "[$(date -u +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$OUT/call.log"; }
+nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv | tee -a "$OUT/call.log"
+A=/tmp/m35.ninfer
+P=/tmp/m35.sm90.plan
+ROUTES=${ROUTES:-routes/sm90.yaml}
+ok=1
+for part in ${PARTS:-tests pack compile e2e moe spec load}; do
+  stamp "part $part"
+  case "$part" in
+    tests)
+      timeout ${TESTS_S:-240} python3 -m pytest -q -m gpu tests/kernels/moe tests/runtime/test_moe_e2e.py \
+        -p no:cacheprovider -rf -n ${GPU_TEST_WORKERS:-4} > "$OUT/gpu_tests.log" 2>&1 || ok=0
+      tail -n 3 "$OUT/gpu_tests.log" | tee -a "$OUT/call.log"
+      grep -m 8 "FAILED\|Error" "$OUT/gpu_tests.log" | tee -a "$OUT/call.log" ;;
+    pack)
+      [ -f "$A" ] || python3 -m ninfer_compile.cli pack --synthetic qwen3.6-35b-a3b -o "$A" --seed 0 -q 2>&1 | tail -n 2
+      ls -la "$A" | tee -a "$OUT/call.log" ;;
+    compile)
+      /usr/bin/time -f "compile wall %e s, cpu %U+%S s, max rss %M KB" python3 -m ninfer_compile.cli "$A" --sm 90 \
+        --routes "$ROUTES" --concurrency 1,8 --draft-tokens 3 --max-context 4608 -o "$P" 2>&1 | tail -n 3 \
+        | tee -a "$OUT/call.log" ;;
+    e2e)
+      [ "$ok" = 1 ] || { echo "e2e skipped: the GPU tests failed" | tee -a "$OUT/call.log"; continue; }
+      timeout ${E2E_S:-240} python3 bench/bench_e2e.py --plan "$P" --artifact "$A" --out "$OUT" --label 35b-a3b \
+        --prefill 4096 --concurrency 1,8 --context 4096 --profile 1,8 2>&1 \
+        | grep "^streaming\|^decode\|^prefill\|^profile\|rror" | tee -a "$OUT/call.log" ;;
+    moe)
+      [ "$ok" = 1 ] || { echo "moe skipped: the GPU tests failed" | tee -a "$OUT/call.log"; continue; }
+      timeout $(( ${MOE_S:-150} + 30 )) python3 bench/bench_moe.py --out "$OUT" --budget-s ${MOE_S:-150} 2>&1 \
+        | tail -n 40 | tee -a "$OUT/call.log" ;;
+    spec)
+      [ "$ok" = 1 ] || { echo "spec skipped: the GPU tests failed" | tee -a "$OUT/call.log"; continue; }
+      timeout ${SPEC_S:-200} python3 bench/bench_spec.py --plan "$P" --artifact "$A" --out "$OUT" --label 35b-a3b-k3 \
+        --concurrency 1,8 --context 4096 --forced-concurrency 1 --profile 1 2>&1 \
+        | grep "^K=\|MTP3\|round\|single\|rror" | head -n 20 | tee -a "$OUT/call.log" ;;
+    load)
+      timeout ${LOAD_S:-120} python3 bench/load_phases.py --model qwen3.6-35b-a3b --artifact "$A" --sm 90 --runs 2 \
+        2>&1 | tail -n 8 | tee "$OUT/load_phases.log" | tail -n 4 | tee -a "$OUT/call.log" ;;
+    tune)
+      timeout ${TUNE_S:-180} python3 -m ninfer_compile.cli tune --sm 90 --families moe_router,moe_experts \
+        --contract qwen3.6-35b-a3b --base "$ROUTES" -o "$OUT/sm90_moe.yaml" --report "$OUT/sm90_moe.md" \
+        --budget-s ${TUNE_S:-180} 2>&1 | tail -n 6 | tee -a "$OUT/call.log" ;;
+  esac
+done
+stamp "packing"
+tar -C "$OUT" -czf /tmp/results.tgz --exclude call.log --exclude gpu_tests.log . && mv /tmp/results.tgz "$OUT/results.tgz"
+find "$OUT" -mindepth 1 -maxdepth 1 ! -name call.log ! -name gpu_tests.log ! -name results.tgz -exec rm -rf {} +
+stamp done
