@@ -53,6 +53,23 @@ def routing_draw(t: int, n_experts: int, top_k: int, gen, device, hot=None, hot_
     return ids.to(torch.int32).contiguous(), (w / w.sum(-1, keepdim=True)).contiguous(), gate
 
 
+def routing_error(got, want, n_experts: int) -> float:
+    """Relative RMS error of a router's (ids, weights, shared gate) against the reference's, the
+    routing compared as dense [T, E] weights: a near-tie chosen the other way costs the two nearly
+    equal weights, a wrong expert its whole weight; inf for an id outside 0..E-1."""
+    import torch
+
+    def dense(ids, w, gate):
+        ids, w = ids.long().cpu(), w.float().cpu()
+        d = torch.zeros(ids.shape[0], n_experts).scatter_add_(1, ids.clamp(0, n_experts - 1), w)
+        return torch.cat([d.reshape(-1), gate.float().cpu()]).double(), bool(((ids < 0) | (ids >= n_experts)).any())
+
+    (g, bad), (r, _) = dense(*got), dense(*want)
+    if bad or not torch.isfinite(g).all():
+        return float("inf")
+    return float((g - r).pow(2).mean().sqrt() / r.pow(2).mean().sqrt().clamp_min(1e-30))
+
+
 def moe_candidates(route, t: int, quick: bool) -> list[dict]:
     """A curated set per route (defaults first). The decode route's broadcast product holds
     BLOCK_T x BLOCK_N x BLOCK_K fp32 values (BLOCK_T = next_pow2(T)): its larger-T sets shrink the tile."""
@@ -103,19 +120,11 @@ def build_moe_router(case, t: int, ctx: int | None, copies: int | None, seed: in
         args = dict(x=x, weight=weights[i], expert_ids=ids, expert_weights=wts, shared_gate=gate, top_k=top_k)
         return lambda: M.call_launcher(fn, args, params)
 
-    def dense(e_ids, e_w, g):
-        e_ids, e_w, g = e_ids.long().cpu(), e_w.float().cpu(), g.float().cpu()
-        if e_ids.min() < 0 or e_ids.max() >= n - 1:
-            return None
-        d = torch.zeros(t, n - 1).scatter_add_(1, e_ids, e_w)
-        return torch.cat([d.reshape(-1), g])
-
     def check(route, params):
         ids.fill_(-1)
         make(route, params, 0)()
         M.sync()
-        got, want = dense(ids, wts, gate), dense(*M.ref_call(route, x, w0, top_k))
-        return float("inf") if got is None else M.rel_rms(got, want)
+        return routing_error((ids, wts, gate), M.ref_call(route, x, w0, top_k), n - 1)
 
     return M.Bench(case, t, ctx, cold, nc, make, check, [weights])
 
