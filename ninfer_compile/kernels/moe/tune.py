@@ -182,9 +182,9 @@ def build_moe_experts(case, t: int, ctx: int | None, copies: int | None, seed: i
 _M = "ninfer_compile.kernels.moe.tune"
 
 TUNE = (
-    TuneSpec(family="moe_router", order=190, builder=f"{_M}:build_moe_router", candidates=moe_candidates,
+    TuneSpec(family="moe_router", order=190, group="moe", builder=f"{_M}:build_moe_router", candidates=moe_candidates,
              doc="cold operand: the router weight [E+1, H], rotated over copies; x random"),
-    TuneSpec(family="moe_experts", order=191, builder=f"{_M}:build_moe_experts", candidates=moe_candidates,
+    TuneSpec(family="moe_experts", order=191, group="moe", builder=f"{_M}:build_moe_experts", candidates=moe_candidates,
              variant=experts_variant,
              doc="UNIFORM random routing (top_k distinct experts per token; real routers are skewed: "
                  "bench/bench_moe.py times both); cold operands: one routing draw and one expert-bank copy "
