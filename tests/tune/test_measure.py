@@ -154,6 +154,12 @@ def _tiny_cases():
     cases.append(MatchCase("spec_accept", {"format": "BF16", "n": 50}, {"logits": (8, 50)}))
     cases.append(MatchCase("state_select", {"format": "BF16"},
                            {"state": (3, 2, 16, 16), "columns": (1, 1, 2, 16, 16), "accepted": (1,), "slots": (2,)}))
+    # the MoE families (the tiny dense model has none): 8 experts of width 32, top-2
+    cases.append(MatchCase("moe_router", {"format": "BF16", "n": 9, "k": 96},
+                           {"x": (1, 96), "weight": (9, 96), "out:expert_ids": (1, 2)}, {"top_k": 2}))
+    cases.append(MatchCase("moe_experts", {"format": "Q4G64_F16S", "n": 8 * 64, "k": 96},
+                           {"x": (1, 96), "expert_ids": (1, 2), "gate_up": (8 * 64, 96), "down": (8 * 96, 32)},
+                           dtypes={"down": "Q5G64_F16S"}))
     return cases
 
 

@@ -45,7 +45,9 @@ def test_parse_families_expands_groups():
                                                     "kv_append")
     assert set(parse_families("all")) == set(parse_families(None)) == {
         "linear", "attention", "gated_delta_rule", "gdn_gating", "gdn_gating_proj", "conv1d", "rmsnorm",
-        "gated_rmsnorm", "head_rmsnorm", "qk_norm_rope", "kv_append", "state_select", "spec_accept", "sampling"}
+        "gated_rmsnorm", "head_rmsnorm", "qk_norm_rope", "kv_append", "state_select", "spec_accept", "sampling",
+        "moe_router", "moe_experts"}
+    assert parse_families("moe") == ("moe_router", "moe_experts")
     with pytest.raises(NinferError):
         parse_families("embedding")
 
