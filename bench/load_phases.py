@@ -9,9 +9,11 @@
 2. compiles it for this GPU's sm with kernel binaries (the binary cache makes a repeat cheap), and
    times that compile;
 3. runs `--runs` fresh child processes, each: import ninfer_runtime, load the plan
-   (`Engine.load_times` and `Engine.load_phases`: kernel import, the binaries' check / driver /
-   hash / preload, the background module loads and the wait for them, binding, warm-up, graph
-   capture), generate one token; every phase is printed with the time from process start
+   (`Engine.load_times` and `Engine.load_phases`: kernel import; the binaries' check / driver /
+   hash / preload / module loads, which run in a background thread beside the weight upload and
+   are printed as "<phase> (bg)", with "kernels (bg)" (the thread's whole run) and "kernels_wait"
+   (the main thread's wait for it); binding, warm-up (0 when skipped: every kernel preloaded),
+   graph capture), generate one token; every phase is printed with the time from process start
    (`/proc/self/stat` start time) to the first token. The first child may pay Triton's one-time
    driver-utilities build (user cache); the later ones show the steady state.
 

@@ -19,13 +19,17 @@ Requires: torch (triton only for "triton" / "interpret"). Guarantees (`TorchDevi
 refuses a plan compiled for another sm (one line, PlanMismatch); `prepare_kernels` turns the
 interpreter on before triton is imported ("interpret" only; "torch" never needs it); `upload` copies one host uint8 buffer to the device (no second host copy);
 `zeros` allocates zero-filled device memory (the caching allocator's alignment); `warm` and
-`capture_graphs` are true on a CUDA device only.
+`capture_graphs` are true on a CUDA device only; `start_kernel_binaries` runs the plan binaries'
+check, hashing, preload and module loads in a background thread on a GPU (`KernelSetup`), inline
+everywhere else.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from typing import Any, Callable
 
 import torch
@@ -56,6 +60,10 @@ class DeviceBackend:
         (`binaries_dir`, `plan`, `kernels`)."""
         return None, "kernels: no binaries"
 
+    def start_kernel_binaries(self, source, package: str) -> "KernelSetup":
+        """`kernel_binaries`, started: here run at once (`KernelSetup.join()` gives its result)."""
+        return KernelSetup(lambda: self.kernel_binaries(source, package), background=False)
+
     def upload(self, read: Callable[[], torch.Tensor], nbytes: int) -> torch.Tensor:
         """A 1-D uint8 device tensor of `nbytes` with the bytes of `read()` (a host uint8 tensor;
         a device that holds no data need not call it)."""
@@ -67,6 +75,85 @@ class DeviceBackend:
 
     def synchronize(self) -> None:
         """Wait for the device's queued work."""
+
+
+# While the background setup runs beside the upload, the main thread wants the GIL back after every
+# copy (it releases it while copying); with the default 5 ms switch interval each of those handbacks
+# may wait 5 ms behind the setup's Python (hashing, imports). A shorter interval keeps the upload's pace.
+OVERLAP_SWITCH_INTERVAL_S = 0.0005
+
+
+class KernelSetup:
+    """The plan's kernel binaries being obtained: `work()` -> (binaries or None, note), run at once
+    (`background` False: its errors raise here) or in a daemon thread beside the weight upload.
+    `join()` returns the result, or raises the thread's error (the same exception: one line);
+    `abandon()` (a load failing elsewhere) joins the thread and releases any binaries it registered,
+    so a failed load leaves neither a thread nor a registered plan directory. `seconds`: work's run time."""
+
+    def __init__(self, work: Callable[[], tuple[Any, str]], *, background: bool):
+        self.background = background
+        self.seconds = 0.0
+        self._result: tuple[Any, str] | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._switch: tuple[float, float] | None = None  # (interval before, interval set) while overlapping
+        if not background:
+            t = time.perf_counter()
+            self._result = work()
+            self.seconds = time.perf_counter() - t
+            return
+
+        def run() -> None:
+            t = time.perf_counter()
+            try:
+                self._result = work()
+            except BaseException as exc:  # noqa: BLE001 - handed to the joining thread
+                self._error = exc
+            finally:
+                self.seconds = time.perf_counter() - t
+
+        before = sys.getswitchinterval()
+        sys.setswitchinterval(min(before, OVERLAP_SWITCH_INTERVAL_S))
+        self._switch = (before, sys.getswitchinterval())
+        self._thread = threading.Thread(target=run, name="ninfer-kernel-setup", daemon=True)
+        try:
+            self._thread.start()
+        except BaseException:
+            self._thread = None
+            self._restore_switch()
+            raise
+
+    def _restore_switch(self) -> None:
+        if self._switch is not None:
+            before, mine = self._switch
+            if sys.getswitchinterval() == mine:  # unless someone else changed it meanwhile
+                sys.setswitchinterval(before)
+            self._switch = None
+
+    def _wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._restore_switch()
+
+    def join(self) -> tuple[Any, str]:
+        """(binaries or None, note); the caller owns (and releases) the binaries from here on."""
+        self._wait()
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+        result, self._result = self._result, None
+        if result is None:
+            raise RuntimeError("kernel setup: joined twice")
+        return result
+
+    def abandon(self) -> None:
+        """Join, drop any error (the caller is raising its own), release binaries not handed out."""
+        self._wait()
+        self._error = None
+        result, self._result = self._result, None
+        if result is not None and result[0] is not None:
+            result[0].release()
 
 
 def torch_device(spec=None) -> torch.device:
@@ -142,12 +229,19 @@ class TorchDevice(DeviceBackend):
         binaries, note = binaries_for(source.binaries_dir, source.plan, source.kernels)
         if binaries is not None:
             try:
-                with torch.cuda.device(self.device):
+                with torch.cuda.device(self.device):  # also in the background thread: per thread
                     preload_binaries(binaries, package)
+                    binaries.load_modules()
             except BaseException:
                 binaries.release()
                 raise
         return binaries, note
+
+    def start_kernel_binaries(self, source, package: str) -> KernelSetup:
+        # with plan binaries on a GPU, the whole setup (triton import + build digest, the binaries'
+        # sha256, canonical hashing, preload, module loads) overlaps the weight upload in a thread
+        background = (self.kernels == "triton" and not self._interpreting() and source.binaries_dir is not None)
+        return KernelSetup(lambda: self.kernel_binaries(source, package), background=background)
 
     def upload(self, read: Callable[[], torch.Tensor], nbytes: int) -> torch.Tensor:
         return read().to(self.device, non_blocking=False)

@@ -7,7 +7,10 @@ positions / slots (and, for the others, n_drafts / hidden) into the extent's (st
 buffers, replays, and reads the static output buffers. Capture runs the list twice on a side
 stream first (Triton compiles its kernels there), then records it; the state written by those
 dummy steps (distinct slots per row, positions 0..) is zeroed. The extents captured are those
-the plan marks `cuda_graph.capture` (`Engine.captured_runners`).
+the plan marks `cuda_graph.capture` (`Engine.captured_runners`). Those two side-stream runs are
+what makes the capture safe; the load's warm-up run of every extent before it (`warm_kernels`) is
+only for getting kernels compiled / loaded early, and is skipped when nothing is left to do
+(`warmup_needed`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,39 @@ def dummy_inputs(runner) -> None:
         runner.inputs["positions"].copy_((col % W) % eng.max_context)
     if "slots" in runner.inputs:
         runner.inputs["slots"].copy_((col // W) % eng.slots)
+
+
+def warmup_needed(engine) -> bool:
+    """Whether the load runs every extent once before capture (`warm_kernels`). What that run is for:
+    - it gets every kernel an extent launches at T compiled (JIT) or loaded (cubin, launcher) inside
+      the load rather than in the first request. With the plan's binaries `complete()` (every kernel
+      the compiler saw launched preloaded from the plan, its cubin loaded and launcher built by
+      `load_modules` in the background, nothing stale) that work is already done: skipped;
+    - it is not what makes capture safe: `capture_decode_graphs` runs each captured extent twice on a
+      side stream before recording it (torch's lazily loaded kernels, cuBLAS handles, any kernel
+      that still needs a JIT or a module load), with or without a warm-up before;
+    - it never covered a prefill's tail columns (n < T: other specialisations), which rely on the
+      binaries (the compiler builds them) either way;
+    - a --tp plan keeps it: each rank decides on its own binaries, and the ranks must issue the same
+      collectives in the same order (the warm-up's, then the capture's).
+    No warm-up off a GPU (`backend.warm`: false on the CPU's torch and interpreter paths)."""
+    if not engine.backend.warm:
+        return False
+    if engine.tp is not None and engine.tp.world > 1:
+        return True
+    return engine.binaries is None or not engine.binaries.complete()
+
+
+def warm_kernels(engine) -> None:
+    """Run every extent once on dummy inputs (slot per row, positions 0..), so every kernel is
+    loaded from the plan's binaries or JIT-compiled now, inside the load's "kernels" time; the
+    state they write is zeroed."""
+    for r in engine.extents.values():
+        dummy_inputs(r)
+        r.run()
+    engine.backend.synchronize()
+    engine.zero_state()
+    engine.backend.synchronize()
 
 
 def capture_decode_graphs(engine) -> dict[str, torch.cuda.CUDAGraph]:

@@ -21,8 +21,10 @@
    path nothing imports triton); on a GPU,
    use the plan's precompiled kernel binaries (PLAN/kernels/bin, see triton_cache.py) when they
    were built by this Triton (version, build, ptxas, cache-relevant environment) for this sm,
-   else JIT from the emitted source (`Engine.kernel_note` says which and why), then run every
-   extent once so each kernel is loaded (or compiled) before capture;
+   else JIT from the emitted source (`Engine.kernel_note` says which and why); their check,
+   hashing, preload and module loads run in a thread beside step 3's upload (device.py
+   `KernelSetup`), joined before binding; then run every extent once so each kernel is loaded
+   (or compiled) before capture, unless the binaries left nothing to load (graphs.warmup_needed);
 6. on a GPU, capture one CUDA graph per decode extent the plan marks for capture (and, in a plan
    with a draft window K > 0, per verify / MTP decode / MTP verify extent: docs/SPECULATIVE.md).
 Runners by graph and phase: `prefill_runner`, `decode_runners` (text decode, by C),
@@ -32,7 +34,9 @@ Every device-dependent step (the sm check, uploads, allocations, binaries, warm-
 through the engine's `DeviceBackend` (device.py): `TorchDevice` by default, or one injected by the
 caller (the compiler's ahead-of-time pass injects a fake device and a plan held in memory, and
 constructs this same Engine). `Engine.load_times` = {"upload": s, "kernels": s, "capture": s,
-"total": s}; "kernels" covers the import, binding, binary loading / JIT and the warm-up run.
+"total": s}; "kernels" is its critical path: the import, the wait for the background binaries
+(else their setup), binding and the warm-up run. `Engine.load_phases` names each part; the
+background's own phases end in " (bg)" ("kernels (bg)": its whole run, "kernels_wait": the join).
 """
 
 from __future__ import annotations
@@ -109,7 +113,7 @@ class Engine:
         if kernels is not None and kernels != self.kernels:
             raise PlanError(f"--kernels {kernels}: the injected device runs {self.kernels} kernels")
         self.device_note = self.backend.check(self.plan)
-        self.binaries = None
+        self.binaries = self._kernel_setup = None
         if isinstance(artifact, (str, os.PathLike)):
             try:
                 artifact = ArtifactView.open(artifact)
@@ -120,6 +124,8 @@ class Engine:
             self.source.check(self.artifact)
             self._init(progress, t0)
         except BaseException:
+            if self._kernel_setup is not None:  # joins its thread, releases what it registered
+                self._kernel_setup.abandon()
             if self.binaries is not None:
                 self.binaries.release()
             self.artifact.close()
@@ -144,7 +150,7 @@ class Engine:
         t_import = time.perf_counter() - t_kern
         self._launchers: dict[str, Any] = {}
         self._quant_weight_cls = None
-        self.binaries, self.kernel_note = self.backend.kernel_binaries(self.source, self.kernel_package)
+        setup = self._kernel_setup = self.backend.start_kernel_binaries(self.source, self.kernel_package)
         t_kern = time.perf_counter() - t_kern
         t_up = time.perf_counter()
         self._upload(used, progress)
@@ -154,9 +160,9 @@ class Engine:
         self.backend.synchronize()
         t_up = time.perf_counter() - t_up
         t_wait = time.perf_counter()
-        if self.binaries is not None:  # the modules loaded in the background during the upload
-            self.binaries.wait_modules()
-        t_kern += time.perf_counter() - t_wait
+        self.binaries, self.kernel_note = setup.join()  # raises the background's error, if any
+        t_wait = time.perf_counter() - t_wait
+        t_kern += t_wait
         try:
             self._allocate()
         except (RuntimeError, ValueError, OverflowError, TypeError) as exc:  # an absurd (edited) size
@@ -165,12 +171,15 @@ class Engine:
         t_bind = time.perf_counter()
         self._bind_extents()
         t_warm = time.perf_counter()
-        if self.backend.warm:
-            self._warm_kernels()
+        from .graphs import capture_decode_graphs, warm_kernels, warmup_needed
+
+        self.warmed = warmup_needed(self)
+        if self.warmed:
+            warm_kernels(self)
         t_kern += time.perf_counter() - t_bind
         t_warm, t_bind = time.perf_counter() - t_warm, t_warm - t_bind
         if self.binaries is not None:
-            self.kernel_note = self.binaries.note()
+            self.kernel_note = self.binaries.note() + ("" if self.warmed else "; no warm-up run (nothing to load)")
         self.device_note = f"{self.device_note}; {self.kernel_note}{self._pdl_note()}"
         # frontend (tokenizer, chat template, stop ids) from the artifact's resources
         self.frontend = Frontend.from_artifact(self.artifact)
@@ -178,14 +187,15 @@ class Engine:
         t_cap = time.perf_counter()
         self.graphs = {}
         if self.backend.capture_graphs:
-            from .graphs import capture_decode_graphs
-
             self.graphs = capture_decode_graphs(self)  # decode, verify and MTP extents (graphs.py)
         t_cap = time.perf_counter() - t_cap
         self.load_times = {"upload": t_up, "kernels": t_kern, "capture": t_cap,
                            "total": time.perf_counter() - t0}
         # the phases inside "kernels" (binaries: triton_cache.PlanBinaries.phases) and the capture
-        self.load_phases = {"import": t_import, **(self.binaries.phases if self.binaries is not None else {}),
+        bg = " (bg)" if setup.background else ""
+        binary_phases = self.binaries.phases if self.binaries is not None else {}
+        self.load_phases = {"import": t_import, **{k + bg: v for k, v in binary_phases.items()},
+                            **({"kernels (bg)": setup.seconds, "kernels_wait": t_wait} if bg else {}),
                             "binding": t_bind, "warmup": t_warm, "capture": t_cap}
         if self.tp is not None and self.tp.world > 1 and self.tp.rank == 0:
             from .tensor_parallel import Lockstep
@@ -313,19 +323,6 @@ class Engine:
         the text decode and verify extents and the MTP decode / verify extents."""
         return [r for r in (*self.decode_runners, *self.verify_runners, *self.mtp_decode_runners,
                             *self.mtp_verify_runners) if r.capture]
-
-    def _warm_kernels(self) -> None:
-        """Run every extent once on dummy inputs (graphs.dummy_inputs: slot per row, positions
-        0..) so every kernel is loaded from the plan's binaries or JIT-compiled now, inside the
-        load's "kernels" time; the state they write is zeroed."""
-        from .graphs import dummy_inputs
-
-        for r in self.extents.values():
-            dummy_inputs(r)
-            r.run()
-        self.backend.synchronize()
-        self.zero_state()
-        self.backend.synchronize()
 
     def _upload(self, names: list[str], progress: bool) -> None:
         total = 0

@@ -24,8 +24,9 @@ does for every plan file.
 Load phases (`PlanBinaries.phases`, seconds): "check" (manifest, toolchain, sha256; its parts
 "check_triton" (its import and build digest: a sha256 of libtriton + sources, which its own keys need anyway),
 "check_backend" (ptxas), "check_files"), "driver" (Triton's GPU driver, utilities built on first use), "hash",
-"preload" (every entry's lookup and metadata), "module_load" (every cubin loaded with its launcher, in a thread
-`preload_binaries` starts so it overlaps the weight upload), "module_wait" (`wait_modules`).
+"preload" (every entry's lookup and metadata), "module_load" (`load_modules`: every cubin loaded with its
+launcher). On a GPU the loader runs all of them in one background thread beside the weight upload
+(device.py `KernelSetup`), so the engine reports them as "<phase> (bg)".
 This module imports only the standard library (and the runtime's errors) at import time; Triton when used.
 """
 
@@ -244,60 +245,45 @@ def cache_env() -> dict[str, str]:
 class PlanBinaries:
     """The plan's usable binaries, registered with the cache manager until `release()`."""
 
-    def __init__(self, bin_dir: Path, manifest: dict[str, Any], modules: list[str] = ()):
+    def __init__(self, bin_dir: Path, manifest: dict[str, Any], modules: list[str] = (), *, partial: bool = False):
         self.bin_dir = bin_dir
         self.manifest = manifest
         self.modules = list(modules)  # the kernel package's modules (canonical hashing order)
         self.entries = list(manifest.get("entries") or [])
+        self.partial = partial  # the compiler could not build every kernel it saw (status "partial")
         self.preloaded = 0
         self.stale: list[str] = []
         self._stats0 = dict(STATS)
         self._registered = False
         self.phases: dict[str, float] = {}
         self.kernels: list = []  # the preloaded CompiledKernels
-        self._loader: threading.Thread | None = None
-        self.load_errors = 0  # modules the background thread could not load (left to the first launch)
+        self.load_errors = 0  # modules `load_modules` could not load (left to the first launch)
 
     def register(self) -> None:
         _install(str(self.bin_dir))
         self._registered = True
         self._stats0 = dict(STATS)
 
-    def start_module_loads(self, device) -> None:
-        """Load every preloaded kernel's cubin onto `device` (a torch device) and build its launcher
-        in a background thread, so it overlaps the weight upload; `wait_modules()` joins it. A
-        module that fails to load here is loaded (and its error raised) at its first launch."""
-        if self._loader is not None or not self.kernels:
-            return
-        kernels = list(self.kernels)
-
-        def run():
-            t = time.perf_counter()
+    def load_modules(self) -> None:
+        """Load every preloaded kernel's cubin onto the current CUDA device and build its launcher
+        (the caller selects the device). A module that fails to load here is loaded (and its error
+        raised) at its first launch; `load_errors` counts them."""
+        t = time.perf_counter()
+        for k in self.kernels:
             try:
-                import torch
+                k._init_handles()
+            except Exception:  # noqa: BLE001 - raised again at the kernel's first launch
+                self.load_errors += 1
+        self.phases["module_load"] = time.perf_counter() - t
 
-                torch.cuda.set_device(device)
-                for k in kernels:
-                    try:
-                        k._init_handles()
-                    except Exception:  # noqa: BLE001 - raised again at the kernel's first launch
-                        self.load_errors += 1
-            finally:
-                self.phases["module_load"] = time.perf_counter() - t
-
-        self._loader = threading.Thread(target=run, name="ninfer-module-load", daemon=True)
-        self._loader.start()
-
-    def wait_modules(self) -> None:
-        """Join the background module loads (before anything launches a kernel)."""
-        if self._loader is not None:
-            t = time.perf_counter()
-            self._loader.join()
-            self._loader = None
-            self.phases["module_wait"] = self.phases.get("module_wait", 0.0) + time.perf_counter() - t
+    def complete(self) -> bool:
+        """Every kernel the compiler saw launched is here, preloaded, its module loaded, and nothing
+        was JIT-compiled or found stale: the first launches need no compile or module load."""
+        return (not self.partial and bool(self.entries) and self.preloaded == len(self.entries)
+                and len(self.kernels) == self.preloaded and not self.stale and self.load_errors == 0
+                and self.stats()["compiled"] == 0)
 
     def release(self) -> None:
-        self.wait_modules()
         if self._registered:
             _uninstall(str(self.bin_dir))
             self._registered = False
@@ -383,7 +369,7 @@ def binaries_for(plan_dir: Path, plan: dict, kernels: dict) -> tuple[PlanBinarie
             if not ok:
                 raise PlanMismatch(f"{p}: kernel binary is damaged (sha256 differs from {BIN_DIR}/manifest.json)")
     parts["check_files"] = time.perf_counter() - t
-    b = PlanBinaries(bin_dir, man, kernel_modules(kernels))
+    b = PlanBinaries(bin_dir, man, kernel_modules(kernels), partial=status == "partial")
     b.register()
     b.phases["check"] = time.perf_counter() - t0
     b.phases.update(parts)
@@ -486,12 +472,6 @@ def preload_binaries(binaries: PlanBinaries, package: str) -> int:
     finally:
         _PLAN_ONLY.on = False
     binaries.preloaded = n
-    try:
-        import torch
-
-        binaries.start_module_loads(torch.device("cuda", torch.cuda.current_device()))
-    except Exception:  # noqa: BLE001 - the modules load at their first launch instead
-        pass
     return n
 
 
