@@ -99,7 +99,8 @@ def best_of(route, t, args, started, fns_of, check) -> dict:
             "candidates": tried}
 
 
-def bench_router(t, geo, args, started, gen, dev, bw) -> dict:
+def bench_router(t, geo, args, started, gen, dev, bw) -> list[dict]:
+    """The router routes whose domain covers T (the split one to T = 16), one row each."""
     from ninfer_compile.kernels.moe.tune import routing_error
     from ninfer_compile.kernels.registry import get_route
     from ninfer_compile.tune import measure as M
@@ -113,21 +114,28 @@ def bench_router(t, geo, args, started, gen, dev, bw) -> dict:
     ids = torch.zeros(t, k, dtype=torch.int32, device=dev)
     wts = torch.zeros(t, k, dtype=torch.float32, device=dev)
     gate = torch.zeros(t, dtype=torch.float32, device=dev)
-    route = get_route("moe_router_rows")
-
-    def fns_of(params):
-        return [lambda w=w: L.moe_router_rows(x, w, ids, wts, gate, k, **params) for w in weights]
+    logits = torch.empty(t * (E + 1), dtype=torch.float32, device=dev)
+    launchers = {"moe_router_rows": lambda w, params: L.moe_router_rows(x, w, ids, wts, gate, k, **params),
+                 "moe_router_split": lambda w, params: L.moe_router_split(x, w, ids, wts, gate, k, workspace=logits,
+                                                                          **params)}
 
     def check(fn):
         fn()
         return routing_error((ids, wts, gate), R.moe_router(x, weights[0], k), E)
 
     nbytes = one + t * H * 2 + t * (k * 8 + 4)
-    row = {"op": "router", "t": t, "bytes": nbytes, "floor_us": nbytes / bw * 1e6,
-           **best_of(route, t, args, started, fns_of, check)}
-    if "us" in row:
-        row["pct_floor"] = 100.0 * row["floor_us"] / row["us"]
-    return row
+    rows = []
+    for name, launch in launchers.items():
+        route = get_route(name)
+        if route.domain.max_t is not None and t > route.domain.max_t:
+            continue
+        row = {"op": "router", "route": name, "t": t, "bytes": nbytes, "floor_us": nbytes / bw * 1e6,
+               **best_of(route, t, args, started,
+                         lambda params, launch=launch: [lambda w=w: launch(w, params) for w in weights], check)}
+        if "us" in row:
+            row["pct_floor"] = 100.0 * row["floor_us"] / row["us"]
+        rows.append(row)
+    return rows
 
 
 def bench_experts(t, dist, lay, hot, args, started, gen, dev, bw, n_draws) -> list[dict]:
@@ -210,9 +218,9 @@ def run(args) -> dict:
     started = time.time()
     t_list = [int(v) for v in args.t.split(",")] if args.t else list(T_DRY if dry else T_ALL)
     for t in t_list:
-        row = bench_router(t, geo, args, started, gen, dev, bw)
-        res["rows"].append(row)
-        print(line(row), flush=True)
+        for row in bench_router(t, geo, args, started, gen, dev, bw):
+            res["rows"].append(row)
+            print(line(row), flush=True)
         save()
     hot = torch.randperm(geo["E"], generator=gen, device=dev)[:geo["hot"]]
     res["hot_experts"] = sorted(hot.tolist())
@@ -243,7 +251,7 @@ def _f(v, fmt=".1f"):
 
 def line(r: dict) -> str:
     if r["op"] == "router":
-        return (f"router T={r['t']:3d} {_f(r.get('us')):>8s} us floor {_f(r['floor_us'], '.2f')} us "
+        return (f"router T={r['t']:3d} {r['route']:17s} {_f(r.get('us')):>8s} us floor {_f(r['floor_us'], '.2f')} us "
                 f"{_f(r.get('pct_floor'))}% {r.get('params', r.get('error'))}")
     return (f"{r['gate_up'][:2]}/{r['down'][:2]} T={r['t']:3d} {r['dist']:7s} {r['route']:24s} "
             f"{_f(r.get('us')):>8s} us hits {r['hits']:6.1f} {r['bytes'] / 1e6:7.2f} MB floor "
@@ -263,10 +271,10 @@ def markdown(res: dict) -> str:
            f"Peer: torch bf16, per hit expert two cuBLAS matmuls; it reads "
            f"~{(sum(ratio) / len(ratio)) if ratio else 0:.1f}x the bytes of the stored formats (its % of floor "
            f"is against OUR byte floor).", "", "## Router (BF16 [E+1, H], rotated copies)", "",
-           "| T | µs | bytes | floor µs | % of floor | params | check |", "|---:|---:|---:|---:|---:|---|---:|"]
+           "| T | route | µs | bytes | floor µs | % of floor | params | check |", "|---:|---|---:|---:|---:|---:|---|---:|"]
     for r in res["rows"]:
         if r["op"] == "router":
-            out.append(f"| {r['t']} | {_f(r.get('us'))} | {r['bytes']:,} | {r['floor_us']:.2f} | "
+            out.append(f"| {r['t']} | {r['route']} | {_f(r.get('us'))} | {r['bytes']:,} | {r['floor_us']:.2f} | "
                        f"{_f(r.get('pct_floor'))} | {json.dumps(r.get('params', r.get('error')))} | "
                        f"{_f(r.get('check'), '.1e')} |")
     out += ["", "## Experts (group + gate/up + down + combine launches)", "",

@@ -77,6 +77,9 @@ def moe_candidates(route, t: int, quick: bool) -> list[dict]:
     if name == "moe_router_rows":
         return [{}, {"BLOCK_K": 32}, {"BLOCK_K": 32, "num_warps": 8}, {"BLOCK_K": 128, "num_warps": 8},
                 {"num_warps": 8}, {"BLOCK_K": 128}]
+    if name == "moe_router_split":
+        return [{}, {"BLOCK_R": 8}, {"BLOCK_R": 32}, {"BLOCK_K": 256}, {"BLOCK_R": 8, "BLOCK_K": 256},
+                {"num_warps": 8}, {"BLOCK_K": 64}]
     if name == "moe_experts_gemv":
         cands = [{}, {"BLOCK_N": 16}, {"BLOCK_N": 16, "BLOCK_K": 128}, {"BLOCK_N": 64}, {"num_warps": 8},
                  {"BLOCK_N": 16, "num_warps": 2}]
@@ -114,10 +117,13 @@ def build_moe_router(case, t: int, ctx: int | None, copies: int | None, seed: in
     ids = torch.zeros(t, top_k, dtype=torch.int32, device=M.dev())
     wts = torch.zeros(t, top_k, dtype=torch.float32, device=M.dev())
     gate = torch.zeros(t, dtype=torch.float32, device=M.dev())
+    logits = torch.empty(t * n, dtype=torch.float32, device=M.dev())  # the split route's workspace
 
     def make(route, params, i):
         fn = route.load_launcher()
         args = dict(x=x, weight=weights[i], expert_ids=ids, expert_weights=wts, shared_gate=gate, top_k=top_k)
+        if route.workspace is not None:
+            args["workspace"] = logits
         return lambda: M.call_launcher(fn, args, params)
 
     def check(route, params):
