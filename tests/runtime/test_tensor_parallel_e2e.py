@@ -83,6 +83,7 @@ def _rank(rank: int, world: int, init: str, plan: str, art: str, out: str) -> No
         restored_same = _snapshot_round_trip(eng)
         plain = eng.generate(S.PROMPT, N_NEW, ignore_eos=True, spec="none").tokens  # greedy twins
         rows = eng.generate(S.PROMPT, N_NEW, ignore_eos=True, spec="none", return_logits=True).tokens  # gathers
+        eng.generate(S.PROMPT, 3, ignore_eos=True, spec="none", temperature=0.8, seed=1)  # sampled: gathers
         spec = eng.generate(S.PROMPT, N_NEW, ignore_eos=True, spec="mtp")
         assert spec.finish_reason == "length" and eng.last_stats["spec"]["rounds"] >= 1
         tokens = [plain, rows, spec.tokens]
@@ -157,7 +158,8 @@ def test_tp_plan_greedy_matches_transformers(tp_model, tp, tmp_path):
     want = [b for n in res[0]["runs"] for b in per_run[n]]
     assert all(x["gathered"] == want for x in res), ([x["gathered"] for x in res], want)
     twin_steps = res[0]["runs"].count("decode_c1_k0_argmax")
-    assert twin_steps == N_NEW - 1 and res[0]["runs"].count("decode_c1_k0") >= N_NEW - 1  # the rows run
+    # only the plain greedy run took the twin; the logits rows, the sampled rows, the rounds gathered
+    assert twin_steps == N_NEW - 1 and res[0]["runs"].count("decode_c1_k0") >= N_NEW - 1 + 2
 
 
 @pytest.fixture(scope="module")
