@@ -169,6 +169,7 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
 
     def plan_for(o: LowerOptions, dump: Path | None) -> tuple[list[list[Graph]], list[MemoryReport]]:
         """Every rank's graphs and memory report (one rank without --tp)."""
+        o = replace(o, argmax_decode=tp > 1)  # the greedy twins: only a --tp N > 1 plan gains from them
         extents = plan_extents(spec, o)
         say(f"lowering {len(extents)} extents" + (f" (--max-context auto: trying {o.max_context})"
                                                    if auto_context else ""))

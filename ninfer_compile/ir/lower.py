@@ -7,6 +7,8 @@ An extent is the number of token columns T one step processes:
 - verify (draft window K > 0, docs/SPECULATIVE.md): C rows of W = K + 1 columns, T = C * W, one
   extent per C: logits for every column, `spec_accept` instead of `sampling`, the GDN ops write
   their per-column states and `state_select` rolls each state back to the accepted column.
+- the greedy twin of a decode extent (`decode_c{C}_k0_argmax`, `argmax_decode`: --tp N > 1 plans):
+  no sampling rows, no logits output; its ids come from `all_argmax` (the distributed argmax).
 
 The text model is lowered per extent; when the contract has the MTP part the MTP draft head is
 lowered as its own graph for the same extents (`mtp_<extent>`), fed by the text graph's `hidden`
@@ -26,6 +28,7 @@ from typing import Any
 
 from ..contracts.dims import HybridDims
 from ..errors import CompileError
+from ..kernels.collective.spec import GROUP
 from ..kernels.kv_cache.formats import FORMATS as KV_FORMATS
 from ..kernels.kv_cache.formats import KV_DTYPES, cache_buffers, format_problem
 from .graph import Graph
@@ -56,6 +59,7 @@ class LowerOptions:
     # the MTP graphs' output head: "shortlist" (text/draft_head + a `take` of its token ids), "full"
     # (text/output_head), None: shortlist when the artifact has the draft head, else full
     draft_head: str | None = None
+    argmax_decode: bool = False  # the greedy decode twins (above; compile_cli: --tp N > 1 only)
 
     @property
     def slots(self) -> int:
@@ -102,6 +106,8 @@ def plan_extents(spec, opts: LowerOptions) -> list[Extent]:
         out += [_step_extent("verify", c, k, opts) for c in cs]
     if mtp:
         out += [e.model_copy(update={"name": f"mtp_{e.name}", "graph": "mtp"}) for e in list(out)]
+    if opts.argmax_decode:
+        out += [Extent(name=f"decode_c{c}_k0_argmax", phase="decode", t=c, concurrency=c, head="argmax") for c in cs]
     return out
 
 
@@ -140,13 +146,8 @@ class _Builder:
         self.d = dims
         self.T = extent.t
         self.opts = opts
-        self.g = Graph(extent, meta={
-            "model_id": spec.model_id,
-            "passes": [],
-            "kv_dtype": opts.kv_dtype,
-            "max_context": opts.max_context,
-            "slots": opts.slots,
-        })
+        self.g = Graph(extent, meta={"model_id": spec.model_id, "passes": [], "kv_dtype": opts.kv_dtype,
+                                     "max_context": opts.max_context, "slots": opts.slots})
         self._state_version: dict[str, int] = {}
         # verify extents: W = K + 1 columns per row; the per-column states to roll back after
         # spec_accept: (op name, state buffer, columns tensor)
@@ -347,7 +348,7 @@ class _Builder:
             outs[n] = self.act(n, shape, dt, "input")
         if self.W and self.g.extent.graph == "text":  # verify: real drafts per row (spec_accept)
             outs["n_drafts"] = self.act("n_drafts", (T // self.W,), "i32", "input")
-        if self.opts.sampling or "n_drafts" in outs:  # one row per logits row: 1 for a last-column
+        if (self.opts.sampling and self.g.extent.head == "sample") or "n_drafts" in outs:  # one row per logits row: 1 for a last-column
             # prefill head, else T (verify: per column, spec_accept reads them)
             R = 1 if self.g.extent.phase == "prefill" and self.opts.prefill_logits == "last" else T
             for n, (rest, dt) in SAMPLING_INPUTS.items():
@@ -366,11 +367,15 @@ class _Builder:
             self.op("select_rows", "select_rows", {"x": hidden, "rows": "logit_rows"}, {"out": rows_in})
         R = self.g.tensors[rows_in].shape[0]
         head_w = self.weight(DRAFT_HEAD if shortlist else "text/output_head")
-        logits = self.act("logits", (R, self.g.tensors[head_w].shape[0]), "bf16", "output")
+        argmax = self.g.extent.head == "argmax"  # the greedy twin: ids only, no logits rows
+        logits = self.act("logits", (R, self.g.tensors[head_w].shape[0]), "bf16", "activation" if argmax else "output")
         self.op("linear", "lm_head", {"x": rows_in, "weight": head_w}, {"out": logits}, epilogue="none")
-        outs = {"logits": logits}
+        outs = {} if argmax else {"logits": logits}
         verify = bool(self.W) and self.g.extent.graph == "text"
-        if verify:
+        if argmax:
+            outs["ids"] = self.act("next_ids", (R,), "i32", "output")
+            self.op("all_argmax", "greedy_ids", {"x": logits}, {"ids": outs["ids"]}, group=GROUP, ranks=1)
+        elif verify:
             # C rows of W columns: the accepted drafts and the target's token per row
             tokens = self.act("tokens", (T,), "i32", "output")
             accepted = self.act("accepted", (T // self.W,), "i32", "output")

@@ -158,3 +158,6 @@ class Extent(_Frozen):
     t: int
     concurrency: int = 1
     draft_tokens: int = 0
+    # "argmax": the greedy twin of a decode extent (--tp N > 1, LowerOptions.argmax_decode): no
+    # sampling rows, no logits output; its ids are the distributed argmax (collective all_argmax)
+    head: Literal["sample", "argmax"] = "sample"

@@ -19,8 +19,10 @@ Guarantees, for rank r:
     shapes; split sizes and reshape targets follow;
   - the output head (text/output_head, the MTP shortlist text/draft_head) is vocabulary-parallel: the
     rank's rows, then an `all_gather` of the logits, so sampling / spec_accept / take run replicated
-    on the whole row and pick the token one device picks (bit for bit the row one device has: a
-    distributed argmax would move less, but per-row sampling with top-k / top-p needs the row);
+    on the whole row and pick the token one device picks (bit for bit the row one device has:
+    per-row sampling with top-k / top-p and the runtime's logits rows need it); in a greedy twin
+    (`Extent.head` "argmax") the head's rank columns feed `all_argmax` instead (its `ranks`, and
+    `vocab_begin` = the rank's first row): 2 float32 per row cross the group, not the row;
   - the token embedding (text/token_embedding, main and MTP graphs) is vocabulary-parallel: the
     rank's rows with `vocab_begin`, a zero row for a token of another rank, then an `all_reduce`
     (one non-zero term per token: the sum is the one-device row exactly);
@@ -190,7 +192,15 @@ def run(graph: Graph, ctx: PassContext) -> Graph:
             reduces += 1
             continue
         if kind is not None and kind[0] == "vocab":
-            _insert_collective(g, op, "all_gather", (g.tensors[op.outputs["out"]].shape[0], g.tensors[w].shape[0]), n)
+            local = (g.tensors[op.outputs["out"]].shape[0], g.tensors[w].shape[0])
+            picks = [o for o in g.ops() if o.kind == "all_argmax" and o.inputs["x"] == op.outputs["out"]]
+            if not picks:
+                _insert_collective(g, op, "all_gather", local, n)
+                continue
+            t = g.tensors[op.outputs["out"]]  # a greedy twin: the rank's columns feed the distributed argmax
+            g.set_tensor(t.model_copy(update={"shape": local}))
+            for p in picks:
+                g.replace_op(p.model_copy(update={"attrs": {**p.attrs, "ranks": n, "vocab_begin": kind[2].begin}}))
             continue
         regions = {sharded[t] for t in op.inputs.values() if t in sharded}
         if not regions:

@@ -4,7 +4,8 @@ Layout (DESIGN §7):
   format, compiler {name, version}, model_id, artifact {file, directory_sha256}, contract, sm,
   routes {table, sha256, provenance, miss, misses}, options, passes {enabled, disabled},
   memory {...}, buffers {arena {bytes, align}, state {name: {shape, per_slot_shape, dtype, bytes, kind}}},
-  extents {name: {graph, phase, t, concurrency, draft_tokens, cuda_graph, dependent_launch, arena_bytes,
+  extents {name: {graph, phase, t, concurrency, draft_tokens, [head: "argmax" (a --tp greedy twin)],
+                  cuda_graph, dependent_launch, arena_bytes,
                   tensors {name: {shape, dtype, offset, bytes} | {shape, dtype, view_of, byte_offset, ...}},
                   inputs, outputs, launches [...]}},
   used_routes [...].
@@ -178,7 +179,7 @@ def extent_entry(g: Graph, registry=None) -> dict[str, Any]:
         launches.append(L)
     return {
         "graph": e.graph, "phase": e.phase, "t": e.t, "concurrency": e.concurrency,
-        "draft_tokens": e.draft_tokens,
+        "draft_tokens": e.draft_tokens, **({"head": e.head} if e.head != "sample" else {}),
         "cuda_graph": g.meta.get("cuda_graph", {"capture": False, "reason": "plan_cuda_graphs disabled"}),
         "dependent_launch": g.meta.get("dependent_launch",
                                        {"enabled": False, "reason": "plan_dependent_launch disabled"}),

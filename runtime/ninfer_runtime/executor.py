@@ -73,6 +73,9 @@ class ExtentRunner:
         self.t = int(entry["t"])
         self.phase = entry["phase"]
         self.concurrency = int(entry.get("concurrency", 1))
+        self.head = entry.get("head", "sample")  # "argmax": a --tp plan's greedy decode twin (ids, no logits)
+        if self.head not in ("sample", "argmax"):
+            raise PlanError(f"extent {name}: head {self.head!r} (sample or argmax)")
         self.capture = bool((entry.get("cuda_graph") or {}).get("capture", False))
         # programmatic dependent launch (plan_dependent_launch): the plan's kernels/pdl module, which
         # each launch of this extent allows around its call; None = plain launches

@@ -27,8 +27,8 @@
    (or compiled) before capture, unless the binaries left nothing to load (graphs.warmup_needed);
 6. on a GPU, capture one CUDA graph per decode extent the plan marks for capture (and, in a plan
    with a draft window K > 0, per verify / MTP decode / MTP verify extent: docs/SPECULATIVE.md).
-Runners by graph and phase: `prefill_runner`, `decode_runners` (text decode, by C),
-`verify_runners`, `mtp_prefill_runner`, `mtp_decode_runners`, `mtp_verify_runners`;
+Runners by graph and phase: `prefill_runner`, `decode_runners` (text decode, by C; a --tp plan
+also `argmax_decode_runners`, its greedy twins), `verify_runners`, `mtp_prefill_runner`, `mtp_decode_runners`, `mtp_verify_runners`;
 `draft_tokens` (K), `has_mtp_drafts`.
 Every device-dependent step (the sm check, uploads, allocations, binaries, warm-up, capture) goes
 through the engine's `DeviceBackend` (device.py): `TorchDevice` by default, or one injected by the
@@ -67,8 +67,7 @@ def _interpreting() -> bool:  # = the kernels' interpret.py; needed before the p
 
 
 class Engine:
-    """A loaded plan: weights, arena, state, bound extents. Generation: `generate`, `stream`
-    (generate.py); low-level: generate.py's `prefill(engine, tokens, slot)`, `decode_step(engine, columns)`."""
+    """A loaded plan: weights, arena, state, bound extents (generation: generate.py, steps.py)."""
 
     def _pdl_note(self) -> str:
         """'; programmatic dependent launch ...' for a plan whose extents ask for it (plan_dependent_launch)."""
@@ -249,9 +248,9 @@ class Engine:
             runner.graph = graph
             self.extents[name] = runner
 
-        def group(graph: str, phase: str):
-            return sorted((r for r in self.extents.values() if r.graph == graph and r.phase == phase),
-                          key=lambda r: r.concurrency)
+        def group(graph: str, phase: str, head: str = "sample"):
+            return sorted((r for r in self.extents.values() if r.graph == graph and r.phase == phase
+                           and r.head == head), key=lambda r: r.concurrency)
 
         prefill = group("text", "prefill")
         if len(prefill) != 1:
@@ -260,6 +259,9 @@ class Engine:
         self.decode_runners = group("text", "decode")
         if not self.decode_runners:
             raise PlanError("plan has no decode extent")
+        self.argmax_decode_runners = group("text", "decode", "argmax")  # a --tp plan's greedy twins
+        if {r.concurrency for r in self.argmax_decode_runners} - {r.concurrency for r in self.decode_runners}:
+            raise PlanError("plan has a greedy decode twin without its decode extent")
         self.verify_runners = group("text", "verify")
         mtp_prefill = group("mtp", "prefill")
         if len(mtp_prefill) > 1:
@@ -268,8 +270,8 @@ class Engine:
         self.mtp_decode_runners = group("mtp", "decode")
         self.mtp_verify_runners = group("mtp", "verify")
         for r in self.extents.values():
-            if "logits" not in r.outputs:
-                raise PlanError(f"extent {r.name} has no logits output")
+            if ("logits" if r.head == "sample" else "ids") not in r.outputs:
+                raise PlanError(f"extent {r.name} has no {'logits' if r.head == 'sample' else 'ids'} output")
         self.vocab_rows = int(self.prefill_runner.outputs["logits"].shape[-1])
         self.max_concurrency = min(self.slots, self.decode_runners[-1].concurrency)
         self._check_speculative()
@@ -319,10 +321,9 @@ class Engine:
                                 f"has T={self.prefill_runner.t}")
 
     def captured_runners(self) -> list:
-        """The runners a GPU replays from CUDA graphs (those the plan marks `cuda_graph.capture`):
-        the text decode and verify extents and the MTP decode / verify extents."""
-        return [r for r in (*self.decode_runners, *self.verify_runners, *self.mtp_decode_runners,
-                            *self.mtp_verify_runners) if r.capture]
+        """The runners a GPU replays from CUDA graphs (those the plan marks `cuda_graph.capture`)."""
+        return [r for r in (*self.decode_runners, *self.argmax_decode_runners, *self.verify_runners,
+                            *self.mtp_decode_runners, *self.mtp_verify_runners) if r.capture]
 
     def _upload(self, names: list[str], progress: bool) -> None:
         total = 0

@@ -254,31 +254,36 @@ def _pinned_words(engine, runner, n: int) -> torch.Tensor:
 
 
 def decode_step(engine, columns: list[tuple[int, int, int]], params: list[SamplingParams | None] | None = None,
-                *, use_graphs: bool = True, busy=()) -> tuple[torch.Tensor, torch.Tensor]:
+                *, use_graphs: bool = True, busy=(), rows: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
     """One decode step for columns (token, position, slot), column i sampling with params[i] (None:
     greedy) for position + 1, in the smallest decode extent with C >= len(columns); padding columns
     (position 0, greedy) go to `padding_slots` (never changing a busy slot). Returns the device
-    views (logits [len(columns), V], ids [len(columns)]). Host work: one packed upload; no sync
-    (the caller reads the ids)."""
+    views (logits [len(columns), V], ids [len(columns)]). `rows` False (the caller needs no logits
+    rows) with every column greedy runs a --tp plan's greedy twin instead (the distributed argmax:
+    the same ids, logits None). Host work: one packed upload; no sync (the caller reads the ids)."""
     a = len(columns)
-    runner = pick_runner(engine.decode_runners, a, "decode")
-    C = runner.t
-    require_device_sampling(runner)
     ps = list(params) if params is not None else [None] * a
+    twins = getattr(engine, "argmax_decode_runners", None)
+    twin = not rows and bool(twins) and all(p is None or p.is_greedy for p in ps)
+    runner = pick_runner(twins if twin else engine.decode_runners, a, "decode")
+    C = runner.t
+    if not twin:
+        require_device_sampling(runner)
     with padding_slots(engine, {s for _, _, s in columns}, busy, C - a, 1) as pads:
         cols = list(columns) + [(0, 0, s) for s in pads]
         host = torch.cat([torch.tensor([[c[0] for c in cols], [c[1] for c in cols], [c[2] for c in cols]],
                                        dtype=torch.int32).reshape(-1),
-                          host_rows([(p, c[1] + 1) for p, c in zip(ps, columns)], C)])
+                          *([] if twin else [host_rows([(p, c[1] + 1) for p, c in zip(ps, columns)], C)])])
         words = _pinned_words(engine, runner, host.numel())
         words.copy_(host)
         nb = words.is_pinned()
         runner.inputs["ids"].copy_(words[0:C], non_blocking=nb)
         runner.inputs["positions"].copy_(words[C:2 * C], non_blocking=nb)
         runner.inputs["slots"].copy_(words[2 * C:3 * C], non_blocking=nb)
-        upload_rows(runner, words[3 * C:], non_blocking=nb)
+        if not twin:
+            upload_rows(runner, words[3 * C:], non_blocking=nb)
         replay_or_run(engine, runner, use_graphs)
-    return runner.outputs["logits"][:a], runner.outputs["ids"][:a]
+    return (None if twin else runner.outputs["logits"][:a]), runner.outputs["ids"][:a]
 
 
 # ----------------------------------------------------------------------------- the stepper
@@ -293,7 +298,8 @@ class StepOut:
     accepted: int = 0
     verified: bool = False  # a verify round (not a plain step) produced them
     rows: list[torch.Tensor] | None = None  # float32 host logits row per token (keep_logits)
-    last_row: torch.Tensor | None = None  # device view: the row tokens[-1] came from (None under MTP drafts)
+    last_row: torch.Tensor | None = None  # device view: the row tokens[-1] came from (None: MTP drafts, a
+    # --tp greedy twin's step)
 
 
 class SlotSteps:
@@ -430,11 +436,12 @@ class Stepper(SlotSteps):
         `busy`: slots holding state outside the step (never changed by padding). Plain: one decode
         step; speculative: one round for every column's lane."""
         if not self.speculative:
-            logits, ids = decode_step(self.engine, columns, params, use_graphs=self.use_graphs, busy=busy)
+            logits, ids = decode_step(self.engine, columns, params, use_graphs=self.use_graphs, busy=busy,
+                                      rows=self.keep_logits)  # greedy, no rows kept: a --tp plan's twin
             toks = ids.tolist()  # the step's one device->host read: the new ids
             self.launches += 1
             return [StepOut([int(t)], rows=[logits[i].float().cpu().clone()] if self.keep_logits else None,
-                            last_row=logits[i]) for i, t in enumerate(toks)]
+                            last_row=None if logits is None else logits[i]) for i, t in enumerate(toks)]
         from .speculative.rounds import spec_round
 
         lanes = []

@@ -34,7 +34,9 @@ def test_tp1_is_the_plan_without_the_flag(tp_art, tmp_path, capsys):
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()
     assert "tensor_parallel" not in a and "tp" not in a["options"]
     assert "shard_tensor_parallel" not in a["passes"]["enabled"]
-    assert not any(L["kind"] in ("all_reduce", "all_gather") for x in a["extents"].values() for L in x["launches"])
+    assert not any(L["kind"] in ("all_reduce", "all_gather", "all_argmax") for x in a["extents"].values()
+                   for L in x["launches"])
+    assert not any("argmax" in n or "head" in x for n, x in a["extents"].items())
 
 
 def test_tp2_plan_has_a_section_per_rank(tp_art, tmp_path, capsys):
@@ -48,7 +50,14 @@ def test_tp2_plan_has_a_section_per_rank(tp_art, tmp_path, capsys):
     assert {"all_reduce_nccl", "all_gather_nccl"} <= set(plan["used_routes"])
     shards = []
     for sec in tp["ranks"]:
-        assert set(sec["extents"]) == set(one["extents"])
+        # every one-device extent, plus a greedy twin per decode C (the distributed argmax head)
+        assert set(sec["extents"]) == set(one["extents"]) | {"decode_c1_k0_argmax", "decode_c2_k0_argmax"}
+        twin = sec["extents"]["decode_c2_k0_argmax"]
+        assert twin["head"] == "argmax" and "logits" not in twin["outputs"] and "temperature" not in twin["inputs"]
+        kinds = [L["kind"] for L in twin["launches"]]
+        assert "all_gather" not in kinds and kinds.count("all_argmax") == 1 and "sampling" not in kinds
+        pick = next(L for L in twin["launches"] if L["kind"] == "all_argmax")
+        assert {"arg": "vocab_begin", "scalar": sec["rank"] * 128} in pick["bind"], pick["bind"]
         dec = sec["extents"]["decode_c2_k0"]
         reduces = [L for L in dec["launches"] if L["kind"] == "all_reduce"]
         assert len(reduces) == 2 * 4 + 1  # after the embedding, each layer's o_proj and down

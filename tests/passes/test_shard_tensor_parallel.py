@@ -1,12 +1,14 @@
 """shard_tensor_parallel: rank r's graph holds 1/N of every sharded weight and activation, an
 all_reduce after every row-parallel projection and after the vocabulary-parallel embedding, and an
-all_gather after the vocabulary-parallel head;
-over N gloo ranks (processes on 127.0.0.1) the ranks' IR executors give the one-device logits."""
+all_gather after the vocabulary-parallel head (a greedy decode twin: the head's rank columns into
+all_argmax instead); over N gloo ranks (processes on 127.0.0.1) the ranks' IR executors give the
+one-device logits, and the twin's ids are the argmax of the gathered rows."""
 
 from __future__ import annotations
 
 import math
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -44,9 +46,9 @@ def tp_tiny(tmp_path_factory):
     art.close()
 
 
-def _rank_graphs(spec, objects, tp, rank, pipeline=SHARD):
+def _rank_graphs(spec, objects, tp, rank, pipeline=SHARD, opts=OPTS):
     ctx = PassContext(spec=spec, objects=objects, options={"tp": tp, "rank": rank})
-    return {e.name: run_pipeline(lower(spec, e, OPTS), ctx, pipeline=pipeline) for e in plan_extents(spec, OPTS)}
+    return {e.name: run_pipeline(lower(spec, e, opts), ctx, pipeline=pipeline) for e in plan_extents(spec, opts)}
 
 
 @pytest.mark.parametrize("tp", [2, 4])
@@ -84,6 +86,21 @@ def test_each_rank_holds_one_nth_of_every_sharded_weight(tp_tiny, tp):
     for key, cols in seen_cols.items():
         cols.sort()
         assert len(cols) == tp and all(a[0] + a[1] == b[0] for a, b in zip(cols, cols[1:])), key
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_a_greedy_twin_feeds_the_rank_columns_to_all_argmax(tp_tiny, tp):
+    _, art, spec = tp_tiny
+    opts = replace(OPTS, argmax_decode=True)
+    (twin,) = [e for e in plan_extents(spec, opts) if e.head == "argmax"]
+    V = spec.dims["vocab_rows"]
+    for r in range(tp):
+        ctx = PassContext(spec=spec, objects=art.by_name, options={"tp": tp, "rank": r})
+        g = run_pipeline(lower(spec, twin, opts), ctx, pipeline=SHARD)
+        assert not [o for o in g.ops() if o.kind in ("all_gather", "sampling")]
+        (pick,) = [o for o in g.ops() if o.kind == "all_argmax"]
+        assert pick.attrs["ranks"] == tp and pick.attrs["vocab_begin"] == r * V // tp
+        assert g.tensors[pick.inputs["x"]].shape == (twin.t, V // tp) and g.tensors[pick.outputs["ids"]].role == "output"
 
 
 def test_refusals_are_one_line(tmp_path):
@@ -129,15 +146,21 @@ def _rank_run(rank: int, tp: int, port: int, path: str, q) -> None:
         with art:
             weights = ArtifactWeights(art)
             full_pipe = [(n, f) for n, f in PIPELINE if n in ("bind_weights", "shard_tensor_parallel", "fuse")]
-            gs = _rank_graphs(spec, art.by_name, tp, rank, full_pipe)
-            pre, dec = gs["prefill_t6"], gs["decode_c2_k0"]
-            ex, st = Executor(weights), ExecState.zeros(list(gs.values()))
-            out = ex.run(pre, step_inputs(pre, TOKENS), st)
-            nxt = int(out["ids"][0])
-            d = ex.run(dec, step_inputs(dec, [nxt, nxt], start=len(TOKENS), slot=0,
-                                        slots=torch.tensor([0, 1], dtype=torch.int32),
-                                        positions=torch.tensor([len(TOKENS), 0], dtype=torch.int32)), st)
-            res = (rank, out["logits"], d["logits"])
+            gs = _rank_graphs(spec, art.by_name, tp, rank, full_pipe, replace(OPTS, argmax_decode=True))
+            pre = gs["prefill_t6"]
+            ex = Executor(weights)
+            dec_out = {}
+            for name in ("decode_c2_k0", "decode_c2_k0_argmax"):  # from the same state: the rows, the twin
+                st = ExecState.zeros(list(gs.values()))
+                out = ex.run(pre, step_inputs(pre, TOKENS), st)
+                nxt = int(out["ids"][0])
+                dec_out[name] = ex.run(gs[name], step_inputs(gs[name], [nxt, nxt], start=len(TOKENS), slot=0,
+                                                              slots=torch.tensor([0, 1], dtype=torch.int32),
+                                                              positions=torch.tensor([len(TOKENS), 0], dtype=torch.int32)),
+                                       st)
+            d = dec_out["decode_c2_k0"]
+            twin_same = torch.equal(dec_out["decode_c2_k0_argmax"]["ids"].long(), torch.argmax(d["logits"], dim=1))
+            res = (rank, out["logits"], d["logits"], twin_same)
             if rank == 0:  # the one-device graphs, same inputs
                 one = _rank_graphs(spec, art.by_name, 1, 0, full_pipe)
                 st1 = ExecState.zeros(list(one.values()))
@@ -146,7 +169,7 @@ def _rank_run(rank: int, tp: int, port: int, path: str, q) -> None:
                                                              slots=torch.tensor([0, 1], dtype=torch.int32),
                                                              positions=torch.tensor([len(TOKENS), 0], dtype=torch.int32)),
                             st1)
-                res = (*res, o1["logits"], d1["logits"])
+                res = (*res, o1["logits"], d1["logits"])  # [4], [5]
             q.put(tuple(x.numpy() if torch.is_tensor(x) else x for x in res))  # by value, not shared memory
     finally:
         dist.destroy_process_group()
@@ -176,8 +199,9 @@ def test_ranks_give_the_one_device_logits(tp_tiny, tp):
                 p.kill()
     assert len(got) == tp, [p.exitcode for p in procs]
     got.sort(key=lambda x: x[0])
-    want_pre, want_dec = torch.from_numpy(got[0][3]), torch.from_numpy(got[0][4])
+    want_pre, want_dec = torch.from_numpy(got[0][4]), torch.from_numpy(got[0][5])
     assert want_pre.abs().max() > 0.1  # a real model's logits, not zeros
     for g in got:
         torch.testing.assert_close(torch.from_numpy(g[1]), want_pre, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(torch.from_numpy(g[2]), want_dec, rtol=1e-4, atol=1e-4)
+        assert g[3], f"rank {g[0]}: the greedy twin's ids are not the argmax of the gathered rows"

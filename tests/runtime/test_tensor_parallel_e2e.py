@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 from pathlib import Path
 
@@ -57,14 +58,20 @@ def _rank(rank: int, world: int, init: str, plan: str, art: str, out: str) -> No
 
     tp.init_ranks(rank, world, init, backend="gloo")
     eng = nr.load(plan, art, progress=False)
-    calls, runs = [0], []
+    calls, runs, gathered = [0], [], []
     real = dist.all_reduce
+    real_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
     def counting(*a, **k):
         calls[0] += 1
         return real(*a, **k)
 
+    def gathering(out, x, *a, **k):  # the bytes every all_gather hands this rank
+        gathered.append(out.numel() * out.element_size())
+        return real_gather(out, x, *a, **k)
+
     dist.all_reduce = counting
+    dist.all_gather_single = dist.all_gather_into_tensor = gathering
     if rank == 0:
         real_run = eng.lockstep.run
 
@@ -74,15 +81,17 @@ def _rank(rank: int, world: int, init: str, plan: str, art: str, out: str) -> No
 
         eng.lockstep.run = record
         restored_same = _snapshot_round_trip(eng)
-        plain = eng.generate(S.PROMPT, N_NEW, ignore_eos=True, spec="none").tokens
+        plain = eng.generate(S.PROMPT, N_NEW, ignore_eos=True, spec="none").tokens  # greedy twins
+        rows = eng.generate(S.PROMPT, N_NEW, ignore_eos=True, spec="none", return_logits=True).tokens  # gathers
+        eng.generate(S.PROMPT, 3, ignore_eos=True, spec="none", temperature=0.8, seed=1)  # sampled: gathers
         spec = eng.generate(S.PROMPT, N_NEW, ignore_eos=True, spec="mtp")
         assert spec.finish_reason == "length" and eng.last_stats["spec"]["rounds"] >= 1
-        tokens = [plain, spec.tokens]
+        tokens = [plain, rows, spec.tokens]
     else:
         tp.follow(eng)
         tokens = restored_same = None
     Path(f"{out}.{rank}").write_text(json.dumps({"tokens": tokens, "restored_same": restored_same,
-                                                 "all_reduce": calls[0], "runs": runs,
+                                                 "all_reduce": calls[0], "runs": runs, "gathered": gathered,
                                                  "weight_bytes": eng.weight_bytes}))
     eng.close()
     tp.shutdown()
@@ -96,14 +105,14 @@ def _snapshot_round_trip(eng) -> bool:
 
     from ninfer_runtime.steps import Stepper
 
-    a = Stepper(eng, spec="none", use_graphs=False)
+    a = Stepper(eng, spec="none", use_graphs=False, keep_logits=True)  # the logits rows: the gather extent
     row, first = a.admit(0, S.PROMPT, None)
     snap = a.spill_snapshot(a.snapshot(0, len(S.PROMPT), row))
     col = [(first, len(S.PROMPT), 0)]
-    want = a.step(col, set(), [None])[0].last_row.clone()
+    want = a.step(col, set(), [None])[0].rows[0]
     a.admit(0, S.PROMPT[::-1], None)
     a.restore(0, snap)
-    got = a.step(col, set(), [None])[0].last_row.clone()
+    got = a.step(col, set(), [None])[0].rows[0]
     a.drop_snapshot(snap)
     return bool(torch.equal(got, want))
 
@@ -124,7 +133,8 @@ def test_tp_plan_greedy_matches_transformers(tp_model, tp, tmp_path):
     launch_ranks(_rank, tp, (str(plan), str(art), str(out)), start_method="forkserver")
     res = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(tp)]
     assert res[0]["restored_same"]
-    for tokens in res[0]["tokens"]:  # plain, then speculative
+    assert res[0]["tokens"][0] == res[0]["tokens"][1]  # the distributed argmax = argmax of the gathered rows
+    for tokens in res[0]["tokens"]:  # plain (greedy twins), plain with logits rows (gathers), speculative
         bad = S.check_tokens_against(lambda t: S.hf_logits(model, t), S.PROMPT, tokens)
         assert len(tokens) == N_NEW and not bad, "\n".join(bad)
     p = json.loads((plan / "plan.json").read_text())
@@ -134,6 +144,22 @@ def test_tp_plan_greedy_matches_transformers(tp_model, tp, tmp_path):
     assert want > 0 and all(x["all_reduce"] == want for x in res), ([x["all_reduce"] for x in res], want)
     for r, x in enumerate(res):  # each rank uploaded its section's weights, not the model's
         assert x["weight_bytes"] == sections[r]["memory"]["weights_bytes"]
+    # every rank's all_gathers are the plan's for the extents rank 0 ran: the whole logits rows
+    # (R x V bf16) in a gather extent, 2 float32 per row and rank in a greedy twin
+    def shape(x, ref):
+        return x["tensors"][ref["buffer"]]["shape"]
+
+    per_run = {n: [2 * math.prod(shape(x, L["outs"]["out"])) if L["kind"] == "all_gather"
+                   else 2 * 4 * tp * shape(x, L["args"]["x"])[0]
+                   for L in x["launches"] if L["kind"] in ("all_gather", "all_argmax")]
+               for n, x in sections[0]["extents"].items()}
+    V = shape(sections[0]["extents"]["decode_c1_k0"], {"buffer": "logits"})[1]
+    assert per_run["decode_c1_k0_argmax"] == [8 * tp] and per_run["decode_c1_k0"] == [2 * V]
+    want = [b for n in res[0]["runs"] for b in per_run[n]]
+    assert all(x["gathered"] == want for x in res), ([x["gathered"] for x in res], want)
+    twin_steps = res[0]["runs"].count("decode_c1_k0_argmax")
+    # only the plain greedy run took the twin; the logits rows, the sampled rows, the rounds gathered
+    assert twin_steps == N_NEW - 1 and res[0]["runs"].count("decode_c1_k0") >= N_NEW - 1 + 2
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,8 @@ is initialised (the IR executor of a rank), else as the one-rank case.
 
 all_reduce(x [T, H]) -> [T, H]: the sum of x over the ranks (one rank: x).
 all_gather(x [R, N/G]) -> [R, N]: the ranks' column blocks in rank order (one rank: x).
+all_argmax(x [R, N/G], vocab_begin) -> ids [R] int32: the argmax of the whole rows, ties to the lowest
+id (torch.argmax of the gathered row), from each rank's (max, first argmax + vocab_begin) per row.
 """
 
 from __future__ import annotations
@@ -36,3 +38,19 @@ def all_gather(x: torch.Tensor, ranks: int = 1) -> torch.Tensor:
     parts = [torch.empty_like(x, dtype=torch.float32) for _ in range(ranks)]
     dist.all_gather(parts, x.float().contiguous())
     return torch.cat(parts, dim=1)
+
+
+def all_argmax(x: torch.Tensor, ranks: int = 1, vocab_begin: int = 0) -> torch.Tensor:
+    best, at = x.float().max(dim=1)
+    pairs = torch.stack([best, (at + vocab_begin).float()], dim=1)
+    parts = [pairs]
+    if _world(ranks) > 1:
+        import torch.distributed as dist
+
+        parts = [torch.empty_like(pairs) for _ in range(ranks)]
+        dist.all_gather(parts, pairs)
+    values = torch.stack([p[:, 0] for p in parts])  # [G, R]
+    top = values.max(dim=0).values
+    ids = torch.stack([p[:, 1] for p in parts])
+    # among the ranks holding the maximum, the lowest id (explicit: no reliance on max's tie order)
+    return torch.where(values == top, ids, torch.inf).min(dim=0).values.to(torch.int32)

@@ -11,6 +11,13 @@ def gather_workspace(view, params) -> int:
     return (R * N + 1) // 2
 
 
+def argmax_workspace(view, params) -> int:
+    """float32 elements of all_argmax's pairs, gathered pairs and picks (launch.argmax_workspace_numel)."""
+    from .launch import argmax_workspace_numel
+
+    return argmax_workspace_numel(view.shape("x")[0], int(view.attr("ranks", 1)))
+
+
 register(Route(
     name="all_reduce_nccl", family="all_reduce", domain=RouteDomain(max_t=None), params={},
     reference=f"{_M}.reference:all_reduce", launcher=f"{_M}.launch:all_reduce_nccl", kernels=(),
@@ -23,4 +30,11 @@ register(Route(
     workspace=f"{_M}.routes:gather_workspace",
     doc="torch.distributed.all_gather_into_tensor into the workspace, then one strided copy into the "
         "ranks' column blocks of out",
+))
+register(Route(
+    name="all_argmax_nccl", family="all_argmax", domain=RouteDomain(max_t=None), params={},
+    reference=f"{_M}.reference:all_argmax", launcher=f"{_M}.launch:all_argmax_nccl", kernels=(),
+    workspace=f"{_M}.routes:argmax_workspace",
+    doc="torch.max over the rank's columns, one all_gather_into_tensor of the (max, id) pairs, the "
+        "first rank's maximum: the greedy token of the whole row",
 ))

@@ -8,4 +8,6 @@ TUNE = (
              doc="torch.distributed all_reduce: needs several GPUs; multi-GPU figures are not taken yet"),
     TuneSpec(family="all_gather", order=201, builder=None,
              doc="torch.distributed all_gather of the vocabulary-parallel head's logits; as all_reduce"),
+    TuneSpec(family="all_argmax", order=202, builder=None,
+             doc="the distributed greedy pick (an all_gather of 2 values per row); as all_reduce"),
 )

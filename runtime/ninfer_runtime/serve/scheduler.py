@@ -404,8 +404,9 @@ class Scheduler:
         r.finished = time.monotonic()
         if r.slot >= 0:
             if was_decoding and self.cache.enabled and len(r.tokens) >= 2 and not r.state_ahead \
-                    and (r.last_logits is not None or self.follower_keys) and reason in ("stop", "length"):
-                # the state holds prompt + tokens[:-1]; tokens[-1] was sampled from last_logits
+                    and reason in ("stop", "length"):
+                # the state holds prompt + tokens[:-1]; tokens[-1] was sampled from last_logits (None
+                # after a --tp greedy twin's step: the snapshot then serves longer prompts only)
                 self._remember(r.slot, r.prompt + r.tokens[:-1], r.last_logits, r.tokens[-1])
             if was_decoding:
                 self.a.release(r.slot)
