@@ -91,11 +91,13 @@ def test_interpreted_mtp_round_agrees_with_the_torch_path(trained):
         _check(ref, prompt, tokens)
 
 
-def test_packed_products_keep_the_default_recipe_exact(tmp_path):
+@pytest.mark.parametrize("path", ["fused", "native"])
+def test_packed_products_keep_the_default_recipe_exact(tmp_path, path):
     """The default (quantized) recipe with prefill chunks of 16: every quantized linear, prefill
-    included, runs on the packed int4 / int8 products (bf16 scales and products,
-    linear/torch_packed.py; the plan's copy told to take them from the first weight on, the tiny
-    model's weights being below MIN_PARAMS); greedy tokens are the reference argmax and the
+    included, runs on the few-column products (the plan's copy told to take them from the first
+    weight on, the tiny model's weights being below MIN_PARAMS): the fused C++ kernel
+    (linear/torch_fused.py: int16 x per group) or torch's packed int4 / int8 products (bf16
+    scales and products, linear/torch_packed.py); greedy tokens are the reference argmax and the
     perplexity slice is within 0.5%."""
     import importlib
 
@@ -115,11 +117,23 @@ def test_packed_products_keep_the_default_recipe_exact(tmp_path):
     ref = Q.reference_model(art)
     with nr.load(tmp_path / "p.plan", art, progress=False) as eng:
         importlib.import_module(f"{eng.kernel_package}.linear.torch_packed").MIN_PARAMS = 0
+        fused = importlib.import_module(f"{eng.kernel_package}.linear.torch_fused")
+        calls = []
+        if path == "native":
+            fused._LIB[:] = [None]
+        elif fused.kernel() is None:
+            pytest.skip("the fused CPU kernel does not build or run here")
+        else:
+            matmul = fused.fused_matmul
+            fused.fused_matmul = lambda x, w: calls.append(w) or matmul(x, w)
         prompt = Q.heldout_ids()[500:530]
         _check(ref, prompt, eng.generate(prompt, N_NEW, ignore_eos=True).tokens)
         text = Q.slice_text(PPL_TOKENS)
         got = engine_perplexity(eng, text, context=256)
         want = reference_perplexity(ref, eng.frontend.encode(text, add_special_tokens=False), context=256)
         packed = [tag for _, tag in importlib.import_module(f"{eng.kernel_package}.torch_util")._DERIVED]
-    assert packed.count("packed") >= 10, packed
+    if path == "native":
+        assert packed.count("packed") >= 10, packed
+    else:
+        assert len(calls) >= 10 and "packed" not in packed, (len(calls), packed)
     assert abs(got.perplexity / want.perplexity - 1) < 0.005, (got.perplexity, want.perplexity)

@@ -1,16 +1,16 @@
 """The CPU path of the linear family (`linear/torch_impl.py`) against the fp32 reference for every
 weight format and epilogue on odd shapes, and against a Triton launcher (interpreter) on a few.
 
-Quantized weights at up to `MAX_COLUMNS` columns take the packed products (`torch_packed`, here
-from the first weight on: bf16 scales and products, the tolerance of the GPU's bf16-weight routes,
-1e-2); bf16 weights and wider products the exact fp32 matrix (one rounding at the store, 4e-3)."""
+Quantized weights at up to `MAX_COLUMNS` columns take the fused kernel (`torch_fused`) or the
+packed products (`torch_packed`), here from the first weight on, each path in turn (the packed
+products' bf16 scales and products set the tolerance, that of the GPU's bf16-weight routes, 1e-2); bf16 weights and wider products the exact fp32 matrix (one rounding at the store, 4e-3)."""
 
 import pytest
 import torch
 
 from ninfer_compile.kernels.linear import torch_impl
 from ninfer_compile.kernels.linear.reference import linear as ref_linear
-from ninfer_compile.kernels.linear import torch_packed
+from ninfer_compile.kernels.linear import torch_fused, torch_packed
 from ninfer_compile.kernels.torch_util import fp32_weight
 
 from _linear_helpers import assert_close_rel, random_weight
@@ -31,9 +31,15 @@ def _case(fmt, t, n, k, epi, seed, view=None):
     return w, x, res, n_out
 
 
-@pytest.fixture(autouse=True)
-def packed_from_the_first_weight(monkeypatch):
+@pytest.fixture(autouse=True, params=["fused", "native"])
+def packed_from_the_first_weight(request, monkeypatch):
+    """Few-column products from the first weight on, through the fused C++ kernel (where it builds
+    here) and through torch's int4 / int8 matmuls (the fallback)."""
     monkeypatch.setattr(torch_packed, "MIN_PARAMS", 0)
+    if request.param == "native":
+        monkeypatch.setattr(torch_fused, "_LIB", [None])
+    elif torch_fused.kernel() is None:
+        pytest.skip("the fused CPU kernel does not build or run here")
 
 
 def _tol(fmt: str, t: int) -> float:

@@ -1,0 +1,276 @@
+"""CPU path of the linear family for few columns: one fused C++ kernel (AVX2) that reads a row-split
+weight's stored planes in place (no repack) and decodes the codes inside the dot product, compiled
+once per machine with the system C++ compiler and loaded with ctypes.
+
+Arithmetic (`SOURCE`): x is rounded to int16 per group of the weight's K groups (64 lanes; W8: 32),
+scaled so the group's largest |x| is 32767 (round to nearest: |error| <= 2^-16 of that largest |x|);
+per row, group and column the int16 codes times the int16 x are summed exactly in int32 (AVX2
+`madd`; |sum| < 2^24), converted once to fp32, times (fp16 scale x x's group scale) and accumulated
+in fp32 (8 partial sums per row, added at the end). The codes and the fp16 scales are exact.
+
+Build: `g++` (or `$CXX`) `-O3 -fopenmp -shared` into `$NINFER_CACHE_DIR` (default
+`~/.cache/ninfer`), one library per source text (its sha256 in the file name), so a machine
+compiles it once (a few seconds) and every weight shape uses it. The library shares torch's OpenMP
+runtime (`libgomp.so.1`, loaded by torch first) and runs `torch.get_num_threads()` threads, rows in
+chunks of 16 (64 for large weights) handed out dynamically. Where no compiler works, the CPU lacks
+AVX2 / FMA / F16C, or `NINFER_CPU_FUSED=0`, `kernel()` is None (one line on stderr says why) and
+the linear family keeps torch's int4 / int8 matmuls (`torch_packed`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from .weights import QuantWeight
+
+__all__ = ["SOURCE", "kernel", "fused_matmul"]
+
+SOURCE = r"""#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TGT __attribute__((target("avx2,fma,bmi2,f16c")))
+
+extern "C" int ninfer_qdot_supported(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+static inline TGT float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// The signed codes of a group's 64 lanes as int16: lane 4w + i at element w of vector i (i = 0..3,
+// w = 0..15; each 16-bit word of the base plane holds lanes 4w .. 4w+3).
+template <int BITS>
+static inline TGT void group_codes(const uint8_t* b, const uint8_t* h, __m256i e[4]) {
+    const __m256i v = _mm256_loadu_si256((const __m256i*)b);
+    if (BITS == 4) {
+        e[0] = _mm256_srai_epi16(_mm256_slli_epi16(v, 12), 12);
+        e[1] = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 12);
+        e[2] = _mm256_srai_epi16(_mm256_slli_epi16(v, 4), 12);
+        e[3] = _mm256_srai_epi16(v, 12);
+        return;
+    }
+    constexpr int F = 16 - BITS, HB = BITS - 4;
+    __m256i H;  // element w: the high bits of lanes 4w .. 4w+3 (HB bits each, lane i at bit HB * i)
+    if (BITS == 5) {
+        const __m128i hb = _mm_loadl_epi64((const __m128i*)h), m = _mm_set1_epi8(0x0F);
+        H = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_and_si128(hb, m), _mm_and_si128(_mm_srli_epi16(hb, 4), m)));
+    } else {
+        H = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)h));
+    }
+    const __m256i nm = _mm256_set1_epi16((short)(0xF << F)), hm = _mm256_set1_epi16((short)(0xFFFF << (16 - HB)));
+#define NIB(i) ((F - 4 * (i)) >= 0 ? _mm256_slli_epi16(v, (F - 4 * (i)) & 15) : _mm256_srli_epi16(v, (4 * (i) - F) & 15))
+#define LANE(i) e[i] = _mm256_srai_epi16(_mm256_or_si256(_mm256_and_si256(NIB(i), nm), _mm256_and_si256(_mm256_slli_epi16(H, 16 - HB - HB * (i)), hm)), F);
+    LANE(0) LANE(1) LANE(2) LANE(3)
+#undef LANE
+#undef NIB
+}
+
+// rows [r0, r1) x T columns; x16 [T][gpr][64] int16 in the kernel's lane order, xs [T][gpr] their
+// scales. Per group and column: 4 (W8: 2) int16 pair products summed in int32 (|sum| < 2^24), one
+// conversion to fp32, times the weight's scale x the column's scale, accumulated in fp32.
+template <int BITS, int T>
+static TGT void rows(const uint8_t* base, const uint8_t* high, const uint16_t* scale, int r0, int r1, int gpr,
+                     const int16_t* x16, const float* xs, float* out, int ldo) {
+    constexpr int HBYTES = BITS == 5 ? 8 : BITS == 6 ? 16 : 0;
+    for (int r = r0; r < r1; ++r) {
+        const uint8_t* b = base + (size_t)r * gpr * 32;
+        const uint8_t* h = HBYTES ? high + (size_t)r * gpr * HBYTES : nullptr;
+        const uint16_t* s = scale + (size_t)r * gpr;
+        __m256 tot[T];
+        for (int t = 0; t < T; ++t) tot[t] = _mm256_setzero_ps();
+        for (int g = 0; g < gpr; ++g) {
+            __m256i e[4];
+            int parts;
+            if (BITS == 8) {  // 32 lanes, natural order
+                e[0] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + g * 32)));
+                e[1] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + g * 32 + 16)));
+                parts = 2;
+            } else {
+                group_codes<BITS>(b + g * 32, HBYTES ? h + g * HBYTES : nullptr, e);
+                parts = 4;
+            }
+            const float ws = _cvtsh_ss(s[g]);
+            for (int t = 0; t < T; ++t) {
+                const __m256i* xp = (const __m256i*)(x16 + ((size_t)t * gpr + g) * 64);
+                __m256i p = _mm256_add_epi32(_mm256_madd_epi16(e[0], _mm256_load_si256(xp)),
+                                             _mm256_madd_epi16(e[1], _mm256_load_si256(xp + 1)));
+                if (parts == 4)
+                    p = _mm256_add_epi32(p, _mm256_add_epi32(_mm256_madd_epi16(e[2], _mm256_load_si256(xp + 2)),
+                                                             _mm256_madd_epi16(e[3], _mm256_load_si256(xp + 3))));
+                tot[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(ws * xs[(size_t)t * gpr + g]), tot[t]);
+            }
+        }
+        for (int t = 0; t < T; ++t) out[(size_t)t * ldo + r] = hsum(tot[t]);
+    }
+}
+
+template <int BITS>
+static TGT void row_chunk(int t, const uint8_t* base, const uint8_t* high, const uint16_t* scale, int r0, int r1,
+                          int gpr, const int16_t* x16, const float* xs, float* out, int ldo) {
+    for (int t0 = 0; t0 < t; t0 += 4) {
+        const int16_t* xx = x16 + (size_t)t0 * gpr * 64;
+        const float* ss = xs + (size_t)t0 * gpr;
+        float* oo = out + (size_t)t0 * ldo;
+        switch (t - t0) {
+            case 1: rows<BITS, 1>(base, high, scale, r0, r1, gpr, xx, ss, oo, ldo); break;
+            case 2: rows<BITS, 2>(base, high, scale, r0, r1, gpr, xx, ss, oo, ldo); break;
+            case 3: rows<BITS, 3>(base, high, scale, r0, r1, gpr, xx, ss, oo, ldo); break;
+            default: rows<BITS, 4>(base, high, scale, r0, r1, gpr, xx, ss, oo, ldo); break;
+        }
+    }
+}
+
+// x (fp32, or bf16 when x_bf16) [t, ldx], k real columns -> x16 [t][gpr][64] int16 (each group of
+// G = 64 (32 for W8) lanes scaled by its largest |x| to +-32767, rounded to nearest) and xs [t][gpr].
+static TGT void quantize_x(int bits, const void* x, int x_bf16, int t, int k, int ldx, int gpr, int16_t* x16, float* xs) {
+    const int G = bits == 8 ? 32 : 64;
+    float row[64];
+    for (int tt = 0; tt < t; ++tt)
+        for (int g = 0; g < gpr; ++g) {
+            const int k0 = g * G, lim = k - k0 < G ? (k - k0 > 0 ? k - k0 : 0) : G;
+            float m = 0.0f;
+            for (int j = 0; j < G; ++j) {
+                float v = 0.0f;
+                if (j < lim) {
+                    if (x_bf16) {
+                        uint32_t u = (uint32_t)((const uint16_t*)x)[(size_t)tt * ldx + k0 + j] << 16;
+                        memcpy(&v, &u, 4);
+                    } else {
+                        v = ((const float*)x)[(size_t)tt * ldx + k0 + j];
+                    }
+                }
+                row[j] = v;
+                m = fmaxf(m, fabsf(v));
+            }
+            const float inv = m > 0.0f ? 32767.0f / m : 0.0f;
+            xs[(size_t)tt * gpr + g] = (m > 0.0f ? m / 32767.0f : 0.0f);
+            int16_t* d = x16 + ((size_t)tt * gpr + g) * 64;
+            for (int j = 0; j < G; ++j) d[bits == 8 ? j : (j & 3) * 16 + (j >> 2)] = (int16_t)lrintf(row[j] * inv);
+        }
+}
+
+// out[c, r] (fp32, row stride ldo) = sum_k x[c, k] W[r, k], W the row-split planes of `bits`
+// (4, 5, 6, 8) with gpr groups per row, n rows; t columns of x.
+extern "C" TGT int ninfer_qdot(int bits, const uint8_t* base, const uint8_t* high, const uint16_t* scale, int n,
+                               int gpr, const void* x, int x_bf16, int t, int k, int ldx, float* out, int ldo,
+                               int nthreads) {
+    int16_t* x16 = (int16_t*)aligned_alloc(64, (size_t)t * gpr * 64 * sizeof(int16_t));
+    float* xs = (float*)malloc((size_t)t * gpr * sizeof(float) + 4);
+    if (!x16 || !xs) { free(x16); free(xs); return 1; }
+    quantize_x(bits, x, x_bf16, t, k, ldx, gpr, x16, xs);
+    const int chunk = n >= 8192 ? 64 : 16, chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic) num_threads(nthreads)
+    for (int c = 0; c < chunks; ++c) {
+        const int r0 = c * chunk, r1 = r0 + chunk < n ? r0 + chunk : n;
+        switch (bits) {
+            case 4: row_chunk<4>(t, base, high, scale, r0, r1, gpr, x16, xs, out, ldo); break;
+            case 5: row_chunk<5>(t, base, high, scale, r0, r1, gpr, x16, xs, out, ldo); break;
+            case 6: row_chunk<6>(t, base, high, scale, r0, r1, gpr, x16, xs, out, ldo); break;
+            default: row_chunk<8>(t, base, high, scale, r0, r1, gpr, x16, xs, out, ldo); break;
+        }
+    }
+    free(x16);
+    free(xs);
+    return 0;
+}
+"""
+
+_FLAGS = ["-O3", "-std=c++17", "-fopenmp", "-shared", "-fPIC"]
+_LIB: list = []  # [ctypes function or None], filled on first use
+
+
+def _note(why: str) -> None:
+    print(f"ninfer: linear (torch): the fused CPU kernel is off ({why}); using torch's int4 / int8 matmuls",
+          file=sys.stderr)
+
+
+def _build() -> Path | None:
+    cxx = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
+    if cxx is None:
+        _note("no C++ compiler: set CXX or install g++")
+        return None
+    digest = hashlib.sha256((SOURCE + " ".join(_FLAGS)).encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("NINFER_CACHE_DIR") or Path.home() / ".cache" / "ninfer")
+    lib = cache / f"linear_cpu_fused_{digest}.so"
+    if lib.is_file():
+        return lib
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
+            src = Path(tmp) / "fused.cpp"
+            src.write_text(SOURCE)
+            out = Path(tmp) / lib.name
+            p = subprocess.run([cxx, *_FLAGS, str(src), "-o", str(out)], capture_output=True, text=True)
+            if p.returncode != 0:
+                _note(f"{Path(cxx).name} failed: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
+                return None
+            os.replace(out, lib)
+    except OSError as e:
+        _note(f"cannot build in {cache}: {e}")
+        return None
+    return lib
+
+
+def _load():
+    if os.environ.get("NINFER_CPU_FUSED", "1") == "0":
+        return None
+    path = _build()
+    if path is None:
+        return None
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as e:
+        _note(f"cannot load {path.name}: {e}")
+        return None
+    if not lib.ninfer_qdot_supported():
+        _note("the CPU lacks AVX2 / FMA / F16C")
+        return None
+    f = lib.ninfer_qdot
+    p, i = ctypes.c_void_p, ctypes.c_int
+    f.argtypes = [i, p, p, p, i, i, p, i, i, i, i, p, i, i]
+    f.restype = i
+    return f
+
+
+def kernel():
+    """The loaded kernel (built on first use), or None where it cannot run here (module doc)."""
+    if not _LIB:
+        _LIB.append(_load())
+    return _LIB[0]
+
+
+def fused_matmul(x: torch.Tensor, weight: QuantWeight) -> torch.Tensor:
+    """x [T, K] (fp32 or bf16; other dtypes go through fp32) @ W^T as fp32 [T, N], read from the planes."""
+    f = kernel()
+    if f is None:
+        raise RuntimeError("linear (torch): the fused CPU kernel is not available here")
+    if x.dtype not in (torch.float32, torch.bfloat16):
+        x = x.float()
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    t = x.shape[0]
+    out = torch.empty(t, weight.n, dtype=torch.float32)
+    high = weight.high.data_ptr() if weight.high is not None else None
+    rc = f(weight.bits, weight.base.data_ptr(), high, weight.scale.data_ptr(), weight.n, weight.groups_per_row,
+           x.data_ptr(), int(x.dtype == torch.bfloat16), t, weight.k, x.stride(0), out.data_ptr(), weight.n,
+           torch.get_num_threads())
+    if rc != 0:
+        raise MemoryError(f"linear (torch): the fused CPU kernel could not allocate x's int16 copy ({t} x {weight.k})")
+    return out

@@ -1,0 +1,80 @@
+"""The CPU path's fused kernel (`linear/torch_fused.py`): every row-split format read in place gives
+the fp32 dequantized matmul up to its one rounding, x to int16 per K group (2^-16 of the group's
+largest |x|), far inside the packed products' bf16 error (the bound below fails for them). Odd K
+(pad lanes), N not a multiple of the row chunk, a row view, fp32 and bf16 x, a group whose x has a
+large outlier, T = 1 .. 16 (column blocks of 4); and the one-line fallback where it cannot build."""
+
+import pytest
+import torch
+
+from ninfer_compile.kernels.linear import torch_fused
+from ninfer_compile.kernels.linear.reference import dequantize
+
+from _linear_helpers import random_weight
+
+FORMATS = ["Q4G64_F16S", "Q5G64_F16S", "Q6G64_F16S", "W8G32_F16S"]
+
+
+@pytest.fixture(autouse=True)
+def needs_kernel():
+    if torch_fused.kernel() is None:
+        pytest.skip("the fused CPU kernel does not build or run here")
+
+
+def _check(x, w):
+    w32 = dequantize(w).double()
+    want = x.double() @ w32.T
+    got = torch_fused.fused_matmul(x, w)
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    # x's rounding: 2^-16 of each group's largest |x| per lane; fp32 accumulation: 2^-20 of |x| @ |W|^T
+    g = w.group
+    xp = torch.nn.functional.pad(x.double().abs(), (0, w.k_pad - w.k)).view(x.shape[0], -1, g)
+    xmax = xp.amax(-1, keepdim=True).expand_as(xp).reshape(x.shape[0], -1)[:, : w.k]
+    bound = (xmax * 2.0**-16) @ w32.abs().T + 2.0**-20 * (x.double().abs() @ w32.abs().T) + 1e-30
+    excess = ((got.double() - want).abs() / bound).max().item()
+    assert excess <= 1.0, f"{w.format} T={x.shape[0]}: error {excess:.2f} x the bound"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("t", [1, 3, 6, 16])
+def test_matches_the_oracle(fmt, t):
+    gen = torch.Generator().manual_seed(t * 5 + len(fmt))
+    w = random_weight(fmt, 37, 200, gen)
+    x = torch.randn(t, 200, generator=gen)
+    x[0, 70] = 300.0  # an outlier in the second group
+    _check(x, w)
+    _check(x.bfloat16(), w)
+
+
+@pytest.mark.parametrize("fmt", ["Q5G64_F16S", "Q6G64_F16S"])
+def test_row_view_of_a_tall_weight(fmt):
+    gen = torch.Generator().manual_seed(7)
+    w = random_weight(fmt, 9000, 64, gen).rows(40, 8400)  # 64-row chunks, a ragged last one
+    _check(torch.randn(2, 64, generator=gen), w)
+
+
+def test_the_packed_products_fail_the_bound():
+    """The bound above is tight enough to see bf16 products (the fallback's rounding)."""
+    from ninfer_compile.kernels.linear import torch_packed
+
+    gen = torch.Generator().manual_seed(3)
+    w = random_weight("Q4G64_F16S", 64, 256, gen)
+    x = torch.randn(1, 256, generator=gen)
+    saved = torch_fused.fused_matmul
+    try:
+        torch_fused.fused_matmul = torch_packed.packed_matmul
+        with pytest.raises(AssertionError):
+            _check(x, w)
+    finally:
+        torch_fused.fused_matmul = saved
+
+
+def test_without_a_compiler_the_fallback_is_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("CXX", "no-such-compiler-here")
+    monkeypatch.setenv("NINFER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(torch_fused.shutil, "which", lambda name: None)
+    assert torch_fused._load() is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no C++ compiler" in err[0], err
+    monkeypatch.setenv("NINFER_CPU_FUSED", "0")
+    assert torch_fused._load() is None
