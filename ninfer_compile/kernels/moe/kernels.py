@@ -144,19 +144,37 @@ def moe_group_kernel(ids_ptr, offsets_ptr, tile_end_ptr, sorted_ptr, P, E,
 
 
 @triton.jit
-def _tile(tile_end_ptr, offsets_ptr, sorted_ptr, E, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
-    """(active, expert, pairs [BLOCK_T], pair mask) of tile slot program_id(0)."""
+def _tile(ids_ptr, tile_end_ptr, offsets_ptr, sorted_ptr, E, P, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr,
+          GROUPED: tl.constexpr):
+    """(active, expert, pairs [BLOCK_T], pair mask) of tile slot program_id(0). GROUPED: the tiles
+    the grouping kernel wrote (one expert, up to BLOCK_T of its pairs); else tile g is pair g alone
+    (BLOCK_T 1: no grouping launch; an expert two tokens chose is read twice)."""
     g = tl.program_id(0)
-    ev = tl.arange(0, BLOCK_E)
-    ends = tl.load(tile_end_ptr + ev, mask=ev < E, other=2147483647)
-    n_tiles = tl.load(tile_end_ptr + E - 1)
-    e = tl.minimum(tl.sum((ends <= g).to(tl.int32), axis=0), E - 1)
-    first_tile = tl.sum(tl.where(ev == e - 1, ends, 0), axis=0)
-    j = tl.load(offsets_ptr + e) + (g - first_tile) * BLOCK_T + tl.arange(0, BLOCK_T)
-    active = g < n_tiles
-    pmask = j < tl.where(active, tl.load(offsets_ptr + e + 1), 0)
-    pairs = tl.load(sorted_ptr + j, mask=pmask, other=0)
+    if GROUPED:
+        ev = tl.arange(0, BLOCK_E)
+        ends = tl.load(tile_end_ptr + ev, mask=ev < E, other=2147483647)
+        n_tiles = tl.load(tile_end_ptr + E - 1)
+        e = tl.minimum(tl.sum((ends <= g).to(tl.int32), axis=0), E - 1)
+        first_tile = tl.sum(tl.where(ev == e - 1, ends, 0), axis=0)
+        j = tl.load(offsets_ptr + e) + (g - first_tile) * BLOCK_T + tl.arange(0, BLOCK_T)
+        active = g < n_tiles
+        pmask = j < tl.where(active, tl.load(offsets_ptr + e + 1), 0)
+        pairs = tl.load(sorted_ptr + j, mask=pmask, other=0)
+    else:
+        pairs = g + tl.arange(0, BLOCK_T)
+        active = g < P
+        pmask = pairs < P
+        e = tl.load(ids_ptr + g)
     return active, e, pairs, pmask
+
+
+@triton.jit
+def _n_tiles(tile_end_ptr, E, P, GROUPED: tl.constexpr):
+    if GROUPED:
+        n = tl.load(tile_end_ptr + E - 1)
+    else:
+        n = P
+    return n
 
 
 @triton.jit
@@ -175,12 +193,13 @@ def _product(acc, a, w, USE_DOT: tl.constexpr, DOT_F32: tl.constexpr):
 @triton.jit
 def moe_gate_up_kernel(x_ptr, ids_ptr, base_ptr, high_ptr, scale_ptr, act_ptr,
                        tile_end_ptr, offsets_ptr, sorted_ptr,
-                       E, TOP_K, I, H, K_LOOP, KW_TOTAL, base_row, high_row, scale_row, sx,
+                       E, P, TOP_K, I, H, K_LOOP, KW_TOTAL, base_row, high_row, scale_row, sx,
                        FMT: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr, USE_DOT: tl.constexpr,
-                       DOT_F32: tl.constexpr, INTERP: tl.constexpr, PDL: tl.constexpr = False):
+                       DOT_F32: tl.constexpr, GROUPED: tl.constexpr, INTERP: tl.constexpr,
+                       PDL: tl.constexpr = False):
     pdl_enter(PDL)
-    active, e, pairs, pmask = _tile(tile_end_ptr, offsets_ptr, sorted_ptr, E, BLOCK_T, BLOCK_E)
+    active, e, pairs, pmask = _tile(ids_ptr, tile_end_ptr, offsets_ptr, sorted_ptr, E, P, BLOCK_T, BLOCK_E, GROUPED)
     if active:
         tok = pairs // TOP_K
         r = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -203,13 +222,19 @@ def moe_gate_up_kernel(x_ptr, ids_ptr, base_ptr, high_ptr, scale_ptr, act_ptr,
 
 
 @triton.jit
-def moe_down_kernel(act_ptr, base_ptr, high_ptr, scale_ptr, y_ptr, tile_end_ptr, offsets_ptr, sorted_ptr,
-                    E, TOP_K, I, H, K_LOOP, KW_TOTAL, base_row, high_row, scale_row,
+def moe_down_kernel(act_ptr, ids_ptr, base_ptr, high_ptr, scale_ptr, y_ptr, tile_end_ptr, offsets_ptr, sorted_ptr,
+                    w_ptr, shared_ptr, gate_ptr, res_ptr, out_ptr, cnt_ptr,
+                    E, P, T, TOP_K, I, H, K_LOOP, KW_TOTAL, base_row, high_row, scale_row, s_shared, s_res, s_out,
                     FMT: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr, USE_DOT: tl.constexpr,
-                    DOT_F32: tl.constexpr, INTERP: tl.constexpr, PDL: tl.constexpr = False):
+                    DOT_F32: tl.constexpr, GROUPED: tl.constexpr, FUSED_COMBINE: tl.constexpr,
+                    BLOCK_TT: tl.constexpr, BLOCK_TOPK: tl.constexpr, INTERP: tl.constexpr,
+                    PDL: tl.constexpr = False):
+    """y[pair, h-block] of the tile's pairs. FUSED_COMBINE: then the last of the step's tiles to
+    arrive at this h-block (acq_rel ticket on a self-resetting counter) writes out[:, h-block] for
+    every token (the combine, summed in slot order like the combine launch)."""
     pdl_enter(PDL)
-    active, e, pairs, pmask = _tile(tile_end_ptr, offsets_ptr, sorted_ptr, E, BLOCK_T, BLOCK_E)
+    active, e, pairs, pmask = _tile(ids_ptr, tile_end_ptr, offsets_ptr, sorted_ptr, E, P, BLOCK_T, BLOCK_E, GROUPED)
     if active:
         h = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
         hmask = h < H
@@ -223,6 +248,30 @@ def moe_down_kernel(act_ptr, base_ptr, high_ptr, scale_ptr, y_ptr, tile_end_ptr,
                              high_row, scale_row, FMT, BLOCK_N, BLOCK_K, False, INTERP)
             acc = _product(acc, a, w, USE_DOT, DOT_F32)
         tl.store(y_ptr + pairs[:, None] * H + h[None, :], acc, mask=pmask[:, None] & hmask[None, :])
+        if FUSED_COMBINE:
+            fence_gpu(h, INTERP)  # this thread's y rows are visible device-wide ...
+            tl.debug_barrier()  # ... for every thread of the program, before the ticket is taken
+            ticket = tl.atomic_add(cnt_ptr + tl.program_id(1), 1, sem="acq_rel", scope="gpu")
+            if ticket == _n_tiles(tile_end_ptr, E, P, GROUPED) - 1:
+                fence_gpu(h, INTERP)
+                t = tl.arange(0, BLOCK_TT)
+                j = tl.arange(0, BLOCK_TOPK)
+                tm = t < T
+                m2 = tm[:, None] & hmask[None, :]
+                acc2 = tl.load(res_ptr + t[:, None] * s_res + h[None, :], mask=m2, other=0.0).to(tl.float32)
+                g = tl.load(gate_ptr + t, mask=tm, other=0.0)
+                acc2 += g[:, None] * tl.load(shared_ptr + t[:, None] * s_shared + h[None, :], mask=m2,
+                                             other=0.0).to(tl.float32)
+                pr = t[:, None] * TOP_K + j[None, :]  # [TT, TOPK] pair ids
+                pm = tm[:, None] & (j < TOP_K)[None, :]
+                wj = tl.load(w_ptr + pr, mask=pm, other=0.0)
+                yv = tl.load(y_ptr + pr[:, :, None] * H + h[None, None, :], mask=pm[:, :, None] & hmask[None, None, :],
+                             other=0.0, cache_modifier=".cg")
+                for jj in tl.static_range(BLOCK_TOPK):  # slot order, as the combine launch sums
+                    sel = (j == jj)[None, :, None]
+                    acc2 += tl.sum(tl.where(sel, wj[:, :, None] * yv, 0.0), axis=1)
+                tl.store(out_ptr + t[:, None] * s_out + h[None, :], acc2, mask=m2)
+                tl.atomic_xchg(cnt_ptr + tl.program_id(1), 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit

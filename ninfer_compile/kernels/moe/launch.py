@@ -113,7 +113,7 @@ def tile_slots(E: int, pairs: int, block_t: int) -> int:
 
 
 def _experts(name, x, expert_ids, expert_weights, gate_up, down, shared, shared_gate, residual, out,
-             workspace, block_t, block_n, block_k, num_warps, use_dot) -> None:
+             workspace, block_t, block_n, block_k, num_warps, use_dot, grouped=True, fused_combine=False) -> None:
     _, n_gu, H = as_linear_weight(gate_up)
     _, n_d, I = as_linear_weight(down)
     if H < 1 or n_d % H or n_gu % (2 * I) or n_gu // (2 * I) != n_d // H:
@@ -140,19 +140,29 @@ def _experts(name, x, expert_ids, expert_weights, gate_up, down, shared, shared_
     y = flat[lay["y"]:lay["y"] + P * H]
     block_e = triton.next_power_of_2(E)
     interp = interpreting()
-    moe_group_kernel[(1,)](expert_ids, offsets, tile_end, order, P, E, BLOCK_T=block_t, BLOCK_E=block_e,
-                           CHUNK=_GROUP_CHUNK, num_warps=4, **pdl_launch(moe_group_kernel))
-    slots = tile_slots(E, P, block_t)
+    if grouped:
+        moe_group_kernel[(1,)](expert_ids, offsets, tile_end, order, P, E, BLOCK_T=block_t, BLOCK_E=block_e,
+                               CHUNK=_GROUP_CHUNK, num_warps=4, **pdl_launch(moe_group_kernel))
+        slots = tile_slots(E, P, block_t)
+    else:
+        block_t, slots = 1, P
     common = dict(FMT=0, BLOCK_T=block_t, BLOCK_N=block_n, BLOCK_K=block_k, BLOCK_E=block_e, USE_DOT=use_dot,
-                  DOT_F32=interp, INTERP=interp, num_warps=num_warps)
+                  DOT_F32=interp, GROUPED=grouped, INTERP=interp, num_warps=num_warps)
     b, hi, s, br, hr, sr, kw, k_loop, code = _weight_args(gate_up)
     moe_gate_up_kernel[(slots, triton.cdiv(I, block_n))](
-        x, expert_ids, b, hi, s, act, tile_end, offsets, order, E, top_k, I, H, k_loop, kw, br, hr, sr,
+        x, expert_ids, b, hi, s, act, tile_end, offsets, order, E, P, top_k, I, H, k_loop, kw, br, hr, sr,
         x.stride(0), **{**common, "FMT": code}, **pdl_launch(moe_gate_up_kernel))
     b, hi, s, br, hr, sr, kw, k_loop, code = _weight_args(down)
-    moe_down_kernel[(slots, triton.cdiv(H, block_n))](
-        act, b, hi, s, y, tile_end, offsets, order, E, top_k, I, H, k_loop, kw, br, hr, sr,
-        **{**common, "FMT": code}, **pdl_launch(moe_down_kernel))
+    h_blocks = triton.cdiv(H, block_n)
+    if fused_combine and h_blocks > FIXUP_COUNTERS:
+        raise RouteError(f"{name}: COMBINE fused needs {h_blocks} arrival counters, more than {FIXUP_COUNTERS}")
+    moe_down_kernel[(slots, h_blocks)](
+        act, expert_ids, b, hi, s, y, tile_end, offsets, order, expert_weights, shared, shared_gate, residual, out,
+        fixup_counters(x), E, P, T, top_k, I, H, k_loop, kw, br, hr, sr, shared.stride(0), residual.stride(0),
+        out.stride(0), **{**common, "FMT": code}, FUSED_COMBINE=fused_combine,
+        BLOCK_TT=triton.next_power_of_2(T), BLOCK_TOPK=triton.next_power_of_2(top_k), **pdl_launch(moe_down_kernel))
+    if fused_combine:
+        return
     block_h = min(1024, triton.next_power_of_2(H))
     moe_combine_kernel[(T, triton.cdiv(H, block_h))](
         y, expert_weights, shared, shared_gate, residual, out, top_k, H, shared.stride(0), residual.stride(0),
@@ -160,13 +170,19 @@ def _experts(name, x, expert_ids, expert_weights, gate_up, down, shared, shared_
 
 
 def moe_experts_gemv(x, expert_ids, expert_weights, gate_up, down, shared, shared_gate, residual, out,
-                     BLOCK_N=32, BLOCK_K=64, num_warps=4, workspace=None) -> None:
-    """Decode (T <= 16): one tile per hit expert (BLOCK_T = next_pow2(T)), broadcast-FMA products."""
+                     BLOCK_N=32, BLOCK_K=64, GROUP=True, COMBINE="kernel", num_warps=4, workspace=None) -> None:
+    """Decode (T <= 16), broadcast-FMA products. GROUP: one tile per hit expert (BLOCK_T =
+    next_pow2(T); a grouping launch first), else one tile per (token, slot) pair with no grouping
+    launch (T = 1 has no expert twice). COMBINE "fused": the down launch's last arrivals sum each
+    token's slots (no combine launch); "kernel": a combine launch."""
     T = x.shape[0]
     if T > 16:
         raise RouteError(f"moe_experts_gemv: T={T} columns is outside its domain T in [1, 16]")
+    if COMBINE not in ("kernel", "fused"):
+        raise RouteError(f"moe_experts_gemv: COMBINE must be 'kernel' or 'fused', got {COMBINE!r}")
     _experts("moe_experts_gemv", x, expert_ids, expert_weights, gate_up, down, shared, shared_gate, residual,
-             out, workspace, triton.next_power_of_2(T), BLOCK_N, BLOCK_K, num_warps, False)
+             out, workspace, triton.next_power_of_2(T), BLOCK_N, BLOCK_K, num_warps, False, bool(GROUP),
+             COMBINE == "fused")
 
 
 def moe_experts_grouped_gemm(x, expert_ids, expert_weights, gate_up, down, shared, shared_gate, residual, out,

@@ -67,6 +67,10 @@ register(Route(
     domain=RouteDomain(formats=WEIGHT_FORMATS, max_t=GEMV_MAX_T),
     params={"BLOCK_N": ParamSpec("BLOCK_N", (16, 32, 64), 32, "bank rows per program"),
             "BLOCK_K": ParamSpec("BLOCK_K", (32, 64, 128), 64, "columns per K step"),
+            "GROUP": ParamSpec("GROUP", (True, False), True, "one tile per hit expert after a grouping launch "
+                               "(else one per (token, slot) pair, no grouping launch)"),
+            "COMBINE": ParamSpec("COMBINE", ("kernel", "fused"), "kernel", "the slots' weighted sum: a launch, or "
+                                 "the down launch's last arrivals per h-block"),
             "num_warps": _warps()},
     reference=f"{_M}.reference:moe_experts", launcher=f"{_M}.launch:moe_experts_gemv",
     kernels=_EXPERT_KERNELS, workspace=f"{_M}.routes:moe_experts_workspace",

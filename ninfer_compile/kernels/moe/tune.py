@@ -85,7 +85,11 @@ def moe_candidates(route, t: int, quick: bool) -> list[dict]:
                  {"BLOCK_N": 16, "num_warps": 2}]
         if t > 4:
             cands += [{"BLOCK_N": 16, "BLOCK_K": 32}, {"BLOCK_K": 32, "num_warps": 8}]
-        return cands
+        # the launch-saving variants on every tile: no grouping launch at T = 1 (no expert twice),
+        # the combine in the down launch; the defaults (group + combine launches) on the first tile only
+        fewer = {"COMBINE": "fused", "GROUP": t > 1}
+        return [{**c, **fewer} for c in cands] + [{}, {"GROUP": True, "COMBINE": "fused"} if t == 1 else
+                                                  {"GROUP": False, "COMBINE": "fused"}]
     if name == "moe_experts_grouped_gemm":
         return [{}, {"BLOCK_N": 32}, {"BLOCK_N": 128, "num_warps": 8}, {"BLOCK_K": 128}, {"num_warps": 8},
                 {"BLOCK_N": 32, "BLOCK_K": 128}, {"BLOCK_T": 32}, {"BLOCK_N": 32, "num_warps": 2}]

@@ -52,8 +52,11 @@ def _rel_rms(out, ref):
     return float((out - ref).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt().clamp_min(1e-30))
 
 
-@pytest.mark.parametrize("route", ["moe_experts_gemv", "moe_experts_grouped_gemm"])
-def test_expert_routes_match_the_reference_at_35b_shapes(banks, route):
+@pytest.mark.parametrize("route,params", [("moe_experts_gemv", {}),
+                                          ("moe_experts_gemv", {"GROUP": False, "COMBINE": "fused"}),
+                                          ("moe_experts_gemv", {"GROUP": True, "COMBINE": "fused"}),
+                                          ("moe_experts_grouped_gemm", {})])
+def test_expert_routes_match_the_reference_at_35b_shapes(banks, route, params):
     from ninfer_compile.kernels.moe import reference as R
     from ninfer_compile.kernels.moe.routes import GEMV_MAX_T, workspace_layout
     from ninfer_compile.kernels.moe.tune import routing_draw
@@ -71,11 +74,12 @@ def test_expert_routes_match_the_reference_at_35b_shapes(banks, route):
         residual = (torch.randn(t, H, device="cuda", generator=gen) * 0.1).bfloat16()
         out = torch.full((t, H), float("nan"), dtype=torch.bfloat16, device="cuda")
         ws = torch.full((workspace_layout(E, I, H, t * K)["total"],), float("nan"), device="cuda")
-        launcher(x, ids, wts, gu, dn, shared, gate, residual, out, workspace=ws)
+        for _ in range(2 if params.get("COMBINE") == "fused" else 1):  # its counters must reset
+            launcher(x, ids, wts, gu, dn, shared, gate, residual, out, workspace=ws, **params)
         torch.cuda.synchronize()
         ref = R.moe_experts(x, ids, wts, gu32, dn32, shared, gate, residual)
         err = _rel_rms(out.float(), ref)
-        assert err < 1e-2, f"{route} T={t} {gu.format}+{dn.format}: rel RMS {err:.2e}"
+        assert err < 1e-2, f"{route} {params} T={t} {gu.format}+{dn.format}: rel RMS {err:.2e}"
         assert _rel_rms(residual.float() + gate[:, None] * shared.float(), ref) > 0.1  # the routed sum counts
     if route == "moe_experts_grouped_gemm":  # a wider tile (several pairs of a hot expert per tile)
         t, hot = 64, K // 2

@@ -83,10 +83,23 @@ def _run_experts(launcher, T, E, k, gu_fmt, down_fmt, seed, **params):
                                          (3, 8, 2, "Q4G64_F16S", "Q6G64_F16S"),
                                          (5, 12, 3, "W8G32_F16S", "W8G32_F16S"),
                                          (16, 8, 2, "BF16", "Q5G64_F16S")])  # BF16 gate_up: FMT 16 tiles
-def test_experts_gemv_matches_reference(T, E, k, gu, dn):
-    out, ref, no_experts = _run_experts(L.moe_experts_gemv, T, E, k, gu, dn, seed=T, BLOCK_N=64, BLOCK_K=64)
+@pytest.mark.parametrize("group,combine", [(True, "kernel"), (False, "fused"), (True, "fused"), (False, "kernel")])
+def test_experts_gemv_matches_reference(T, E, k, gu, dn, group, combine):
+    """Every tiling (grouped by expert or one pair per tile) and combine (launch or fused into the
+    down launch's last arrivals, BLOCK_N 32: three h-blocks of H 96, each with its own counter)."""
+    out, ref, no_experts = _run_experts(L.moe_experts_gemv, T, E, k, gu, dn, seed=T, BLOCK_N=32, BLOCK_K=64,
+                                        GROUP=group, COMBINE=combine)
     assert rel_rms(out.float(), ref) < 1e-2
     assert rel_rms(no_experts, ref) > 0.1  # the routed sum is a large part of the output
+
+
+def test_fused_combine_equals_the_combine_launch_and_resets_its_counters():
+    """The same inputs through COMBINE kernel and fused, the fused one twice in a row (its arrival
+    counters must be back at zero): equal outputs up to fp32 rounding of the weighted sums."""
+    outs = [_run_experts(L.moe_experts_gemv, 5, 12, 3, "Q4G64_F16S", "Q5G64_F16S", seed=7, BLOCK_N=32,
+                         GROUP=False, COMBINE=c)[0] for c in ("kernel", "fused", "fused")]
+    assert (outs[0].float() - outs[1].float()).abs().max() <= 2 ** -7 * outs[0].float().abs().max()
+    assert torch.equal(outs[1], outs[2])
 
 
 @pytest.mark.parametrize("T,E,k,gu,dn,bt", [(1, 8, 2, "Q4G64_F16S", "Q5G64_F16S", 16),
@@ -107,6 +120,9 @@ def test_the_decode_route_refuses_wide_steps_and_small_workspaces():
     ids, wts, gate = random_routing(1, 8, 2, gen)
     with pytest.raises(RouteError, match="workspace"):
         L.moe_experts_gemv(x, ids, wts, gate_up, down, x, gate, x, x.clone(), workspace=torch.zeros(10))
+    ws = torch.zeros(moe_experts_workspace(_WS(gate_up=(8 * 2 * I, H), down=(8 * H, I), expert_ids=(1, 2)), {}))
+    with pytest.raises(RouteError, match="COMBINE must be"):
+        L.moe_experts_gemv(x, ids, wts, gate_up, down, x, gate, x, x.clone(), workspace=ws, COMBINE="atomic")
 
 
 def test_tile_slots_bound_the_tiles_of_any_routing():
