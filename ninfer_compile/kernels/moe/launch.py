@@ -17,8 +17,11 @@ with the experts actually hit, each hit expert's rows read once per tile of up t
 (decode: BLOCK_T = next_pow2(T) >= the pairs of any expert, since a token picks an expert once, so
 exactly one tile per hit expert). The decode route multiplies with broadcast FMAs, the prefill
 route (the grouped GEMM) with `tl.dot` on BLOCK_T x BLOCK_N tiles. The per-pair outputs go through
-the fp32 workspace and `moe_combine_kernel` sums each token's slots in slot order: no atomics, the
-same bits every run.
+the fp32 workspace and each token's slots are summed in slot order (`moe_combine_kernel`, or with
+the decode route's COMBINE fused the last down program to arrive at each h-block): the same bits
+every run. Launches per step: group, gate/up, down, combine; the decode route drops the combine
+(COMBINE fused) and at T = 1, where a token never picks an expert twice, the grouping (GROUP
+false: tile g is pair g).
 
 Workspace (fp32 elements, `moe_experts_workspace`): [offsets E+1 | tile_end E | sorted pairs P]
 (int32 views) then act [P, I] and y [P, H] (fp32).
