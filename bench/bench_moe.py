@@ -100,7 +100,7 @@ def best_of(route, t, args, started, fns_of, check) -> dict:
 
 
 def bench_router(t, geo, args, started, gen, dev, bw) -> list[dict]:
-    """The router routes whose domain covers T (the split one to T = 16), one row each."""
+    """The router routes whose domain covers T, one row each."""
     from ninfer_compile.kernels.moe.tune import routing_error
     from ninfer_compile.kernels.registry import get_route
     from ninfer_compile.tune import measure as M
@@ -115,8 +115,7 @@ def bench_router(t, geo, args, started, gen, dev, bw) -> list[dict]:
     wts = torch.zeros(t, k, dtype=torch.float32, device=dev)
     gate = torch.zeros(t, dtype=torch.float32, device=dev)
     logits = torch.empty(t * (E + 1), dtype=torch.float32, device=dev)
-    launchers = {"moe_router_rows": lambda w, params: L.moe_router_rows(x, w, ids, wts, gate, k, **params),
-                 "moe_router_split": lambda w, params: L.moe_router_split(x, w, ids, wts, gate, k, workspace=logits,
+    launchers = {"moe_router_split": lambda w, params: L.moe_router_split(x, w, ids, wts, gate, k, workspace=logits,
                                                                           **params)}
 
     def check(fn):

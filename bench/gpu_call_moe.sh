@@ -30,9 +30,8 @@ for part in ${PARTS:-tests pack compile e2e moe spec load}; do
       tail -n 3 "$OUT/gpu_tests.log" | tee -a "$OUT/call.log"
       grep -m 8 "FAILED\|Error" "$OUT/gpu_tests.log" | tee -a "$OUT/call.log"
       if [ "$ok" = 0 ]; then  # go on with the routes measured before this round's launch savings
-        sed -e 's/, params: {GROUP: [a-z]*, COMBINE: fused}//' -e 's/route: moe_router_split}/route: moe_router_rows}/' \
-          "$ROUTES" > /tmp/sm90_safe.yaml && ROUTES=/tmp/sm90_safe.yaml && ok=1
-        echo "GPU tests failed: the timed parts use $ROUTES (no split router, no fused combine)" | tee -a "$OUT/call.log"
+        sed -e 's/COMBINE: fused/COMBINE: kernel/' "$ROUTES" > /tmp/sm90_safe.yaml && ROUTES=/tmp/sm90_safe.yaml && ok=1
+        echo "GPU tests failed: the timed parts use $ROUTES (no fused combine)" | tee -a "$OUT/call.log"
       fi ;;
     pack)
       [ -f "$A" ] || python3 -m ninfer_compile.cli pack --synthetic qwen3.6-35b-a3b -o "$A" --seed 0 -q 2>&1 | tail -n 2
@@ -48,7 +47,7 @@ for part in ${PARTS:-tests pack compile e2e moe spec load}; do
         | grep "^streaming\|^decode\|^prefill\|^profile\|rror" | tee -a "$OUT/call.log" ;;
     moe)
       [ "$ok" = 1 ] || { echo "moe skipped: the GPU tests failed" | tee -a "$OUT/call.log"; continue; }
-      timeout $(( ${MOE_S:-150} + 30 )) python3 bench/bench_moe.py --out "$OUT" --budget-s ${MOE_S:-150} 2>&1 \
+      timeout $(( ${MOE_S:-150} + 30 )) python3 bench/bench_moe.py --out "$OUT" --budget-s ${MOE_S:-150} ${MOE_T:+--t $MOE_T} 2>&1 \
         | tail -n 40 | tee -a "$OUT/call.log" ;;
     spec)
       [ "$ok" = 1 ] || { echo "spec skipped: the GPU tests failed" | tee -a "$OUT/call.log"; continue; }

@@ -36,13 +36,12 @@ def test_draw_plans_cover_every_pair_once():
 
 
 def test_dry_run_end_to_end(tmp_path):
-    """T 1 (both router and both expert routes) and 17 (past the decode routes' domains)."""
+    """T 1 (both expert routes) and 17 (past the decode route's domain)."""
     assert bench_moe.main(["--dry-run", "--out", str(tmp_path), "--t", "1,17"]) == 0
     res = json.loads((tmp_path / "bench_moe.json").read_text())
     assert res["dry_run"] and not res["errors"] and res["geometry"]["E"] == 16
     router = [r for r in res["rows"] if r["op"] == "router"]
-    assert [(r["t"], r["route"]) for r in router] == [(1, "moe_router_rows"), (1, "moe_router_split"),
-                                                     (17, "moe_router_rows")]  # split: T <= 16
+    assert [(r["t"], r["route"]) for r in router] == [(1, "moe_router_split"), (17, "moe_router_split")]
     assert all(r["check"] < 1e-2 for r in router)
     experts = {(r["t"], r["dist"], r["route"]): r for r in res["rows"] if r["op"] == "experts"}
     assert set(experts) == {(1, d, r) for d in bench_moe.DISTS for r in bench_moe.EXPERT_ROUTES} | \

@@ -56,7 +56,7 @@ def test_bf16_moe_plan_generates_transformers_argmax(moe, tmp_path_factory):
     art, plan = _plan(moe, tmp_path_factory, "bf16", 24)
     launches = [L for x in json.loads((plan / "plan.json").read_text())["extents"].values() for L in x["launches"]]
     routes = {L["route"] for L in launches}
-    assert {"moe_router_rows", "moe_experts_gemv", "moe_experts_grouped_gemm"} <= routes, routes
+    assert {"moe_router_split", "moe_experts_gemv", "moe_experts_grouped_gemm"} <= routes, routes
     tokens = _generate(art, plan, N_NEW)
     assert len(tokens) == N_NEW
     with torch.no_grad():
@@ -77,19 +77,15 @@ def test_quantized_moe_plan_matches_reference_on_torch_and_interpreter(moe, tmp_
 @pytest.mark.gpu
 def test_moe_plans_on_the_gpu_generate_the_argmax(moe, tmp_path_factory):
     """On a GPU the Triton kernels run (CUDA graphs at decode); chunk 24 takes the prompt through the
-    grouped expert GEMM's tl.dot in bf16: bf16 recipe = transformers' argmax, default recipe = the
-    reference's (near-ties allowed)."""
+    grouped expert GEMM's tl.dot in bf16. Both recipes against ninfer's fp32 reference on the CPU
+    (near-ties allowed; the bf16 reference equals transformers' argmax in the CPU test above, and
+    transformers itself is not run here: on the GPU machine its fla kernels refuse CPU tensors)."""
     import ninfer_runtime as nr
 
-    model = moe[0]
     for recipe in ("bf16", "default"):
         art, plan = _plan(moe, tmp_path_factory, recipe, 24)
         with nr.load(plan, art, device="cuda", progress=False) as eng:
             assert eng.graphs, "decode extents should be captured"
             tokens = eng.generate(PROMPT, N_NEW, ignore_eos=True).tokens
-        if recipe == "bf16":
-            with torch.no_grad():
-                bad = S.check_tokens_against(lambda t: S.hf_logits(model, t), PROMPT, tokens)
-        else:
-            bad = S.check_tokens_against(S.reference_logits_fn(art), PROMPT, tokens)
+        bad = S.check_tokens_against(S.reference_logits_fn(art), PROMPT, tokens)
         assert not bad, f"{recipe}: " + "\n".join(bad)

@@ -1,6 +1,5 @@
 """Launchers of the MoE routes (preallocated operands; nothing allocated; return None).
 
-    moe_router_rows(x, weight, expert_ids, expert_weights, shared_gate, top_k, BLOCK_K, num_warps)
     moe_router_split(x, weight, expert_ids, expert_weights, shared_gate, top_k, BLOCK_R, BLOCK_K, num_warps,
         workspace)
     moe_experts_gemv / moe_experts_grouped_gemm(x, expert_ids, expert_weights, gate_up, down, shared,
@@ -38,10 +37,10 @@ from ..linear.weights import QuantWeight, as_linear_weight
 from ..pdl import pdl_launch
 from ..linear.epilogue import FIXUP_COUNTERS, fixup_counters
 from .kernels import (moe_combine_kernel, moe_down_kernel, moe_gate_up_kernel, moe_group_kernel,
-                      moe_router_kernel, moe_router_split_kernel)
-from .routes import ROUTER_SPLIT_MAX_T, workspace_layout
+                      moe_router_split_kernel)
+from .routes import workspace_layout
 
-__all__ = ["moe_router_rows", "moe_router_split", "moe_experts_gemv", "moe_experts_grouped_gemm", "tile_slots"]
+__all__ = ["moe_router_split", "moe_experts_gemv", "moe_experts_grouped_gemm", "tile_slots"]
 
 _FMT_CODE = {"Q4G64_F16S": 4, "Q5G64_F16S": 5, "Q6G64_F16S": 6, "W8G32_F16S": 8, "BF16": 16}
 _GROUP_CHUNK = 64
@@ -77,37 +76,29 @@ def _router_operands(name, x, weight, expert_ids, expert_weights, shared_gate, t
     return T, E, k
 
 
-def moe_router_rows(x, weight, expert_ids, expert_weights, shared_gate, top_k, BLOCK_K=64, num_warps=4) -> None:
-    """Router logits (rows 0..E-1), shared gate (row E), softmax, top-k, renormalise: one launch,
-    one program per token."""
-    T, E, k = _router_operands("moe_router_rows", x, weight, expert_ids, expert_weights, shared_gate, top_k)
-    base, high, scale, br, hr, sr, kw, k_loop, code = _weight_args(weight)
-    moe_router_kernel[(T,)](
-        x, base, high, scale, expert_ids, expert_weights, shared_gate, E, k, kw, k_loop, br, hr, sr,
-        x.stride(0), TOP_K=int(top_k), FMT=code, BLOCK_E=triton.next_power_of_2(E + 1), BLOCK_K=BLOCK_K,
-        BLOCK_TOPK=triton.next_power_of_2(int(top_k)), INTERP=interpreting(), num_warps=num_warps,
-        **pdl_launch(moe_router_kernel))
-
-
 def moe_router_split(x, weight, expert_ids, expert_weights, shared_gate, top_k, BLOCK_R=16, BLOCK_K=128,
                      num_warps=4, workspace=None) -> None:
-    """The same routing for T <= 16 over cdiv(E+1, BLOCK_R) programs (each reads BLOCK_R rows once for
-    all T tokens); the last to finish routes. Workspace: fp32 logits [T, E+1]."""
+    """Router logits (rows 0..E-1), shared gate (row E), softmax, top-k, renormalise, in one launch
+    over (cdiv(E+1, BLOCK_R) row blocks, cdiv(T, 16) token blocks); the last row block to finish a
+    token block routes it. Workspace: fp32 logits [T, E+1]."""
     T, E, k = _router_operands("moe_router_split", x, weight, expert_ids, expert_weights, shared_gate, top_k)
-    if T > ROUTER_SPLIT_MAX_T:
-        raise RouteError(f"moe_router_split: T={T} columns is outside its domain T in [1, {ROUTER_SPLIT_MAX_T}]")
     need = T * (E + 1)
     if workspace is None or workspace.dtype != torch.float32 or not workspace.is_contiguous() \
             or workspace.numel() < need:
         got = "none" if workspace is None else f"{workspace.dtype} with {workspace.numel()} elements"
         raise RouteError(f"moe_router_split: needs a contiguous float32 workspace of >= {need} elements, got {got}")
+    if T > 1 and BLOCK_R < 16:
+        raise RouteError(f"moe_router_split: T={T} multiplies with tl.dot, which needs BLOCK_R >= 16, got {BLOCK_R}")
+    block_t = 1 if T == 1 else 16
+    token_blocks = triton.cdiv(T, block_t)
+    if token_blocks > FIXUP_COUNTERS:
+        raise RouteError(f"moe_router_split: T={T} needs {token_blocks} arrival counters, more than {FIXUP_COUNTERS}")
     base, high, scale, br, hr, sr, kw, k_loop, code = _weight_args(weight)
-    counter = fixup_counters(x)[FIXUP_COUNTERS - 1:]  # zero between launches (the last program resets it)
-    moe_router_split_kernel[(triton.cdiv(E + 1, BLOCK_R),)](
-        x, base, high, scale, workspace, counter, expert_ids, expert_weights, shared_gate, T, E, k, kw, k_loop,
-        br, hr, sr, x.stride(0), TOP_K=int(top_k), FMT=code, BLOCK_T=triton.next_power_of_2(T), BLOCK_R=BLOCK_R,
+    moe_router_split_kernel[(triton.cdiv(E + 1, BLOCK_R), token_blocks)](
+        x, base, high, scale, workspace, fixup_counters(x), expert_ids, expert_weights, shared_gate, T, E, k, kw,
+        k_loop, br, hr, sr, x.stride(0), TOP_K=int(top_k), FMT=code, BLOCK_T=block_t, BLOCK_R=BLOCK_R,
         BLOCK_K=BLOCK_K, BLOCK_E=triton.next_power_of_2(E + 1), BLOCK_TOPK=triton.next_power_of_2(int(top_k)),
-        INTERP=interpreting(), num_warps=num_warps, **pdl_launch(moe_router_split_kernel))
+        DOT_F32=interpreting(), INTERP=interpreting(), num_warps=num_warps, **pdl_launch(moe_router_split_kernel))
 
 
 def tile_slots(E: int, pairs: int, block_t: int) -> int:

@@ -8,7 +8,6 @@ from ninfer_compile.kernels.registry import ParamSpec, Route, RouteDomain, regis
 _M = "ninfer_compile.kernels.moe"
 WEIGHT_FORMATS = ("Q4G64_F16S", "Q5G64_F16S", "Q6G64_F16S", "W8G32_F16S", "BF16")
 GEMV_MAX_T = 16
-ROUTER_SPLIT_MAX_T = 16
 
 
 def workspace_layout(E: int, I: int, H: int, pairs: int) -> dict[str, int]:
@@ -41,32 +40,23 @@ def _warps(default: int = 4) -> ParamSpec:
 
 
 register(Route(
-    name="moe_router_rows", family="moe_router", domain=RouteDomain(formats=WEIGHT_FORMATS),
-    params={"BLOCK_K": ParamSpec("BLOCK_K", (32, 64, 128, 256), 64, "hidden columns per K step"),
-            "num_warps": _warps()},
-    reference=f"{_M}.reference:moe_router", launcher=f"{_M}.launch:moe_router_rows",
-    kernels=(f"{_M}.kernels:moe_router_kernel",),
-    doc="one program per token: E router logits + the shared gate row, softmax, top-k by k arg-max "
-        "rounds (ties to the lower id), renormalised; the decode router in one launch",
-))
-register(Route(
     name="moe_router_split", family="moe_router",
-    domain=RouteDomain(formats=WEIGHT_FORMATS, max_t=ROUTER_SPLIT_MAX_T),
+    domain=RouteDomain(formats=WEIGHT_FORMATS),
     params={"BLOCK_R": ParamSpec("BLOCK_R", (8, 16, 32), 16, "router rows per program"),
             "BLOCK_K": ParamSpec("BLOCK_K", (64, 128, 256), 128, "hidden columns per K step"),
             "num_warps": _warps()},
     reference=f"{_M}.reference:moe_router", launcher=f"{_M}.launch:moe_router_split",
     kernels=(f"{_M}.kernels:moe_router_split_kernel",), workspace=f"{_M}.routes:moe_router_workspace",
-    doc="decode: the E + 1 rows split over cdiv(E+1, BLOCK_R) programs, each row read once for all T "
-        "tokens into fp32 logits; the last program to arrive (acq_rel ticket) routes every token",
+    doc="a (row block, 16-token block) grid, each row read once per token block into fp32 logits; the "
+        "last row block to arrive at a token block (acq_rel ticket) routes its tokens; T = 1: a GEMV",
 ))
 # both expert routes run the same four kernels (group, gate/up, down, combine); they differ in tiling
 _EXPERT_KERNELS = tuple(f"{_M}.kernels:moe_{k}_kernel" for k in ("group", "gate_up", "down", "combine"))
 register(Route(
     name="moe_experts_gemv", family="moe_experts",
     domain=RouteDomain(formats=WEIGHT_FORMATS, max_t=GEMV_MAX_T),
-    params={"BLOCK_N": ParamSpec("BLOCK_N", (16, 32, 64), 32, "bank rows per program"),
-            "BLOCK_K": ParamSpec("BLOCK_K", (32, 64, 128), 64, "columns per K step"),
+    params={"BLOCK_N": ParamSpec("BLOCK_N", (8, 16, 32, 64), 32, "bank rows per program"),
+            "BLOCK_K": ParamSpec("BLOCK_K", (32, 64, 128, 256, 512), 64, "columns per K step"),
             "GROUP": ParamSpec("GROUP", (True, False), True, "one tile per hit expert after a grouping launch "
                                "(else one per (token, slot) pair, no grouping launch)"),
             "COMBINE": ParamSpec("COMBINE", ("kernel", "fused"), "kernel", "the slots' weighted sum: a launch, or "

@@ -74,22 +74,20 @@ def moe_candidates(route, t: int, quick: bool) -> list[dict]:
     """A curated set per route (defaults first). The decode route's broadcast product holds
     BLOCK_T x BLOCK_N x BLOCK_K fp32 values (BLOCK_T = next_pow2(T)): its larger-T sets shrink the tile."""
     name = route.name
-    if name == "moe_router_rows":
-        return [{}, {"BLOCK_K": 32}, {"BLOCK_K": 32, "num_warps": 8}, {"BLOCK_K": 128, "num_warps": 8},
-                {"num_warps": 8}, {"BLOCK_K": 128}]
-    if name == "moe_router_split":
-        return [{}, {"BLOCK_R": 8}, {"BLOCK_R": 32}, {"BLOCK_K": 256}, {"BLOCK_R": 8, "BLOCK_K": 256},
-                {"num_warps": 8}, {"BLOCK_K": 64}]
+    if name == "moe_router_split":  # T > 1 multiplies with tl.dot: BLOCK_R >= 16
+        cands = [{}, {"BLOCK_R": 8}, {"BLOCK_R": 32}, {"BLOCK_K": 256}, {"BLOCK_R": 8, "BLOCK_K": 256},
+                 {"num_warps": 8}, {"BLOCK_K": 64}, {"BLOCK_R": 32, "BLOCK_K": 256}]
+        return [c for c in cands if t == 1 or c.get("BLOCK_R", 16) >= 16]
     if name == "moe_experts_gemv":
-        cands = [{}, {"BLOCK_N": 16}, {"BLOCK_N": 16, "BLOCK_K": 128}, {"BLOCK_N": 64}, {"num_warps": 8},
-                 {"BLOCK_N": 16, "num_warps": 2}]
-        if t > 4:
-            cands += [{"BLOCK_N": 16, "BLOCK_K": 32}, {"BLOCK_K": 32, "num_warps": 8}]
-        # the launch-saving variants on every tile: no grouping launch at T = 1 (no expert twice),
-        # the combine in the down launch; the defaults (group + combine launches) on the first tile only
-        fewer = {"COMBINE": "fused", "GROUP": t > 1}
-        return [{**c, **fewer} for c in cands] + [{}, {"GROUP": True, "COMBINE": "fused"} if t == 1 else
-                                                  {"GROUP": False, "COMBINE": "fused"}]
+        # ungrouped (a GEMV per (token, slot) pair, no grouping launch; an expert two tokens chose is
+        # read twice) with the combine in the down launch, over GEMV tiles; then the grouped tiling
+        # (one tile per hit expert, broadcast-FMA products) with small tiles, and the defaults
+        gemv = [{"BLOCK_N": 16, "BLOCK_K": 256}, {"BLOCK_N": 8, "BLOCK_K": 256}, {"BLOCK_N": 16, "BLOCK_K": 512},
+                {"BLOCK_N": 32, "BLOCK_K": 128}, {"BLOCK_N": 8, "BLOCK_K": 512}, {"BLOCK_N": 16, "BLOCK_K": 256,
+                                                                                   "num_warps": 8}]
+        grouped = [{"BLOCK_N": 16, "BLOCK_K": 32}, {"BLOCK_N": 16, "BLOCK_K": 64}]
+        return ([{**c, "GROUP": False, "COMBINE": "fused"} for c in gemv]
+                + [{**c, "GROUP": True, "COMBINE": "fused"} for c in grouped] + [{}])
     if name == "moe_experts_grouped_gemm":
         return [{}, {"BLOCK_N": 32}, {"BLOCK_N": 128, "num_warps": 8}, {"BLOCK_K": 128}, {"num_warps": 8},
                 {"BLOCK_N": 32, "BLOCK_K": 128}, {"BLOCK_T": 32}, {"BLOCK_N": 32, "num_warps": 2}]

@@ -19,23 +19,21 @@ H, I = 96, 32
 
 
 @pytest.mark.parametrize("fmt,E,k,T", [("BF16", 8, 2, 1), ("BF16", 12, 3, 5), ("W8G32_F16S", 8, 2, 16),
-                                       ("BF16", 8, 8, 3)])
-@pytest.mark.parametrize("route", ["rows", "split"])
-def test_router_matches_reference(fmt, E, k, T, route):
-    """Both router routes; the split one with 4 rows per program (E + 1 = 9 or 13 rows: a partial
-    last program) and the launch run twice (its arrival counter must be back at zero)."""
+                                       ("BF16", 8, 8, 3), ("BF16", 20, 3, 5), ("W8G32_F16S", 40, 4, 1),
+                                       ("BF16", 20, 3, 37)])
+def test_router_matches_reference(fmt, E, k, T):
+    """4 rows per program at T = 1 (a GEMV; E + 1 = 9 or 41 rows: a partial last row block), 16 above
+    (tl.dot; E + 1 = 21: two row blocks; T = 37: three token blocks, the last partial), each launch
+    run twice (its arrival counters must be back at zero)."""
     gen = torch.Generator().manual_seed(E * 100 + T)
     w = random_weight(fmt, E + 1, H, gen, scale=0.2)
-    for rep in range(2 if route == "split" else 1):
+    for rep in range(2):
         x = torch.randn(T, H, generator=gen).bfloat16()
         ids = torch.full((T, k), -1, dtype=torch.int32)
         wts = torch.full((T, k), float("nan"))
         gate = torch.full((T,), float("nan"))
-        if route == "rows":
-            L.moe_router_rows(x, w, ids, wts, gate, k, BLOCK_K=32)
-        else:
-            ws = torch.full((T * (E + 1),), float("nan"))
-            L.moe_router_split(x, w, ids, wts, gate, k, BLOCK_R=4, BLOCK_K=32, workspace=ws)
+        ws = torch.full((T * (E + 1),), float("nan"))
+        L.moe_router_split(x, w, ids, wts, gate, k, BLOCK_R=4 if T == 1 else 16, BLOCK_K=32, workspace=ws)
         r_ids, r_w, r_gate = R.moe_router(x, w, k)
         assert torch.equal(ids, r_ids), (ids, r_ids)
         tol = 1e-5 if fmt == "BF16" else 1e-2  # quantized rows are dequantized into bf16 tiles
@@ -43,14 +41,14 @@ def test_router_matches_reference(fmt, E, k, T, route):
         assert torch.allclose(gate, r_gate, atol=tol)
 
 
-def test_split_router_refuses_long_steps_and_missing_workspace():
+def test_router_refuses_small_workspaces_and_narrow_dot_tiles():
     gen = torch.Generator().manual_seed(0)
     w = random_weight("BF16", 9, H, gen)
-    out = (torch.zeros(17, 2, dtype=torch.int32), torch.zeros(17, 2), torch.zeros(17))
-    with pytest.raises(RouteError, match="T=17 columns is outside"):
-        L.moe_router_split(torch.zeros(17, H).bfloat16(), w, *out, 2, workspace=torch.zeros(17 * 9))
+    out = (torch.zeros(2, 2, dtype=torch.int32), torch.zeros(2, 2), torch.zeros(2))
     with pytest.raises(RouteError, match=">= 18 elements"):
-        L.moe_router_split(torch.zeros(2, H).bfloat16(), w, *(o[:2] for o in out), 2, workspace=torch.zeros(5))
+        L.moe_router_split(torch.zeros(2, H).bfloat16(), w, *out, 2, workspace=torch.zeros(5))
+    with pytest.raises(RouteError, match="BLOCK_R >= 16"):
+        L.moe_router_split(torch.zeros(2, H).bfloat16(), w, *out, 2, BLOCK_R=8, workspace=torch.zeros(18))
 
 
 class _WS:

@@ -76,7 +76,7 @@ def test_experts_builder_checks_both_routes_and_fails_on_wrong_routing(device, m
 
 def test_router_builder_checks_its_candidates(device):
     bench = M.build(_router_case(), 5, copies=2)
-    route = get_route("moe_router_rows")
+    route = get_route("moe_router_split")
     assert bench.copies == 2 and bench.cold_bytes == (E + 1) * H * 2
     for params in M.param_candidates(route, 5, quick=True):
         assert bench.check(route, params) < tune_spec("moe_router").tol, params
