@@ -10,6 +10,7 @@
 q / k are L2-normalised (eps `l2_eps`), q scaled by `scale` (None: 1/sqrt(Dk)); value head j reads
 q/k head j // (Hv // Hk). A run whose first column has position 0 starts from a zero state. The
 state stays fp32; `out` gets one rounding at the store. Route params and the workspace are ignored.
+Decode columns with distinct slots take the fused C++ step where it builds (`torch_fused`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 
 from ...errors import RouteError
 from ..torch_util import fp32_weight
+from .torch_fused import fused_decode
 
 __all__ = ["gdn_gating", "gdn_gating_proj", "gated_delta_rule"]
 
@@ -100,6 +102,8 @@ def gated_delta_rule(q, k, v, g, beta, state, positions, slots, out, state_colum
                          f"state{list(state.shape)} {state.dtype} (Hv a multiple of Hk, fp32 state)")
     rep = Hv // Hk
     sc = 1.0 / math.sqrt(Dk) if scale is None else float(scale)
+    if state_columns is None and fused_decode(q, k, v, g, beta, state, positions, slots, out, sc, float(l2_eps)):
+        return
     qk = _l2(torch.cat((q, k), dim=1), l2_eps)                           # [T, 2 Hk, Dk]
     qn, kn = qk[:, :Hk] * sc, qk[:, Hk:]
     vf, gf, bf = v.float(), g.float(), beta.float()
