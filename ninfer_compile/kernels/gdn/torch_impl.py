@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import RouteError
-from ..torch_util import fp32_weight
+from ..torch_util import derived, fp32_weight
 from .torch_fused import fused_decode
 
 __all__ = ["gdn_gating", "gdn_gating_proj", "gated_delta_rule"]
@@ -30,9 +30,14 @@ CHUNK = 64
 
 
 def gdn_gating(a, b, a_log, dt_bias, g, beta, workspace=None, **params) -> None:
-    """g[T, Hv] = -exp(a_log) * softplus(a + dt_bias); beta[T, Hv] = sigmoid(b) (float32)."""
-    g.copy_(-torch.exp(a_log.float()) * F.softplus(a.float() + dt_bias.float()))
-    beta.copy_(torch.sigmoid(b.float()))
+    """g[T, Hv] = -exp(a_log) * softplus(a + dt_bias); beta[T, Hv] = sigmoid(b) (float32; the
+    weights' fp32 -exp(a_log) and dt_bias made once per weight)."""
+    neg_rate = derived(a_log, "neg_exp_f32", lambda t: -torch.exp(t.float()))
+    bias = derived(dt_bias, "f32", lambda t: t.float())
+    gv = F.softplus(a.float() + bias).mul_(neg_rate)
+    bv = torch.sigmoid(b.float())
+    g.copy_(gv)
+    beta.copy_(bv)
 
 
 def gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias, g, beta, workspace=None, **params) -> None:
