@@ -7,7 +7,8 @@ layers (24: the ~0.8B one; fewer to iterate), packs it with the default recipe, 
 decodes a few tokens (first use: the weight layouts), then times each launch of the decode extent
 alone, the best of --reps (wall clock; with --threads 1 the thread's CPU time, which a busy shared
 box does not inflate). Prints the generate step, the best whole-step loop over the bound launches,
-the sum of the per-launch minima (the difference: time between launches), and the per-group split.
+the sum of the per-launch minima (the difference: time between launches), and the per-group split
+with the torch ops each launch dispatches (top-level aten ops under torch.profiler, one run).
 Not a test: numbers depend on the machine and its load.
 """
 
@@ -32,6 +33,15 @@ def group(b) -> str:
     fmt = getattr(w, "format", None) or str(getattr(w, "dtype", ""))
     rows = getattr(w, "n", None) or w.shape[0]
     return f"linear {fmt}" + (" (head)" if rows >= bc.BIG["vocab_size"] else "")
+
+
+def aten_ops(b) -> int:
+    """The top-level torch ops one launch dispatches (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        b()
+    return sum(1 for e in prof.events() if e.cpu_parent is None)
 
 
 def main(argv=None) -> int:
@@ -72,18 +82,21 @@ def main(argv=None) -> int:
             for b in bound:
                 b()
             loops.append(clock() - t)
+        ops = [aten_ops(b) for b in bound]
     per = collections.defaultdict(float)
     count = collections.Counter()
-    for b, dt in zip(bound, best):
+    nops = collections.Counter()
+    for b, dt, n in zip(bound, best, ops):
         per[group(b)] += dt
         count[group(b)] += 1
+        nops[group(b)] += n
     total = sum(per.values())
     print(f"{params / 1e9:.2f}B parameters, {args.layers} layers, torch threads {torch.get_num_threads()}; "
           f"generate step {1000 * step:.1f} ms ({1 / step:.2f} tok/s); best whole-step loop {1000 * min(loops):.1f} ms; "
-          f"sum of per-launch minima {1000 * total:.1f} ms over {len(bound)} launches")
+          f"sum of per-launch minima {1000 * total:.1f} ms over {len(bound)} launches, {sum(ops)} torch ops")
     for k, v in sorted(per.items(), key=lambda kv: -kv[1]):
         print(f"  {k:<28} {count[k]:4d} launches {1000 * v:8.2f} ms {100 * v / total:5.1f}%  "
-              f"{1e6 * v / count[k]:9.1f} us/launch")
+              f"{1e6 * v / count[k]:9.1f} us/launch {nops[k] / count[k]:5.1f} torch ops/launch")
     return 0
 
 

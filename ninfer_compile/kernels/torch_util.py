@@ -10,15 +10,32 @@ scale32 x code32, the linear reference's oracle) and kept for the weight object'
 weights (decode) read torch's int4 / int8 CPU matmul operands instead (`linear/torch_packed.py`,
 kept with `derived`). The caches are keyed by the weight object (the runtime binds one object per
 (name, row view)), so decode steps never repack; an entry is released with its object.
+
+Fused C++ kernels (`cpp_library`): a family may carry a C++ source for its few-column CPU work
+(e.g. linear's AVX2 product, the GDN decode step, the norms), built with the system C++ compiler
+(`$CXX`, else g++ / c++) `-O3 -fopenmp -shared` into `$NINFER_CACHE_DIR` (default
+`~/.cache/ninfer`), one library per source text (its sha256 in the file name), so a machine
+compiles each once (seconds); loaded with ctypes. Where no compiler works, or `NINFER_CPU_FUSED=0`,
+the library is None (one line on stderr says why) and the family keeps its torch ops.
 """
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import weakref
+from pathlib import Path
 
 import torch
 
-__all__ = ["fp32_weight", "cached_fp32_weight", "derived", "store", "drop_fp32_weights"]
+__all__ = ["fp32_weight", "cached_fp32_weight", "derived", "store", "drop_fp32_weights", "cpp_library"]
+
+CPP_FLAGS = ("-O3", "-std=c++17", "-fopenmp", "-shared", "-fPIC")
 
 # id(weight object) -> (weakref to it, fp32 [N, K]); entries die with their object
 _FP32: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
@@ -85,3 +102,41 @@ def drop_fp32_weights() -> None:
 def store(out: torch.Tensor, value: torch.Tensor) -> None:
     """Write `value` (fp32) into `out` in place, rounding once to out's dtype."""
     out.copy_(value)
+
+
+def cpp_library(name: str, source: str, what: str) -> ctypes.CDLL | None:
+    """The C++ `source` built (once per machine and source text) and loaded as `name_<sha>.so`, or
+    None (NINFER_CPU_FUSED=0, no compiler, a failed build or load: one stderr line, `what` saying
+    what runs instead)."""
+    def off(why: str) -> None:
+        print(f"ninfer: {name}: the fused CPU kernel is off ({why}); {what}", file=sys.stderr)
+
+    if os.environ.get("NINFER_CPU_FUSED", "1") == "0":
+        return None
+    cxx = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
+    if cxx is None:
+        off("no C++ compiler: set CXX or install g++")
+        return None
+    digest = hashlib.sha256((source + " ".join(CPP_FLAGS)).encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("NINFER_CACHE_DIR") or Path.home() / ".cache" / "ninfer")
+    lib = cache / f"{name}_{digest}.so"
+    if not lib.is_file():
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=cache) as tmp:
+                src = Path(tmp) / f"{name}.cpp"
+                src.write_text(source)
+                out = Path(tmp) / lib.name
+                p = subprocess.run([cxx, *CPP_FLAGS, str(src), "-o", str(out)], capture_output=True, text=True)
+                if p.returncode != 0:
+                    off(f"{Path(cxx).name} failed: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
+                    return None
+                os.replace(out, lib)
+        except OSError as e:
+            off(f"cannot build in {cache}: {e}")
+            return None
+    try:
+        return ctypes.CDLL(str(lib))
+    except OSError as e:
+        off(f"cannot load {lib.name}: {e}")
+        return None

@@ -7,7 +7,8 @@ Same arguments as the launchers: the input as `x` [T, C] or its channel ranges `
 columns each and entry [r, j] receives row r's last K-1 inputs after its column j. Without it, a
 run is a maximal stretch of consecutive same-slot columns (decode: one column per slot). Tap j
 reads the input at lag K-1-j: from x inside the run, else from the slot's state; inputs at negative
-positions are zero. fp32 math, one rounding at each store.
+positions are zero. fp32 math, one rounding at each store. One decode column takes one fused C++
+call where it builds (`torch_fused`), the same arithmetic.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 from ...errors import RouteError
 from ..torch_util import derived
+from .torch_fused import fused_decode
 
 __all__ = ["conv1d"]
 
@@ -46,6 +48,11 @@ def conv1d(x=None, weight=None, conv_state=None, positions=None, slots=None, out
            x2=None, activation: str = "silu", conv_state_columns=None, workspace=None, **params) -> None:
     if activation not in ("silu", "none"):
         raise RouteError(f"conv1d (torch): activation {activation!r} is not supported (silu, none)")
+    if conv_state_columns is None and (x if x is not None else x0).shape[0] == 1:
+        parts = [x] if x is not None else [t for t in (x0, x1, x2) if t is not None]
+        if fused_decode(parts, derived(weight, "f32", lambda t: t.float()), conv_state[slots.tolist()[0]],
+                        positions.tolist()[0], out, activation == "silu"):
+            return
     xin = _input(x, x0, x1, x2)
     T, C = xin.shape
     K = weight.shape[0]

@@ -10,6 +10,7 @@
 q / k are L2-normalised (eps `l2_eps`), q scaled by `scale` (None: 1/sqrt(Dk)); value head j reads
 q/k head j // (Hv // Hk). A run whose first column has position 0 starts from a zero state. The
 state stays fp32; `out` gets one rounding at the store. Route params and the workspace are ignored.
+Decode columns with distinct slots take the fused C++ step where it builds (`torch_fused`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import RouteError
-from ..torch_util import fp32_weight
+from ..torch_util import derived, fp32_weight
+from .torch_fused import fused_decode
 
 __all__ = ["gdn_gating", "gdn_gating_proj", "gated_delta_rule"]
 
@@ -28,9 +30,14 @@ CHUNK = 64
 
 
 def gdn_gating(a, b, a_log, dt_bias, g, beta, workspace=None, **params) -> None:
-    """g[T, Hv] = -exp(a_log) * softplus(a + dt_bias); beta[T, Hv] = sigmoid(b) (float32)."""
-    g.copy_(-torch.exp(a_log.float()) * F.softplus(a.float() + dt_bias.float()))
-    beta.copy_(torch.sigmoid(b.float()))
+    """g[T, Hv] = -exp(a_log) * softplus(a + dt_bias); beta[T, Hv] = sigmoid(b) (float32; the
+    weights' fp32 -exp(a_log) and dt_bias made once per weight)."""
+    neg_rate = derived(a_log, "neg_exp_f32", lambda t: -torch.exp(t.float()))
+    bias = derived(dt_bias, "f32", lambda t: t.float())
+    gv = F.softplus(a.float() + bias).mul_(neg_rate)
+    bv = torch.sigmoid(b.float())
+    g.copy_(gv)
+    beta.copy_(bv)
 
 
 def gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias, g, beta, workspace=None, **params) -> None:
@@ -100,6 +107,8 @@ def gated_delta_rule(q, k, v, g, beta, state, positions, slots, out, state_colum
                          f"state{list(state.shape)} {state.dtype} (Hv a multiple of Hk, fp32 state)")
     rep = Hv // Hk
     sc = 1.0 / math.sqrt(Dk) if scale is None else float(scale)
+    if state_columns is None and fused_decode(q, k, v, g, beta, state, positions, slots, out, sc, float(l2_eps)):
+        return
     qk = _l2(torch.cat((q, k), dim=1), l2_eps)                           # [T, 2 Hk, Dk]
     qn, kn = qk[:, :Hk] * sc, qk[:, Hk:]
     vf, gf, bf = v.float(), g.float(), beta.float()

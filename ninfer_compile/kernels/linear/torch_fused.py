@@ -8,9 +8,8 @@ per row, group and column the int16 codes times the int16 x are summed exactly i
 `madd`; |sum| < 2^24), converted once to fp32, times (fp16 scale x x's group scale) and accumulated
 in fp32 (8 partial sums per row, added at the end). The codes and the fp16 scales are exact.
 
-Build: `g++` (or `$CXX`) `-O3 -fopenmp -shared` into `$NINFER_CACHE_DIR` (default
-`~/.cache/ninfer`), one library per source text (its sha256 in the file name), so a machine
-compiles it once (a few seconds) and every weight shape uses it. The library shares torch's OpenMP
+Build: `torch_util.cpp_library` (the system C++ compiler, once per machine and source text,
+cached in `$NINFER_CACHE_DIR`); every weight shape uses it. The library shares torch's OpenMP
 runtime (`libgomp.so.1`, loaded by torch first) and runs `torch.get_num_threads()` threads, rows in
 chunks of 16 (64 for large weights) handed out dynamically. Where no compiler works, the CPU lacks
 AVX2 / FMA / F16C, or `NINFER_CPU_FUSED=0`, `kernel()` is None (one line on stderr says why) and
@@ -20,16 +19,11 @@ the linear family keeps torch's int4 / int8 matmuls (`torch_packed`).
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 import torch
 
+from ..torch_util import cpp_library
 from .weights import QuantWeight
 
 __all__ = ["SOURCE", "kernel", "fused_matmul"]
@@ -192,55 +186,16 @@ extern "C" TGT int ninfer_qdot(int bits, const uint8_t* base, const uint8_t* hig
 }
 """
 
-_FLAGS = ["-O3", "-std=c++17", "-fopenmp", "-shared", "-fPIC"]
 _LIB: list = []  # [ctypes function or None], filled on first use
 
 
-def _note(why: str) -> None:
-    print(f"ninfer: linear (torch): the fused CPU kernel is off ({why}); using torch's int4 / int8 matmuls",
-          file=sys.stderr)
-
-
-def _build() -> Path | None:
-    cxx = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
-    if cxx is None:
-        _note("no C++ compiler: set CXX or install g++")
-        return None
-    digest = hashlib.sha256((SOURCE + " ".join(_FLAGS)).encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("NINFER_CACHE_DIR") or Path.home() / ".cache" / "ninfer")
-    lib = cache / f"linear_cpu_fused_{digest}.so"
-    if lib.is_file():
-        return lib
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=cache) as tmp:
-            src = Path(tmp) / "fused.cpp"
-            src.write_text(SOURCE)
-            out = Path(tmp) / lib.name
-            p = subprocess.run([cxx, *_FLAGS, str(src), "-o", str(out)], capture_output=True, text=True)
-            if p.returncode != 0:
-                _note(f"{Path(cxx).name} failed: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
-                return None
-            os.replace(out, lib)
-    except OSError as e:
-        _note(f"cannot build in {cache}: {e}")
-        return None
-    return lib
-
-
 def _load():
-    if os.environ.get("NINFER_CPU_FUSED", "1") == "0":
-        return None
-    path = _build()
-    if path is None:
-        return None
-    try:
-        lib = ctypes.CDLL(str(path))
-    except OSError as e:
-        _note(f"cannot load {path.name}: {e}")
+    lib = cpp_library("linear_cpu_fused", SOURCE, "using torch's int4 / int8 matmuls")
+    if lib is None:
         return None
     if not lib.ninfer_qdot_supported():
-        _note("the CPU lacks AVX2 / FMA / F16C")
+        print("ninfer: linear_cpu_fused: the fused CPU kernel is off (the CPU lacks AVX2 / FMA / F16C); using "
+              "torch's int4 / int8 matmuls", file=sys.stderr)
         return None
     f = lib.ninfer_qdot
     p, i = ctypes.c_void_p, ctypes.c_int

@@ -74,3 +74,22 @@ def test_matches_launchers():
     launch.conv1d_prefill(x=x, weight=w, conv_state=st, positions=pos, slots=slots, out=out)
     torch.testing.assert_close(got[0].float(), out.float(), atol=1e-2, rtol=1e-2)
     assert torch.equal(got[1], st)
+
+
+@pytest.mark.parametrize("activation,pos", [("silu", 1), ("none", 9)])
+def test_fused_single_column_matches_torch_ops(activation, pos, monkeypatch):
+    """The fused C++ decode column (conv1d/torch_fused.py) vs the torch ops: three strided input
+    parts, bf16 state, a window reaching before position 0 (pos 1) and not (pos 9)."""
+    from ninfer_compile.kernels.conv1d import torch_fused
+
+    if torch_fused.kernel() is None:
+        pytest.skip("no fused CPU kernel here (no compiler)")
+    x, w, state, pos_t, slots = _case(1, 48, 4, 3, [1], [pos], seed=7)
+    row = torch.randn(1, 96, generator=torch.Generator().manual_seed(2)).bfloat16()
+    parts = [row[:, 0:16], row[:, 40:60], row[:, 80:92]]
+    got = _run(x, w, state, pos_t, slots, parts=parts, activation=activation)
+    assert torch_fused.fused_decode(parts, w.float(), state[1].clone(), pos, torch.empty(1, 48), True)
+    monkeypatch.setattr(torch_impl, "fused_decode", lambda *a: False)
+    want = _run(x, w, state, pos_t, slots, parts=parts, activation=activation)
+    torch.testing.assert_close(got[0].float(), want[0].float(), atol=1e-2, rtol=1e-2)
+    assert torch.equal(got[1], want[1])

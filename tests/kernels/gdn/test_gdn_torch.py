@@ -98,3 +98,40 @@ def test_matches_decode_launcher():
     launch.gated_delta_rule_decode(q, k, v, g, beta, st, pos, slots, out)
     torch.testing.assert_close(got[0].float(), out.float(), atol=1e-2, rtol=1e-2)
     torch.testing.assert_close(got[1], st, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_fused_decode_matches_torch_ops(dtype, monkeypatch):
+    """The fused C++ decode step (gdn/torch_fused.py) vs the torch ops on strided q / k / v views of
+    one projection row (as the plan binds them), a slot at position 0, bf16 and fp32 in / out."""
+    from ninfer_compile.kernels.gdn import torch_fused
+
+    if torch_fused.kernel() is None:
+        pytest.skip("no fused CPU kernel here (no compiler / AVX2)")
+    T, Hk, Hv, Dk, Dv = 3, 2, 4, 48, 40
+    gen = torch.Generator().manual_seed(5)
+    row = torch.randn(T, 2 * Hk * Dk + Hv * Dv + 8, generator=gen).to(dtype)
+    q = row[:, :Hk * Dk].view(T, Hk, Dk)
+    k = row[:, Hk * Dk:2 * Hk * Dk].view(T, Hk, Dk)
+    v = row[:, 2 * Hk * Dk:2 * Hk * Dk + Hv * Dv].view(T, Hv, Dv)
+    g, beta = -torch.rand(T, Hv, generator=gen), torch.rand(T, Hv, generator=gen)
+    state = 0.3 * torch.randn(6, Hv, Dk, Dv, generator=gen)
+    slots, pos = torch.tensor([4, 1, 2], dtype=torch.int32), torch.tensor([7, 0, 3], dtype=torch.int32)
+
+    def run(fused: bool):
+        st, out = state.clone(), torch.full((T, Hv, Dv), float("nan"), dtype=dtype)
+        if not fused:
+            monkeypatch.setattr(torch_impl, "fused_decode", lambda *a: False)
+        else:
+            assert torch_fused.fused_decode(q, k, v, g, beta, st.clone(), pos, slots, out.clone(), 0.2, 1e-6)
+        torch_impl.gated_delta_rule(q, k, v, g, beta, st, pos, slots, out, scale=0.2)
+        monkeypatch.undo()
+        return out, st
+
+    (fo, fs), (to, ts) = run(True), run(False)
+    tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(fo.float(), to.float(), atol=tol, rtol=tol)
+    torch.testing.assert_close(fs, ts, atol=1e-5, rtol=1e-5)
+    assert torch.equal(fs[[0, 3, 5]], state[[0, 3, 5]])  # other slots untouched
+    dup = torch.tensor([1, 1, 2], dtype=torch.int32)  # a slot twice: not a decode step; torch ops
+    assert not torch_fused.fused_decode(q, k, v, g, beta, state.clone(), pos, dup, torch.empty(T, Hv, Dv), 0.2, 1e-6)

@@ -72,7 +72,9 @@ def test_the_packed_products_fail_the_bound():
 def test_without_a_compiler_the_fallback_is_one_line(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("CXX", "no-such-compiler-here")
     monkeypatch.setenv("NINFER_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(torch_fused.shutil, "which", lambda name: None)
+    from ninfer_compile.kernels import torch_util
+
+    monkeypatch.setattr(torch_util.shutil, "which", lambda name: None)
     assert torch_fused._load() is None
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no C++ compiler" in err[0], err

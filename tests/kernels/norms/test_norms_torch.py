@@ -11,7 +11,7 @@ def _close(got, want, tol=8e-3):
     torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
 
 
-@pytest.mark.parametrize("T,H", [(1, 64), (3, 130), (17, 200)])
+@pytest.mark.parametrize("T,H", [(1, 64), (3, 130), (17, 200), (70, 48)])  # 70 rows: torch ops
 def test_rmsnorm(T, H):
     g = torch.Generator().manual_seed(T * H)
     x = (torch.randn(T, 2 * H, generator=g) * 3).bfloat16()[:, :H]  # strided rows
@@ -47,3 +47,32 @@ def test_matches_launchers():
         getattr(ti, fn)(*args, w, got, eps=1e-6)
         getattr(launch, fn)(*args, w, want, eps=1e-6)
         _close(got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_fused_rows_match_torch_ops(dtype, monkeypatch):
+    """The fused C++ rows (norms/torch_fused.py) vs the torch ops: strided inputs, bf16 / fp32."""
+    from ninfer_compile.kernels.norms import torch_fused
+
+    if torch_fused.kernel() is None:
+        pytest.skip("no fused CPU kernel here (no compiler)")
+    g = torch.Generator().manual_seed(3)
+    fused = (torch.randn(3, 5, 2 * 72, generator=g) * 2).to(dtype)
+    x, z = fused[..., :72], fused[..., 72:]
+    w = (0.3 * torch.randn(72, generator=g)).bfloat16()
+    flat = (torch.randn(2, 3 * 100, generator=g) * 4).to(dtype)[:, 50:150]
+
+    def run():
+        outs = [torch.full((3, 5, 72), float("nan"), dtype=dtype), torch.full((3, 5 * 72), float("nan"), dtype=dtype),
+                torch.full((2, 100), float("nan"), dtype=dtype)]
+        ti.head_rmsnorm(x, w, outs[0], eps=1e-5)
+        ti.gated_rmsnorm(x, z, w, outs[1], eps=1e-5)
+        ti.rmsnorm(flat, w.repeat(2)[:100], outs[2], eps=1e-6)
+        return outs
+
+    got = run()
+    assert torch_fused.fused_rmsnorm(x, torch.ones(72), torch.empty(3, 5, 72), 1e-5)
+    monkeypatch.setattr(ti, "fused_rmsnorm", lambda *a, **k: False)
+    want = run()
+    for a, b in zip(got, want):
+        _close(a, b, tol=1e-2 if dtype == torch.bfloat16 else 1e-5)

@@ -1,0 +1,123 @@
+"""CPU path of the conv1d family for one decode column: one C++ function in place of ~15 small torch
+ops, built once per machine by `torch_util.cpp_library` and loaded with ctypes.
+
+Channel c of the input (x, or its channel ranges x0 | x1 | x2; bf16 or fp32, unit last stride):
+the window is the slot's K-1 state rows then x (rows at negative positions zero), acc = sum over
+taps j, in order, of window[j] * weight[j, c] (fp32, the torch path's fp32 weight; row by row, so
+the loops vectorise), then torch's SiLU (or none) and one rounding into `out`; the state becomes
+the window's last K-1 rows (shifted in place, x rounded to the state's dtype). The torch path's
+arithmetic. `fused_decode` returns False
+(nothing done) where it does not apply (another dtype or layout) or where the library is None (no
+compiler, NINFER_CPU_FUSED=0); the torch ops run then.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from ..torch_util import cpp_library
+
+__all__ = ["SOURCE", "fused_decode"]
+
+SOURCE = r"""#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static inline float from_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline uint16_t to_bf16(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);                 // round to nearest even
+}
+static inline void load(const void* p, int bf16, int n, float* dst) {
+    if (bf16) { const uint16_t* s = (const uint16_t*)p; for (int i = 0; i < n; ++i) dst[i] = from_bf16(s[i]); }
+    else memcpy(dst, p, sizeof(float) * n);
+}
+
+// x: channels [0, w0) from x0, [w0, w0 + w1) from x1, the rest from x2 (x_bf16 for all); weight
+// [K, C] fp32; state [K-1, C] (s_bf16), shifted in place; acc [C] fp32: sum over taps, tap by tap
+extern "C" int ninfer_conv1d_decode(int C, int K, const void* x0, int w0, const void* x1, int w1, const void* x2,
+                                    int x_bf16, const float* weight, void* state, int s_bf16, long pos, float* acc) {
+    if (K < 2) return 1;
+    float* row = (float*)malloc(sizeof(float) * C);
+    if (!row) return 2;
+    const int zero_rows = pos < K - 1 ? (int)(K - 1 - pos) : 0;  // window rows at negative positions
+    const int es = s_bf16 ? 2 : 4;
+    for (int c = 0; c < C; ++c) acc[c] = 0.f;
+    for (int j = 0; j < K; ++j) {
+        if (j < zero_rows) continue;
+        if (j < K - 1) load((const char*)state + (long)j * C * es, s_bf16, C, row);
+        else {
+            load(x0, x_bf16, w0, row);
+            if (w1) load(x1, x_bf16, w1, row + w0);
+            if (C - w0 - w1) load(x2, x_bf16, C - w0 - w1, row + w0 + w1);
+        }
+        const float* w = weight + (long)j * C;
+        for (int c = 0; c < C; ++c) acc[c] += row[c] * w[c];
+    }
+    // the state becomes the window's last K-1 rows: rows 1.. of the state (zero before position 0), then x
+    for (int j = 0; j + 1 < K - 1; ++j) {
+        char* dst = (char*)state + (long)j * C * es;
+        if (j + 1 < zero_rows) memset(dst, 0, (size_t)C * es);
+        else memcpy(dst, dst + (long)C * es, (size_t)C * es);
+    }
+    char* last = (char*)state + (long)(K - 2) * C * es;
+    const void* xs[3] = {x0, x1, x2};
+    const int ws[3] = {w0, w1, C - w0 - w1};
+    for (int i = 0, off = 0; i < 3; off += ws[i], ++i) {
+        for (int c = 0; c < ws[i]; ++c) {
+            const float v = x_bf16 ? from_bf16(((const uint16_t*)xs[i])[c]) : ((const float*)xs[i])[c];
+            if (s_bf16) ((uint16_t*)last)[off + c] = to_bf16(v); else ((float*)last)[off + c] = v;
+        }
+    }
+    free(row);
+    return 0;
+}
+"""
+
+_LIB: list = []  # [ctypes function or None], filled on first use
+_IN = (torch.bfloat16, torch.float32)
+
+
+def _load():
+    lib = cpp_library("conv1d_cpu_fused", SOURCE, "conv1d decode runs as torch ops")
+    if lib is None:
+        return None
+    f = lib.ninfer_conv1d_decode
+    p, i, l = ctypes.c_void_p, ctypes.c_int, ctypes.c_long
+    f.argtypes = [i, i, p, i, p, i, p, i, p, p, i, l, p]
+    f.restype = i
+    return f
+
+
+def kernel():
+    """The loaded function (built on first use), or None where it cannot run here (module doc)."""
+    if not _LIB:
+        _LIB.append(_load())
+    return _LIB[0]
+
+
+def fused_decode(parts: list, w32: torch.Tensor, state: torch.Tensor, pos: int, out: torch.Tensor,
+                 silu: bool) -> bool:
+    """One column: parts (1 to 3 [1, w] inputs, the channels in order), w32 [K, C] fp32, state the
+    slot's [K-1, C] rows (updated), out [1, C] (module doc); False where it does not apply."""
+    f = kernel()
+    if f is None or len(parts) > 3:
+        return False
+    K, C = w32.shape
+    dt = parts[0].dtype
+    if (K < 2 or dt not in _IN or any(p.dtype != dt or p.stride(-1) != 1 for p in parts)
+            or sum(p.shape[-1] for p in parts) != C or state.dtype not in _IN or not state.is_contiguous()
+            or out.dtype not in _IN or out.stride(-1) != 1 or not w32.is_contiguous()):
+        return False
+    ptrs = [p.data_ptr() for p in parts] + [None] * (3 - len(parts))
+    widths = [p.shape[-1] for p in parts] + [0] * (3 - len(parts))
+    acc = torch.empty(1, C, dtype=torch.float32)
+    rc = f(C, K, ptrs[0], widths[0], ptrs[1], widths[1], ptrs[2], int(dt == torch.bfloat16), w32.data_ptr(),
+           state.data_ptr(), int(state.dtype == torch.bfloat16), pos, acc.data_ptr())
+    if rc != 0:
+        raise RuntimeError(f"conv1d (torch): the fused CPU step failed (K={K}, code {rc})")
+    out.copy_(torch.nn.functional.silu(acc, inplace=True) if silu else acc)
+    return True

@@ -1,0 +1,140 @@
+"""CPU path of `gated_delta_rule` for decode columns: one fused C++ step (AVX2 + FMA, OpenMP over
+(column, value head)) in place of ~40 small torch ops, built once per machine by
+`torch_util.cpp_library` and loaded with ctypes.
+
+Per column c and value head j (key head j // (Hv / Hk)), with S the slot's [Dk, Dv] fp32 state:
+q, k are L2-normalised in fp32 (x * 1/sqrt(sum x^2 + eps); q then times `scale`), a = exp(g),
+one read of S gives q.S and k.S, u = beta (v - a k.S), S <- a S + k u^T (one read-modify-write of
+S), o = a q.S + (q.k) u (= q . the new S), stored once (bf16 rounded to nearest even, or fp32).
+The same arithmetic as the torch ops of `torch_impl._step` up to fp32 summation order. A column
+whose position is 0 starts from a zero state (zeroed here before the call). Used when every column
+has its own slot, q / k / v are bf16 or fp32 with unit last stride, g / beta fp32 rows, the state
+contiguous per slot, and Dk, Dv <= 512; otherwise (or where the library is None: no compiler, no
+AVX2 / FMA, NINFER_CPU_FUSED=0) `fused_decode` returns False and the torch ops run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from ..torch_util import cpp_library
+
+__all__ = ["SOURCE", "fused_decode"]
+
+SOURCE = r"""#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define TGT __attribute__((target("avx2,fma")))
+enum { MAXD = 512 };
+
+extern "C" int ninfer_gdn_supported(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+static inline float from_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline uint16_t to_bf16(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);                 // round to nearest even
+}
+static inline void load(const void* p, int bf16, int n, float* dst) {
+    if (bf16) { const uint16_t* s = (const uint16_t*)p; for (int i = 0; i < n; ++i) dst[i] = from_bf16(s[i]); }
+    else memcpy(dst, p, sizeof(float) * n);
+}
+
+// q / k [n, Hk, Dk], v [n, Hv, Dv] (element strides per column / head, unit last stride; bf16 or
+// fp32: in_bf16); g / beta [n, Hv] fp32 (column stride gb_col); state + slots[c] * slot_stride:
+// column c's [Hv, Dk, Dv] fp32; out [n, Hv, Dv] (column / head strides; bf16 or fp32: out_bf16).
+extern "C" TGT int ninfer_gdn_step(int n, int Hk, int Hv, int Dk, int Dv, const void* q, const void* k,
+                                   const void* v, int in_bf16, long q_col, long q_head, long k_col, long k_head,
+                                   long v_col, long v_head, const float* g, const float* beta, long gb_col,
+                                   float* state, const int* slots, long slot_stride, void* out, int out_bf16,
+                                   long o_col, long o_head, float scale, float eps, int threads) {
+    if (Dk > MAXD || Dv > MAXD || Hk <= 0 || Hv % Hk) return 1;
+    const int rep = Hv / Hk;
+    const int es = in_bf16 ? 2 : 4;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int w = 0; w < n * Hv; ++w) {
+        const int c = w / Hv, j = w % Hv, h = j / rep;
+        float qv[MAXD], kv[MAXD], vv[MAXD], qs[MAXD], ks[MAXD], u[MAXD], o[MAXD];
+        load((const char*)q + (c * q_col + h * q_head) * es, in_bf16, Dk, qv);
+        load((const char*)k + (c * k_col + h * k_head) * es, in_bf16, Dk, kv);
+        load((const char*)v + (c * v_col + j * v_head) * es, in_bf16, Dv, vv);
+        float sq = 0.f, sk = 0.f;
+        for (int d = 0; d < Dk; ++d) { sq += qv[d] * qv[d]; sk += kv[d] * kv[d]; }
+        const float rq = 1.f / sqrtf(sq + eps), rk = 1.f / sqrtf(sk + eps);
+        float qk = 0.f;
+        for (int d = 0; d < Dk; ++d) { qv[d] = qv[d] * rq * scale; kv[d] *= rk; qk += qv[d] * kv[d]; }
+        const float a = expf(g[c * gb_col + j]), b = beta[c * gb_col + j];
+        float* S = state + slots[c] * slot_stride + (long)j * Dk * Dv;
+        for (int e = 0; e < Dv; ++e) { qs[e] = 0.f; ks[e] = 0.f; }
+        for (int d = 0; d < Dk; ++d) {
+            const float qd = qv[d], kd = kv[d];
+            const float* row = S + (long)d * Dv;
+            for (int e = 0; e < Dv; ++e) { qs[e] += qd * row[e]; ks[e] += kd * row[e]; }
+        }
+        for (int e = 0; e < Dv; ++e) { u[e] = b * (vv[e] - a * ks[e]); o[e] = a * qs[e] + qk * u[e]; }
+        for (int d = 0; d < Dk; ++d) {
+            const float kd = kv[d];
+            float* row = S + (long)d * Dv;
+            for (int e = 0; e < Dv; ++e) row[e] = a * row[e] + kd * u[e];
+        }
+        char* op = (char*)out + (c * o_col + j * o_head) * (out_bf16 ? 2 : 4);
+        if (out_bf16) { uint16_t* dst = (uint16_t*)op; for (int e = 0; e < Dv; ++e) dst[e] = to_bf16(o[e]); }
+        else memcpy(op, o, sizeof(float) * Dv);
+    }
+    return 0;
+}
+"""
+
+_LIB: list = []  # [ctypes function or None], filled on first use
+_IN = (torch.bfloat16, torch.float32)
+
+
+def _load():
+    lib = cpp_library("gdn_cpu_fused", SOURCE, "the GDN decode step runs as torch ops")
+    if lib is None or not lib.ninfer_gdn_supported():
+        return None
+    f = lib.ninfer_gdn_step
+    p, i, l, fl = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
+    f.argtypes = [i, i, i, i, i, p, p, p, i, l, l, l, l, l, l, p, p, l, p, p, l, p, i, l, l, fl, fl, i]
+    f.restype = i
+    return f
+
+
+def kernel():
+    """The loaded step (built on first use), or None where it cannot run here (module doc)."""
+    if not _LIB:
+        _LIB.append(_load())
+    return _LIB[0]
+
+
+def fused_decode(q, k, v, g, beta, state, positions, slots, out, scale: float, eps: float) -> bool:
+    """One decode step of every column through its own slot's state (module doc); False (nothing
+    done) where the fused step does not apply."""
+    f = kernel()
+    if f is None:
+        return False
+    T, Hk, Dk = q.shape
+    Hv, Dv = v.shape[1], v.shape[2]
+    slot_list = slots.tolist()
+    if (len(set(slot_list)) != T or max(Dk, Dv) > 512 or Hv % Hk or q.dtype not in _IN or k.dtype != q.dtype or v.dtype != q.dtype
+            or out.dtype not in _IN or g.dtype != torch.float32 or beta.dtype != torch.float32
+            or g.stride() != beta.stride() or slots.dtype != torch.int32 or not slots.is_contiguous()
+            or any(t.stride(-1) != 1 for t in (q, k, v, g, out))
+            or state.stride()[1:] != (Dk * Dv, Dv, 1)):
+        return False
+    for s, p in zip(slot_list, positions.tolist()):
+        if p == 0:
+            state[s].zero_()
+    rc = f(T, Hk, Hv, Dk, Dv, q.data_ptr(), k.data_ptr(), v.data_ptr(), int(q.dtype == torch.bfloat16),
+           q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), g.data_ptr(),
+           beta.data_ptr(), g.stride(0), state.data_ptr(), slots.data_ptr(), state.stride(0), out.data_ptr(),
+           int(out.dtype == torch.bfloat16), out.stride(0), out.stride(1), scale, eps, torch.get_num_threads())
+    if rc != 0:
+        raise RuntimeError(f"gated_delta_rule (torch): the fused CPU step refused its shapes (code {rc})")
+    return True

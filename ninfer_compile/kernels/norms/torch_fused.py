@@ -1,0 +1,111 @@
+"""CPU path of the norm families for few rows: one C++ function (rows of D elements, fp32 math)
+in place of torch's ~7 small ops per launch, built once per machine by `torch_util.cpp_library`
+and loaded with ctypes.
+
+Row r (of T x heads rows; element strides per column and per head, unit last stride; x, z and out
+each bf16 or fp32): y = x * (1 / sqrt(sum(x^2) / D + eps)) * w (w: the fp32 weight the torch path
+uses, 1 + w for the zero-centred norms), times z / (1 + exp(-z)) when z is given (gated_rmsnorm),
+stored once (bf16 rounded to nearest even). The torch ops' arithmetic up to fp32 summation order.
+`fused_rmsnorm` returns False (nothing done) where it does not apply (another dtype, a strided last
+axis, more than MAX_ROWS rows: torch's vectorised ops win there) or where the library is None (no
+compiler, NINFER_CPU_FUSED=0); the torch ops run then.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from ..torch_util import cpp_library
+
+__all__ = ["SOURCE", "fused_rmsnorm"]
+
+MAX_ROWS = 64  # more rows (prefill): torch's ops
+SOURCE = r"""#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline float from_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline uint16_t to_bf16(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);                 // round to nearest even
+}
+static inline float at(const void* p, int bf16, long i) {
+    return bf16 ? from_bf16(((const uint16_t*)p)[i]) : ((const float*)p)[i];
+}
+
+// rows (c, h) for c < n_col, h < n_head; x / z / out element (c, h, d) at c * *_col + h * *_head + d
+extern "C" int ninfer_rmsnorm(int n_col, int n_head, int D, const void* x, int x_bf16, long x_col, long x_head,
+                              const void* z, int z_bf16, long z_col, long z_head, const float* w, void* out,
+                              int out_bf16, long o_col, long o_head, float eps) {
+    for (int c = 0; c < n_col; ++c) {
+        for (int h = 0; h < n_head; ++h) {
+            const long xb = c * x_col + h * x_head, zb = c * z_col + h * z_head, ob = c * o_col + h * o_head;
+            float ss = 0.f;
+            for (int d = 0; d < D; ++d) { const float v = at(x, x_bf16, xb + d); ss += v * v; }
+            const float r = 1.f / sqrtf(ss / (float)D + eps);
+            for (int d = 0; d < D; ++d) {
+                float y = at(x, x_bf16, xb + d) * r * w[d];
+                if (z) { const float zv = at(z, z_bf16, zb + d); y *= zv / (1.f + expf(-zv)); }
+                if (out_bf16) ((uint16_t*)out)[ob + d] = to_bf16(y);
+                else ((float*)out)[ob + d] = y;
+            }
+        }
+    }
+    return 0;
+}
+"""
+
+_LIB: list = []  # [ctypes function or None], filled on first use
+_IN = (torch.bfloat16, torch.float32)
+
+
+def _load():
+    lib = cpp_library("norms_cpu_fused", SOURCE, "the norms run as torch ops")
+    if lib is None:
+        return None
+    f = lib.ninfer_rmsnorm
+    p, i, l, fl = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
+    f.argtypes = [i, i, i, p, i, l, l, p, i, l, l, p, p, i, l, l, fl]
+    f.restype = i
+    return f
+
+
+def kernel():
+    """The loaded function (built on first use), or None where it cannot run here (module doc)."""
+    if not _LIB:
+        _LIB.append(_load())
+    return _LIB[0]
+
+
+def _rows(t: torch.Tensor) -> tuple[int, int] | None:
+    """(column, head) element strides of a [T, D] or [T, heads, D] tensor with a unit last stride."""
+    if t.dtype not in _IN or t.stride(-1) != 1:
+        return None
+    return (t.stride(0), t.stride(1) if t.dim() == 3 else 0)
+
+
+def fused_rmsnorm(x, w32, out, eps: float, z=None) -> bool:
+    """out = RMSNorm(x over its last axis) * w32 [* SiLU(z)] (module doc); x, z [T, D] or [T, heads, D],
+    out the same element count per row (any view with a unit last stride); False where it does not apply."""
+    f = kernel()
+    if f is None or x.dim() not in (2, 3) or w32.dtype != torch.float32 or not w32.is_contiguous():
+        return False
+    T, D = x.shape[0], x.shape[-1]
+    heads = x.shape[1] if x.dim() == 3 else 1
+    if T * heads > MAX_ROWS or w32.numel() != D:
+        return False
+    try:
+        o = out.view(x.shape) if out.shape != x.shape else out
+    except RuntimeError:
+        return False
+    xs, os_ = _rows(x), _rows(o)
+    zs = (0, 0) if z is None else _rows(z)
+    if xs is None or os_ is None or zs is None or (z is not None and z.shape != x.shape):
+        return False
+    f(T, heads, D, x.data_ptr(), int(x.dtype == torch.bfloat16), xs[0], xs[1],
+      None if z is None else z.data_ptr(), int(z is not None and z.dtype == torch.bfloat16), zs[0], zs[1],
+      w32.data_ptr(), o.data_ptr(), int(o.dtype == torch.bfloat16), os_[0], os_[1], eps)
+    return True
