@@ -62,7 +62,10 @@ class _Refused(Exception):
         self.problem = problem
 
 
-_CParser = getattr(yaml, "CParser", None)
+try:  # libyaml's parser lives in yaml.cyaml (the yaml package itself exports only its loaders)
+    from yaml.cyaml import CParser as _CParser
+except ImportError:
+    _CParser = None
 if _CParser is not None:  # libyaml's scanner + parser, our composer (its methods come first)
     _BASES: tuple = (Composer, _CParser, SafeConstructor, Resolver)
 else:

@@ -235,11 +235,13 @@ def _precompile_or_skip(plan, kernel_files, objects, sm, progress, cache) -> Aot
 _ENV_IGNORED = ("NINFER_AOT_JOBS", "NINFER_AOT_STRICT", "TRITON_CACHE_DIR", "TRITON_HOME", "NINFER_SIGNAL_TEST")
 
 
+_CODE_DIGESTS: dict[tuple, str] = {}  # the files' (path, size, mtime) -> their digest (read once per process)
+
+
 def _code_digest() -> str:
     """sha256 of the code a capture runs: the runtime package and this compiler's aot*.py."""
     import importlib.util
 
-    h = hashlib.sha256()
     here = os.path.dirname(os.path.abspath(__file__))
     files = [os.path.join(here, n) for n in sorted(os.listdir(here)) if n.startswith(("aot", "binary_cache"))
              and n.endswith(".py")]
@@ -247,10 +249,14 @@ def _code_digest() -> str:
     rt = os.path.dirname(os.path.abspath(spec.origin))
     for d, _, names in sorted(os.walk(rt)):
         files += [os.path.join(d, n) for n in sorted(names) if n.endswith(".py")]
-    for f in files:
-        with open(f, "rb") as fh:
-            h.update(os.path.relpath(f, os.path.dirname(rt)).encode() + b"\0" + fh.read() + b"\0")
-    return h.hexdigest()
+    stamp = tuple((f, st.st_size, st.st_mtime_ns) for f in files for st in (os.stat(f),))
+    if stamp not in _CODE_DIGESTS:
+        h = hashlib.sha256()
+        for f in files:
+            with open(f, "rb") as fh:
+                h.update(os.path.relpath(f, os.path.dirname(rt)).encode() + b"\0" + fh.read() + b"\0")
+        _CODE_DIGESTS[stamp] = h.hexdigest()
+    return _CODE_DIGESTS[stamp]
 
 
 def _process_context(sm: int, cache) -> dict[str, Any]:

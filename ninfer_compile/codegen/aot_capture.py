@@ -194,7 +194,10 @@ def launch_signature(kwargs: Mapping[str, Any], AotTensor, layout: bool = False)
     start at the same address or overlap. Two launches with equal signatures specialise the same
     kernels the same way (the 64 layers of a model mostly repeat a few). None: not comparable.
     `layout`: also each tensor's byte offset from the first tensor of its storage (what decides
-    whether views still overlap once narrowed to fewer columns)."""
+    whether views still overlap once narrowed to fewer columns). A dataclass field declared
+    repr=False is a cache, not a value (QuantWeight._views: views of its own planes, filled by
+    whichever launcher ran first), so it is left out: otherwise a launch's signature would depend on
+    whether an earlier launch was run or replayed from the memo, and remembered launches would miss."""
     import dataclasses
 
     import torch
@@ -222,8 +225,9 @@ def launch_signature(kwargs: Mapping[str, Any], AotTensor, layout: bool = False)
             return (type(v).__name__, tuple(sig(x) for x in v))
         if type(v) is dict:
             return ("dict", tuple((str(k), sig(v[k])) for k in sorted(v, key=str)))
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            return (type(v).__qualname__, tuple((f.name, sig(getattr(v, f.name))) for f in dataclasses.fields(v)))
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):  # repr=False fields: caches, see above
+            return (type(v).__qualname__, tuple((f.name, sig(getattr(v, f.name))) for f in dataclasses.fields(v)
+                                                if f.repr))
         if hasattr(v, "__dict__") and not callable(v):
             d = vars(v)
             return (type(v).__qualname__, tuple((k, sig(d[k])) for k in sorted(d)))

@@ -66,6 +66,7 @@ def fake_tensors() -> FakeTensors:
             return b
 
     space = _Space()
+    _MATMULS = (torch.mm, torch.Tensor.mm, torch.addmm, torch.Tensor.addmm, torch.Tensor.addmm_)
 
     class AotTensor(torch.Tensor):
         """A meta tensor that says it lives on cuda:0, with data pointers of a fake device."""
@@ -146,10 +147,41 @@ def fake_tensors() -> FakeTensors:
             return type(x)(_wrap(v) for v in x)
         return x
 
+    def _matmul(func, args, kwargs):
+        """torch.mm / addmm / Tensor.addmm_ (cuBLAS: nothing to capture but the result's shape),
+        computed here: torch's meta kernels for them are Python decompositions whose first call
+        imports torch._dynamo and sympy (~2 s of CPU). The checks are cuBLAS's callers' (2-D
+        operands, inner dimensions, one dtype); a wrong-shaped `out` is resized, as torch does."""
+        inplace = func is torch.Tensor.addmm_
+        add = inplace or func in (torch.addmm, torch.Tensor.addmm)
+        base, (a, b) = (args[0] if add else None), args[1:3] if add else args[:2]
+        out = args[0] if inplace else kwargs.get("out")
+        if a.dim() != 2 or b.dim() != 2:
+            raise RuntimeError(f"{func.__name__}: both matrices must be 2-D, got {a.dim()}-D and {b.dim()}-D")
+        if a.shape[1] != b.shape[0]:
+            raise RuntimeError(f"{func.__name__}: mat1 and mat2 shapes cannot be multiplied "
+                               f"({a.shape[0]}x{a.shape[1]} and {b.shape[0]}x{b.shape[1]})")
+        shape = (a.shape[0], b.shape[1])
+        dtypes = {t.dtype for t in (a, b, base, out) if t is not None}
+        if len(dtypes) != 1:
+            raise RuntimeError(f"{func.__name__}: expected one dtype, got {sorted(map(str, dtypes))}")
+        lead = tuple(base.shape) if base is not None else ()
+        if base is not None and (len(lead) > 2 or any(d not in (1, e) for d, e in zip(lead[::-1], shape[::-1]))
+                                 or (inplace and lead != shape)):
+            raise RuntimeError(f"{func.__name__}: input of shape {lead} does not broadcast to {shape}")
+        if out is None:
+            return torch.empty(shape, dtype=a.dtype, device="meta")
+        if tuple(out.shape) != shape:
+            torch.Tensor.resize_(out, shape)
+        return out
+
     def _call(func, args, kwargs):
         kwargs = dict(kwargs or {})
         args = _unwrap(tuple(args))
         kwargs = _unwrap(kwargs)
+        if func in _MATMULS:
+            with torch._C.DisableTorchFunction():
+                return _wrap(_matmul(func, args, kwargs))
         if _is_cuda(kwargs.get("device")):
             kwargs["device"] = "meta"
         if func is torch.Tensor.cuda:

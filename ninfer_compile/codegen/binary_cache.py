@@ -226,8 +226,12 @@ class BinaryCache:
             return True
         tmp = p.parent / f".tmp-{os.getpid()}-{uuid.uuid4().hex}"
         try:
-            p.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
+            try:
+                f = open(tmp, "wb")
+            except FileNotFoundError:  # the entry's directory is made on first use
+                p.parent.mkdir(parents=True, exist_ok=True)
+                f = open(tmp, "wb")
+            with f:
                 f.write(pack(key, members))
             os.replace(tmp, p)
         except OSError:

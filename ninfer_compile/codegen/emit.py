@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CompileError
-from .source_scan import defines_name, triton_import_line
+from .source_scan import defines_name, parse, triton_import_line
 
 __all__ = ["EmitError", "KERNELS_FORMAT", "KERNEL_DEPENDENCIES", "emit_kernels", "kernel_files",
            "launches_from_manifest", "route_arguments"]
@@ -131,7 +131,7 @@ def _resolve_from(mod: str, is_pkg: bool, node: ast.ImportFrom) -> str:
 
 def _imports(mod: str, source: str, is_pkg: bool) -> list[_Import]:
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError as exc:
         raise EmitError(f"{mod}: cannot parse: {exc}") from None
     out = []
