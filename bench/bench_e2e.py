@@ -327,8 +327,9 @@ def main(argv=None) -> int:
     wbytes = res["weights_bytes_per_step"]
     for c in [int(x) for x in args.concurrency.split(",") if x]:
         ps = [prompt(args.context) for _ in range(c)]
-        eng.generate(ps, max_new_tokens=4, greedy=True, ignore_eos=True, concurrency=c)  # warm
-        eng.generate(ps, max_new_tokens=args.decode_tokens, greedy=True, ignore_eos=True, concurrency=c)
+        # plain steps: a plan with a draft window would otherwise run its default (MTP) rounds
+        eng.generate(ps, max_new_tokens=4, greedy=True, ignore_eos=True, concurrency=c, spec="none")  # warm
+        eng.generate(ps, max_new_tokens=args.decode_tokens, greedy=True, ignore_eos=True, concurrency=c, spec="none")
         st = eng.last_stats
         tok_s = st["decode_tokens"] / st["decode_s"]
         step_s = st["decode_s"] / max(1, st["decode_steps"])
