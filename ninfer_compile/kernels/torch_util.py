@@ -140,3 +140,40 @@ def cpp_library(name: str, source: str, what: str) -> ctypes.CDLL | None:
     except OSError as e:
         off(f"cannot load {lib.name}: {e}")
         return None
+
+
+# bf16 <-> fp32 for the families' C++ sources (prepended to them): round to nearest even, NaN kept;
+# `load` reads n elements of either into fp32
+BF16_CPP = r"""#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static inline float from_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline uint16_t to_bf16(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);                 // round to nearest even
+}
+// n elements at p (bf16 or fp32) into dst as fp32
+static inline void load(const void* p, int bf16, int n, float* dst) {
+    if (bf16) { const uint16_t* s = (const uint16_t*)p; for (int i = 0; i < n; ++i) dst[i] = from_bf16(s[i]); }
+    else memcpy(dst, p, sizeof(float) * n);
+}
+"""
+
+
+def cpp_function(name: str, source: str, what: str, symbol: str, argtypes, supported: str | None = None):
+    """`symbol` of `cpp_library(name, source, what)` with its argument types (an int result), or None:
+    no library, or `supported` (a symbol of the library) says this CPU lacks the instructions."""
+    lib = cpp_library(name, source, what)
+    if lib is None:
+        return None
+    if supported is not None and not getattr(lib, supported)():
+        print(f"ninfer: {name}: the fused CPU kernel is off (this CPU lacks the instructions it needs); {what}",
+              file=sys.stderr)
+        return None
+    f = getattr(lib, symbol)
+    f.argtypes = list(argtypes)
+    f.restype = ctypes.c_int
+    return f

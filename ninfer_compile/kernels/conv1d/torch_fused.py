@@ -17,25 +17,11 @@ import ctypes
 
 import torch
 
-from ..torch_util import cpp_library
+from ..torch_util import BF16_CPP, cpp_function
 
 __all__ = ["SOURCE", "fused_decode"]
 
-SOURCE = r"""#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
-static inline float from_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
-static inline uint16_t to_bf16(float f) {
-    uint32_t u; memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);                 // round to nearest even
-}
-static inline void load(const void* p, int bf16, int n, float* dst) {
-    if (bf16) { const uint16_t* s = (const uint16_t*)p; for (int i = 0; i < n; ++i) dst[i] = from_bf16(s[i]); }
-    else memcpy(dst, p, sizeof(float) * n);
-}
-
+SOURCE = BF16_CPP + r"""
 // x: channels [0, w0) from x0, [w0, w0 + w1) from x1, the rest from x2 (x_bf16 for all); weight
 // [K, C] fp32; state [K-1, C] (s_bf16), shifted in place; acc [C] fp32: sum over taps, tap by tap
 extern "C" int ninfer_conv1d_decode(int C, int K, const void* x0, int w0, const void* x1, int w1, const void* x2,
@@ -82,14 +68,9 @@ _IN = (torch.bfloat16, torch.float32)
 
 
 def _load():
-    lib = cpp_library("conv1d_cpu_fused", SOURCE, "conv1d decode runs as torch ops")
-    if lib is None:
-        return None
-    f = lib.ninfer_conv1d_decode
     p, i, l = ctypes.c_void_p, ctypes.c_int, ctypes.c_long
-    f.argtypes = [i, i, p, i, p, i, p, i, p, p, i, l, p]
-    f.restype = i
-    return f
+    return cpp_function("conv1d_cpu_fused", SOURCE, "conv1d decode runs as torch ops", "ninfer_conv1d_decode",
+                        [i, i, p, i, p, i, p, i, p, p, i, l, p])
 
 
 def kernel():

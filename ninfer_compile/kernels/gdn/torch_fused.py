@@ -19,15 +19,11 @@ import ctypes
 
 import torch
 
-from ..torch_util import cpp_library
+from ..torch_util import BF16_CPP, cpp_function
 
 __all__ = ["SOURCE", "fused_decode"]
 
-SOURCE = r"""#include <math.h>
-#include <stdint.h>
-#include <string.h>
-
-#define TGT __attribute__((target("avx2,fma")))
+SOURCE = BF16_CPP + r"""#define TGT __attribute__((target("avx2,fma")))
 enum { MAXD = 512 };
 
 extern "C" int ninfer_gdn_supported(void) {
@@ -35,16 +31,6 @@ extern "C" int ninfer_gdn_supported(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
-static inline float from_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
-static inline uint16_t to_bf16(float f) {
-    uint32_t u; memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);                 // round to nearest even
-}
-static inline void load(const void* p, int bf16, int n, float* dst) {
-    if (bf16) { const uint16_t* s = (const uint16_t*)p; for (int i = 0; i < n; ++i) dst[i] = from_bf16(s[i]); }
-    else memcpy(dst, p, sizeof(float) * n);
-}
 
 // q / k [n, Hk, Dk], v [n, Hv, Dv] (element strides per column / head, unit last stride; bf16 or
 // fp32: in_bf16); g / beta [n, Hv] fp32 (column stride gb_col); state + slots[c] * slot_stride:
@@ -96,14 +82,10 @@ _IN = (torch.bfloat16, torch.float32)
 
 
 def _load():
-    lib = cpp_library("gdn_cpu_fused", SOURCE, "the GDN decode step runs as torch ops")
-    if lib is None or not lib.ninfer_gdn_supported():
-        return None
-    f = lib.ninfer_gdn_step
     p, i, l, fl = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
-    f.argtypes = [i, i, i, i, i, p, p, p, i, l, l, l, l, l, l, p, p, l, p, p, l, p, i, l, l, fl, fl, i]
-    f.restype = i
-    return f
+    return cpp_function("gdn_cpu_fused", SOURCE, "the GDN decode step runs as torch ops", "ninfer_gdn_step",
+                        [i, i, i, i, i, p, p, p, i, l, l, l, l, l, l, p, p, l, p, p, l, p, i, l, l, fl, fl, i],
+                        supported="ninfer_gdn_supported")
 
 
 def kernel():

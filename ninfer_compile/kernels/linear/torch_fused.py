@@ -19,11 +19,10 @@ the linear family keeps torch's int4 / int8 matmuls (`torch_packed`).
 from __future__ import annotations
 
 import ctypes
-import sys
 
 import torch
 
-from ..torch_util import cpp_library
+from ..torch_util import cpp_function
 from .weights import QuantWeight
 
 __all__ = ["SOURCE", "kernel", "fused_matmul"]
@@ -190,18 +189,9 @@ _LIB: list = []  # [ctypes function or None], filled on first use
 
 
 def _load():
-    lib = cpp_library("linear_cpu_fused", SOURCE, "using torch's int4 / int8 matmuls")
-    if lib is None:
-        return None
-    if not lib.ninfer_qdot_supported():
-        print("ninfer: linear_cpu_fused: the fused CPU kernel is off (the CPU lacks AVX2 / FMA / F16C); using "
-              "torch's int4 / int8 matmuls", file=sys.stderr)
-        return None
-    f = lib.ninfer_qdot
     p, i = ctypes.c_void_p, ctypes.c_int
-    f.argtypes = [i, p, p, p, i, i, p, i, i, i, i, p, i, i]
-    f.restype = i
-    return f
+    return cpp_function("linear_cpu_fused", SOURCE, "using torch's int4 / int8 matmuls", "ninfer_qdot",
+                        [i, p, p, p, i, i, p, i, i, i, i, p, i, i], supported="ninfer_qdot_supported")
 
 
 def kernel():

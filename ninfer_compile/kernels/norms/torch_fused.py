@@ -17,22 +17,12 @@ import ctypes
 
 import torch
 
-from ..torch_util import cpp_library
+from ..torch_util import BF16_CPP, cpp_function
 
 __all__ = ["SOURCE", "fused_rmsnorm"]
 
 MAX_ROWS = 64  # more rows (prefill): torch's ops
-SOURCE = r"""#include <math.h>
-#include <stdint.h>
-#include <string.h>
-
-static inline float from_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
-static inline uint16_t to_bf16(float f) {
-    uint32_t u; memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);                 // round to nearest even
-}
-static inline float at(const void* p, int bf16, long i) {
+SOURCE = BF16_CPP + r"""static inline float at(const void* p, int bf16, long i) {
     return bf16 ? from_bf16(((const uint16_t*)p)[i]) : ((const float*)p)[i];
 }
 
@@ -63,14 +53,9 @@ _IN = (torch.bfloat16, torch.float32)
 
 
 def _load():
-    lib = cpp_library("norms_cpu_fused", SOURCE, "the norms run as torch ops")
-    if lib is None:
-        return None
-    f = lib.ninfer_rmsnorm
     p, i, l, fl = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
-    f.argtypes = [i, i, i, p, i, l, l, p, i, l, l, p, p, i, l, l, fl]
-    f.restype = i
-    return f
+    return cpp_function("norms_cpu_fused", SOURCE, "the norms run as torch ops", "ninfer_rmsnorm",
+                        [i, i, i, p, i, l, l, p, i, l, l, p, p, i, l, l, fl])
 
 
 def kernel():
