@@ -18,13 +18,12 @@ from _moe_helpers import random_routing, random_weight, rel_rms
 H, I = 96, 32
 
 
-@pytest.mark.parametrize("fmt,E,k,T", [("BF16", 8, 2, 1), ("BF16", 12, 3, 5), ("W8G32_F16S", 8, 2, 16),
-                                       ("BF16", 8, 8, 3), ("BF16", 20, 3, 5), ("W8G32_F16S", 40, 4, 1),
-                                       ("BF16", 20, 3, 37)])
+@pytest.mark.parametrize("fmt,E,k,T", [("BF16", 8, 2, 1), ("W8G32_F16S", 8, 2, 16), ("BF16", 8, 8, 3),
+                                       ("W8G32_F16S", 40, 4, 1), ("BF16", 20, 3, 37)])
 def test_router_matches_reference(fmt, E, k, T):
     """4 rows per program at T = 1 (a GEMV; E + 1 = 9 or 41 rows: a partial last row block), 16 above
-    (tl.dot; E + 1 = 21: two row blocks; T = 37: three token blocks, the last partial), each launch
-    run twice (its arrival counters must be back at zero)."""
+    (tl.dot; E + 1 = 21: two row blocks, T = 37: three token blocks, the last partial; top_k = E),
+    each launch run twice (its arrival counters must be back at zero)."""
     gen = torch.Generator().manual_seed(E * 100 + T)
     w = random_weight(fmt, E + 1, H, gen, scale=0.2)
     for rep in range(2):
@@ -77,11 +76,13 @@ def _run_experts(launcher, T, E, k, gu_fmt, down_fmt, seed, **params):
     return out, ref, residual.float() + gate[:, None] * shared.float()
 
 
-@pytest.mark.parametrize("T,E,k,gu,dn", [(1, 8, 2, "Q4G64_F16S", "Q5G64_F16S"),  # H 96 / I 32: padded K
-                                         (3, 8, 2, "Q4G64_F16S", "Q6G64_F16S"),
-                                         (5, 12, 3, "W8G32_F16S", "W8G32_F16S"),
-                                         (16, 8, 2, "BF16", "Q5G64_F16S")])  # BF16 gate_up: FMT 16 tiles
-@pytest.mark.parametrize("group,combine", [(True, "kernel"), (False, "fused"), (True, "fused"), (False, "kernel")])
+# H 96 / I 32: padded K; BF16 gate_up: FMT 16 tiles; the shipped decode params (ungrouped, fused
+# combine) on every shape and format pair, the other tilings / combines on two
+@pytest.mark.parametrize("T,E,k,gu,dn,group,combine", [
+    (1, 8, 2, "Q4G64_F16S", "Q5G64_F16S", False, "fused"), (3, 8, 2, "Q4G64_F16S", "Q6G64_F16S", False, "fused"),
+    (5, 12, 3, "W8G32_F16S", "W8G32_F16S", False, "fused"), (16, 8, 2, "BF16", "Q5G64_F16S", False, "fused"),
+    (3, 8, 2, "Q4G64_F16S", "Q6G64_F16S", True, "kernel"), (5, 12, 3, "W8G32_F16S", "W8G32_F16S", True, "fused"),
+    (1, 8, 2, "Q4G64_F16S", "Q5G64_F16S", False, "kernel")])
 def test_experts_gemv_matches_reference(T, E, k, gu, dn, group, combine):
     """Every tiling (grouped by expert or one pair per tile) and combine (launch or fused into the
     down launch's last arrivals, BLOCK_N 32: three h-blocks of H 96, each with its own counter)."""
