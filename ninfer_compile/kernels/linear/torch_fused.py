@@ -49,6 +49,10 @@ static inline TGT float hsum(__m256 v) {
 
 // The signed codes of a group's 64 lanes as int16: lane 4w + i at element w of vector i (i = 0..3,
 // w = 0..15; each 16-bit word of the base plane holds lanes 4w .. 4w+3).
+// Q5 / Q6 build the codes as bytes: byte j of `lo` / `hi` is lane 2j / 2j+1 (the base byte's low /
+// high nibble), the high bits or'ed in as the byte's sign-extended top (Q5: 0xF0 where the 5th bit is
+// set, from a per-byte bit test of the broadcast high word; Q6: a 16-entry table indexed by the
+// high-plane nibble of lanes 2j, 2j+1), then each byte is sign-extended to int16 in place.
 template <int BITS>
 static inline TGT void group_codes(const uint8_t* b, const uint8_t* h, __m256i e[4]) {
     const __m256i v = _mm256_loadu_si256((const __m256i*)b);
@@ -59,20 +63,35 @@ static inline TGT void group_codes(const uint8_t* b, const uint8_t* h, __m256i e
         e[3] = _mm256_srai_epi16(v, 12);
         return;
     }
-    constexpr int F = 16 - BITS, HB = BITS - 4;
-    __m256i H;  // element w: the high bits of lanes 4w .. 4w+3 (HB bits each, lane i at bit HB * i)
-    if (BITS == 5) {
-        const __m128i hb = _mm_loadl_epi64((const __m128i*)h), m = _mm_set1_epi8(0x0F);
-        H = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_and_si128(hb, m), _mm_and_si128(_mm_srli_epi16(hb, 4), m)));
-    } else {
-        H = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)h));
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    if (BITS == 5) {  // high bit of lane 2j (2j+1): bit 2(j%4) (+1) of high byte j/4
+        int64_t word;
+        memcpy(&word, h, 8);
+        const __m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi64x(word), _mm256_setr_epi8(
+            0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7));
+        const __m256i sel_lo = _mm256_set1_epi32(0x40100401), sel_hi = _mm256_set1_epi32((int)0x80200802u);
+        const __m256i top = _mm256_set1_epi8((char)0xF0);
+        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, sel_lo), sel_lo), top));
+        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, sel_hi), sel_hi), top));
+    } else {  // byte j of the high plane's nibbles: bits 4,5 of lane 2j (bits 0,1), of lane 2j+1 (bits 2,3)
+        const __m256i H = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)h));
+        const __m256i nib = _mm256_and_si256(_mm256_or_si256(H, _mm256_slli_epi16(H, 4)), _mm256_set1_epi16(0x0F0F));
+        // the byte contribution of high bits u (0..3) to a signed 6-bit code: 16 u - 64 [u >= 2]
+#define T6(u) (char)((u) == 1 ? 0x10 : (u) == 2 ? 0xE0 : (u) == 3 ? 0xF0 : 0)
+#define TLO T6(0), T6(1), T6(2), T6(3), T6(0), T6(1), T6(2), T6(3), T6(0), T6(1), T6(2), T6(3), T6(0), T6(1), T6(2), T6(3)
+#define THI T6(0), T6(0), T6(0), T6(0), T6(1), T6(1), T6(1), T6(1), T6(2), T6(2), T6(2), T6(2), T6(3), T6(3), T6(3), T6(3)
+        lo = _mm256_or_si256(lo, _mm256_shuffle_epi8(_mm256_setr_epi8(TLO, TLO), nib));
+        hi = _mm256_or_si256(hi, _mm256_shuffle_epi8(_mm256_setr_epi8(THI, THI), nib));
+#undef THI
+#undef TLO
+#undef T6
     }
-    const __m256i nm = _mm256_set1_epi16((short)(0xF << F)), hm = _mm256_set1_epi16((short)(0xFFFF << (16 - HB)));
-#define NIB(i) ((F - 4 * (i)) >= 0 ? _mm256_slli_epi16(v, (F - 4 * (i)) & 15) : _mm256_srli_epi16(v, (4 * (i) - F) & 15))
-#define LANE(i) e[i] = _mm256_srai_epi16(_mm256_or_si256(_mm256_and_si256(NIB(i), nm), _mm256_and_si256(_mm256_slli_epi16(H, 16 - HB - HB * (i)), hm)), F);
-    LANE(0) LANE(1) LANE(2) LANE(3)
-#undef LANE
-#undef NIB
+    // word w of lo: lanes 4w (low byte), 4w+2 (high byte); of hi: lanes 4w+1, 4w+3
+    e[0] = _mm256_srai_epi16(_mm256_slli_epi16(lo, 8), 8);
+    e[1] = _mm256_srai_epi16(_mm256_slli_epi16(hi, 8), 8);
+    e[2] = _mm256_srai_epi16(lo, 8);
+    e[3] = _mm256_srai_epi16(hi, 8);
 }
 
 // rows [r0, r1) x T columns; x16 [T][gpr][64] int16 in the kernel's lane order, xs [T][gpr] their
