@@ -47,12 +47,12 @@ static inline TGT float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-// The signed codes of a group's 64 lanes as int16: lane 4w + i at element w of vector i (i = 0..3,
-// w = 0..15; each 16-bit word of the base plane holds lanes 4w .. 4w+3).
+// The signed codes of a group's 64 lanes as int16 (Q5 / Q6: 256 x the code): lane 4w + i at element w
+// of vector i (i = 0..3, w = 0..15; each 16-bit word of the base plane holds lanes 4w .. 4w+3).
 // Q5 / Q6 build the codes as bytes: byte j of `lo` / `hi` is lane 2j / 2j+1 (the base byte's low /
 // high nibble), the high bits or'ed in as the byte's sign-extended top (Q5: 0xF0 where the 5th bit is
 // set, from a per-byte bit test of the broadcast high word; Q6: a 16-entry table indexed by the
-// high-plane nibble of lanes 2j, 2j+1), then each byte is sign-extended to int16 in place.
+// high-plane nibble of lanes 2j, 2j+1); each byte then moves to its word's top byte (x 256).
 template <int BITS>
 static inline TGT void group_codes(const uint8_t* b, const uint8_t* h, __m256i e[4]) {
     const __m256i v = _mm256_loadu_si256((const __m256i*)b);
@@ -88,15 +88,17 @@ static inline TGT void group_codes(const uint8_t* b, const uint8_t* h, __m256i e
 #undef T6
     }
     // word w of lo: lanes 4w (low byte), 4w+2 (high byte); of hi: lanes 4w+1, 4w+3
-    e[0] = _mm256_srai_epi16(_mm256_slli_epi16(lo, 8), 8);
-    e[1] = _mm256_srai_epi16(_mm256_slli_epi16(hi, 8), 8);
-    e[2] = _mm256_srai_epi16(lo, 8);
-    e[3] = _mm256_srai_epi16(hi, 8);
+    const __m256i top8 = _mm256_set1_epi16((short)0xFF00);
+    e[0] = _mm256_slli_epi16(lo, 8);
+    e[1] = _mm256_slli_epi16(hi, 8);
+    e[2] = _mm256_and_si256(lo, top8);
+    e[3] = _mm256_and_si256(hi, top8);
 }
 
 // rows [r0, r1) x T columns; x16 [T][gpr][64] int16 in the kernel's lane order, xs [T][gpr] their
 // scales. Per group and column: 4 (W8: 2) int16 pair products summed in int32 (|sum| < 2^24), one
-// conversion to fp32, times the weight's scale x the column's scale, accumulated in fp32.
+// conversion to fp32, times the weight's scale x the column's scale, accumulated in fp32. Q5 / Q6's
+// 256 x code products sum to at most 8 x 8192 x 32767 < 2^31 per int32 element, so >> 8 is exact.
 template <int BITS, int T>
 static TGT void rows(const uint8_t* base, const uint8_t* high, const uint16_t* scale, int r0, int r1, int gpr,
                      const int16_t* x16, const float* xs, float* out, int ldo) {
@@ -107,26 +109,40 @@ static TGT void rows(const uint8_t* base, const uint8_t* high, const uint16_t* s
         const uint16_t* s = scale + (size_t)r * gpr;
         __m256 tot[T];
         for (int t = 0; t < T; ++t) tot[t] = _mm256_setzero_ps();
-        for (int g = 0; g < gpr; ++g) {
-            __m256i e[4];
-            int parts;
-            if (BITS == 8) {  // 32 lanes, natural order
-                e[0] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + g * 32)));
-                e[1] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + g * 32 + 16)));
-                parts = 2;
+        for (int g0 = 0; g0 < gpr; g0 += 8) {
+            // per group and column the fp32 product (weight scale x column scale), 8 groups at a time
+            const int gn = gpr - g0 < 8 ? gpr - g0 : 8;
+            alignas(32) float ws_xs[T][8];
+            if (gn == 8) {
+                const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(s + g0)));
+                for (int t = 0; t < T; ++t)
+                    _mm256_store_ps(ws_xs[t], _mm256_mul_ps(ws, _mm256_loadu_ps(xs + (size_t)t * gpr + g0)));
             } else {
-                group_codes<BITS>(b + g * 32, HBYTES ? h + g * HBYTES : nullptr, e);
-                parts = 4;
+                for (int t = 0; t < T; ++t)
+                    for (int j = 0; j < gn; ++j) ws_xs[t][j] = _cvtsh_ss(s[g0 + j]) * xs[(size_t)t * gpr + g0 + j];
             }
-            const float ws = _cvtsh_ss(s[g]);
-            for (int t = 0; t < T; ++t) {
-                const __m256i* xp = (const __m256i*)(x16 + ((size_t)t * gpr + g) * 64);
-                __m256i p = _mm256_add_epi32(_mm256_madd_epi16(e[0], _mm256_load_si256(xp)),
-                                             _mm256_madd_epi16(e[1], _mm256_load_si256(xp + 1)));
-                if (parts == 4)
-                    p = _mm256_add_epi32(p, _mm256_add_epi32(_mm256_madd_epi16(e[2], _mm256_load_si256(xp + 2)),
-                                                             _mm256_madd_epi16(e[3], _mm256_load_si256(xp + 3))));
-                tot[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(ws * xs[(size_t)t * gpr + g]), tot[t]);
+            for (int j = 0; j < gn; ++j) {
+                const int g = g0 + j;
+                __m256i e[4];
+                int parts;
+                if (BITS == 8) {  // 32 lanes, natural order
+                    e[0] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + g * 32)));
+                    e[1] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + g * 32 + 16)));
+                    parts = 2;
+                } else {
+                    group_codes<BITS>(b + g * 32, HBYTES ? h + g * HBYTES : nullptr, e);
+                    parts = 4;
+                }
+                for (int t = 0; t < T; ++t) {
+                    const __m256i* xp = (const __m256i*)(x16 + ((size_t)t * gpr + g) * 64);
+                    __m256i p = _mm256_add_epi32(_mm256_madd_epi16(e[0], _mm256_load_si256(xp)),
+                                                 _mm256_madd_epi16(e[1], _mm256_load_si256(xp + 1)));
+                    if (parts == 4)
+                        p = _mm256_add_epi32(p, _mm256_add_epi32(_mm256_madd_epi16(e[2], _mm256_load_si256(xp + 2)),
+                                                                 _mm256_madd_epi16(e[3], _mm256_load_si256(xp + 3))));
+                    if (BITS == 5 || BITS == 6) p = _mm256_srai_epi32(p, 8);
+                    tot[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(ws_xs[t][j]), tot[t]);
+                }
             }
         }
         for (int t = 0; t < T; ++t) out[(size_t)t * ldo + r] = hsum(tot[t]);
