@@ -47,13 +47,14 @@ static inline TGT float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-// The signed codes of a group's 64 lanes as int16 (Q5 / Q6: 256 x the code): lane 4w + i at element w
+// The signed codes of a group's 64 lanes as int16 (X256: 256 x the code): lane 4w + i at element w
 // of vector i (i = 0..3, w = 0..15; each 16-bit word of the base plane holds lanes 4w .. 4w+3).
 // Q5 / Q6 build the codes as bytes: byte j of `lo` / `hi` is lane 2j / 2j+1 (the base byte's low /
 // high nibble), the high bits or'ed in as the byte's sign-extended top (Q5: 0xF0 where the 5th bit is
 // set, from a per-byte bit test of the broadcast high word; Q6: a 16-entry table indexed by the
-// high-plane nibble of lanes 2j, 2j+1); each byte then moves to its word's top byte (x 256).
-template <int BITS>
+// high-plane nibble of lanes 2j, 2j+1); each byte then moves to its word's top byte (X256: 256 x code,
+// no sign-extension shift) or is sign-extended in place.
+template <int BITS, bool X256>
 static inline TGT void group_codes(const uint8_t* b, const uint8_t* h, __m256i e[4]) {
     const __m256i v = _mm256_loadu_si256((const __m256i*)b);
     if (BITS == 4) {
@@ -88,21 +89,30 @@ static inline TGT void group_codes(const uint8_t* b, const uint8_t* h, __m256i e
 #undef T6
     }
     // word w of lo: lanes 4w (low byte), 4w+2 (high byte); of hi: lanes 4w+1, 4w+3
-    const __m256i top8 = _mm256_set1_epi16((short)0xFF00);
-    e[0] = _mm256_slli_epi16(lo, 8);
-    e[1] = _mm256_slli_epi16(hi, 8);
-    e[2] = _mm256_and_si256(lo, top8);
-    e[3] = _mm256_and_si256(hi, top8);
+    if (X256) {
+        const __m256i top8 = _mm256_set1_epi16((short)0xFF00);
+        e[0] = _mm256_slli_epi16(lo, 8);
+        e[1] = _mm256_slli_epi16(hi, 8);
+        e[2] = _mm256_and_si256(lo, top8);
+        e[3] = _mm256_and_si256(hi, top8);
+    } else {
+        e[0] = _mm256_srai_epi16(_mm256_slli_epi16(lo, 8), 8);
+        e[1] = _mm256_srai_epi16(_mm256_slli_epi16(hi, 8), 8);
+        e[2] = _mm256_srai_epi16(lo, 8);
+        e[3] = _mm256_srai_epi16(hi, 8);
+    }
 }
 
 // rows [r0, r1) x T columns; x16 [T][gpr][64] int16 in the kernel's lane order, xs [T][gpr] their
 // scales. Per group and column: 4 (W8: 2) int16 pair products summed in int32 (|sum| < 2^24), one
-// conversion to fp32, times the weight's scale x the column's scale, accumulated in fp32. Q5 / Q6's
-// 256 x code products sum to at most 8 x 8192 x 32767 < 2^31 per int32 element, so >> 8 is exact.
+// conversion to fp32, times the weight's scale x the column's scale, accumulated in fp32. Q5 / Q6 with
+// T <= 2 use 256 x code (X256; fewer shifts per group, one more per column): the products sum to at
+// most 8 x 8192 x 32767 < 2^31 per int32 element, so >> 8 gives the same sum exactly.
 template <int BITS, int T>
 static TGT void rows(const uint8_t* base, const uint8_t* high, const uint16_t* scale, int r0, int r1, int gpr,
                      const int16_t* x16, const float* xs, float* out, int ldo) {
     constexpr int HBYTES = BITS == 5 ? 8 : BITS == 6 ? 16 : 0;
+    constexpr bool X256 = (BITS == 5 || BITS == 6) && T <= 2;
     for (int r = r0; r < r1; ++r) {
         const uint8_t* b = base + (size_t)r * gpr * 32;
         const uint8_t* h = HBYTES ? high + (size_t)r * gpr * HBYTES : nullptr;
@@ -130,7 +140,7 @@ static TGT void rows(const uint8_t* base, const uint8_t* high, const uint16_t* s
                     e[1] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + g * 32 + 16)));
                     parts = 2;
                 } else {
-                    group_codes<BITS>(b + g * 32, HBYTES ? h + g * HBYTES : nullptr, e);
+                    group_codes<BITS, X256>(b + g * 32, HBYTES ? h + g * HBYTES : nullptr, e);
                     parts = 4;
                 }
                 for (int t = 0; t < T; ++t) {
@@ -140,7 +150,7 @@ static TGT void rows(const uint8_t* base, const uint8_t* high, const uint16_t* s
                     if (parts == 4)
                         p = _mm256_add_epi32(p, _mm256_add_epi32(_mm256_madd_epi16(e[2], _mm256_load_si256(xp + 2)),
                                                                  _mm256_madd_epi16(e[3], _mm256_load_si256(xp + 3))));
-                    if (BITS == 5 || BITS == 6) p = _mm256_srai_epi32(p, 8);
+                    if (X256) p = _mm256_srai_epi32(p, 8);
                     tot[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(ws_xs[t][j]), tot[t]);
                 }
             }
