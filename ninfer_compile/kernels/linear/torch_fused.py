@@ -47,9 +47,14 @@ static inline TGT float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-// The signed codes of a group's 64 lanes as int16: lane 4w + i at element w of vector i (i = 0..3,
-// w = 0..15; each 16-bit word of the base plane holds lanes 4w .. 4w+3).
-template <int BITS>
+// The signed codes of a group's 64 lanes as int16 (X256: 256 x the code): lane 4w + i at element w
+// of vector i (i = 0..3, w = 0..15; each 16-bit word of the base plane holds lanes 4w .. 4w+3).
+// Q5 / Q6 build the codes as bytes: byte j of `lo` / `hi` is lane 2j / 2j+1 (the base byte's low /
+// high nibble), the high bits or'ed in as the byte's sign-extended top (Q5: 0xF0 where the 5th bit is
+// set, from a per-byte bit test of the broadcast high word; Q6: a 16-entry table indexed by the
+// high-plane nibble of lanes 2j, 2j+1); each byte then moves to its word's top byte (X256: 256 x code,
+// no sign-extension shift) or is sign-extended in place.
+template <int BITS, bool X256>
 static inline TGT void group_codes(const uint8_t* b, const uint8_t* h, __m256i e[4]) {
     const __m256i v = _mm256_loadu_si256((const __m256i*)b);
     if (BITS == 4) {
@@ -59,55 +64,95 @@ static inline TGT void group_codes(const uint8_t* b, const uint8_t* h, __m256i e
         e[3] = _mm256_srai_epi16(v, 12);
         return;
     }
-    constexpr int F = 16 - BITS, HB = BITS - 4;
-    __m256i H;  // element w: the high bits of lanes 4w .. 4w+3 (HB bits each, lane i at bit HB * i)
-    if (BITS == 5) {
-        const __m128i hb = _mm_loadl_epi64((const __m128i*)h), m = _mm_set1_epi8(0x0F);
-        H = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_and_si128(hb, m), _mm_and_si128(_mm_srli_epi16(hb, 4), m)));
-    } else {
-        H = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)h));
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    if (BITS == 5) {  // high bit of lane 2j (2j+1): bit 2(j%4) (+1) of high byte j/4
+        int64_t word;
+        memcpy(&word, h, 8);
+        const __m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi64x(word), _mm256_setr_epi8(
+            0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7));
+        const __m256i sel_lo = _mm256_set1_epi32(0x40100401), sel_hi = _mm256_set1_epi32((int)0x80200802u);
+        const __m256i top = _mm256_set1_epi8((char)0xF0);
+        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, sel_lo), sel_lo), top));
+        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, sel_hi), sel_hi), top));
+    } else {  // byte j of the high plane's nibbles: bits 4,5 of lane 2j (bits 0,1), of lane 2j+1 (bits 2,3)
+        const __m256i H = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)h));
+        const __m256i nib = _mm256_and_si256(_mm256_or_si256(H, _mm256_slli_epi16(H, 4)), _mm256_set1_epi16(0x0F0F));
+        // the byte contribution of high bits u (0..3) to a signed 6-bit code: 16 u - 64 [u >= 2]
+#define T6(u) (char)((u) == 1 ? 0x10 : (u) == 2 ? 0xE0 : (u) == 3 ? 0xF0 : 0)
+#define TLO T6(0), T6(1), T6(2), T6(3), T6(0), T6(1), T6(2), T6(3), T6(0), T6(1), T6(2), T6(3), T6(0), T6(1), T6(2), T6(3)
+#define THI T6(0), T6(0), T6(0), T6(0), T6(1), T6(1), T6(1), T6(1), T6(2), T6(2), T6(2), T6(2), T6(3), T6(3), T6(3), T6(3)
+        lo = _mm256_or_si256(lo, _mm256_shuffle_epi8(_mm256_setr_epi8(TLO, TLO), nib));
+        hi = _mm256_or_si256(hi, _mm256_shuffle_epi8(_mm256_setr_epi8(THI, THI), nib));
+#undef THI
+#undef TLO
+#undef T6
     }
-    const __m256i nm = _mm256_set1_epi16((short)(0xF << F)), hm = _mm256_set1_epi16((short)(0xFFFF << (16 - HB)));
-#define NIB(i) ((F - 4 * (i)) >= 0 ? _mm256_slli_epi16(v, (F - 4 * (i)) & 15) : _mm256_srli_epi16(v, (4 * (i) - F) & 15))
-#define LANE(i) e[i] = _mm256_srai_epi16(_mm256_or_si256(_mm256_and_si256(NIB(i), nm), _mm256_and_si256(_mm256_slli_epi16(H, 16 - HB - HB * (i)), hm)), F);
-    LANE(0) LANE(1) LANE(2) LANE(3)
-#undef LANE
-#undef NIB
+    // word w of lo: lanes 4w (low byte), 4w+2 (high byte); of hi: lanes 4w+1, 4w+3
+    if (X256) {
+        const __m256i top8 = _mm256_set1_epi16((short)0xFF00);
+        e[0] = _mm256_slli_epi16(lo, 8);
+        e[1] = _mm256_slli_epi16(hi, 8);
+        e[2] = _mm256_and_si256(lo, top8);
+        e[3] = _mm256_and_si256(hi, top8);
+    } else {
+        e[0] = _mm256_srai_epi16(_mm256_slli_epi16(lo, 8), 8);
+        e[1] = _mm256_srai_epi16(_mm256_slli_epi16(hi, 8), 8);
+        e[2] = _mm256_srai_epi16(lo, 8);
+        e[3] = _mm256_srai_epi16(hi, 8);
+    }
 }
 
 // rows [r0, r1) x T columns; x16 [T][gpr][64] int16 in the kernel's lane order, xs [T][gpr] their
 // scales. Per group and column: 4 (W8: 2) int16 pair products summed in int32 (|sum| < 2^24), one
-// conversion to fp32, times the weight's scale x the column's scale, accumulated in fp32.
+// conversion to fp32, times the weight's scale x the column's scale, accumulated in fp32. Q5 / Q6 with
+// T <= 2 use 256 x code (X256; fewer shifts per group, one more per column): the products sum to at
+// most 8 x 8192 x 32767 < 2^31 per int32 element, so >> 8 gives the same sum exactly.
 template <int BITS, int T>
 static TGT void rows(const uint8_t* base, const uint8_t* high, const uint16_t* scale, int r0, int r1, int gpr,
                      const int16_t* x16, const float* xs, float* out, int ldo) {
     constexpr int HBYTES = BITS == 5 ? 8 : BITS == 6 ? 16 : 0;
+    constexpr bool X256 = (BITS == 5 || BITS == 6) && T <= 2;
     for (int r = r0; r < r1; ++r) {
         const uint8_t* b = base + (size_t)r * gpr * 32;
         const uint8_t* h = HBYTES ? high + (size_t)r * gpr * HBYTES : nullptr;
         const uint16_t* s = scale + (size_t)r * gpr;
         __m256 tot[T];
         for (int t = 0; t < T; ++t) tot[t] = _mm256_setzero_ps();
-        for (int g = 0; g < gpr; ++g) {
-            __m256i e[4];
-            int parts;
-            if (BITS == 8) {  // 32 lanes, natural order
-                e[0] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + g * 32)));
-                e[1] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + g * 32 + 16)));
-                parts = 2;
+        for (int g0 = 0; g0 < gpr; g0 += 8) {
+            // per group and column the fp32 product (weight scale x column scale), 8 groups at a time
+            const int gn = gpr - g0 < 8 ? gpr - g0 : 8;
+            alignas(32) float ws_xs[T][8];
+            if (gn == 8) {
+                const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(s + g0)));
+                for (int t = 0; t < T; ++t)
+                    _mm256_store_ps(ws_xs[t], _mm256_mul_ps(ws, _mm256_loadu_ps(xs + (size_t)t * gpr + g0)));
             } else {
-                group_codes<BITS>(b + g * 32, HBYTES ? h + g * HBYTES : nullptr, e);
-                parts = 4;
+                for (int t = 0; t < T; ++t)
+                    for (int j = 0; j < gn; ++j) ws_xs[t][j] = _cvtsh_ss(s[g0 + j]) * xs[(size_t)t * gpr + g0 + j];
             }
-            const float ws = _cvtsh_ss(s[g]);
-            for (int t = 0; t < T; ++t) {
-                const __m256i* xp = (const __m256i*)(x16 + ((size_t)t * gpr + g) * 64);
-                __m256i p = _mm256_add_epi32(_mm256_madd_epi16(e[0], _mm256_load_si256(xp)),
-                                             _mm256_madd_epi16(e[1], _mm256_load_si256(xp + 1)));
-                if (parts == 4)
-                    p = _mm256_add_epi32(p, _mm256_add_epi32(_mm256_madd_epi16(e[2], _mm256_load_si256(xp + 2)),
-                                                             _mm256_madd_epi16(e[3], _mm256_load_si256(xp + 3))));
-                tot[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(ws * xs[(size_t)t * gpr + g]), tot[t]);
+            for (int j = 0; j < gn; ++j) {
+                const int g = g0 + j;
+                __m256i e[4];
+                int parts;
+                if (BITS == 8) {  // 32 lanes, natural order
+                    e[0] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + g * 32)));
+                    e[1] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + g * 32 + 16)));
+                    parts = 2;
+                } else {
+                    group_codes<BITS, X256>(b + g * 32, HBYTES ? h + g * HBYTES : nullptr, e);
+                    parts = 4;
+                }
+                for (int t = 0; t < T; ++t) {
+                    const __m256i* xp = (const __m256i*)(x16 + ((size_t)t * gpr + g) * 64);
+                    __m256i p = _mm256_add_epi32(_mm256_madd_epi16(e[0], _mm256_load_si256(xp)),
+                                                 _mm256_madd_epi16(e[1], _mm256_load_si256(xp + 1)));
+                    if (parts == 4)
+                        p = _mm256_add_epi32(p, _mm256_add_epi32(_mm256_madd_epi16(e[2], _mm256_load_si256(xp + 2)),
+                                                                 _mm256_madd_epi16(e[3], _mm256_load_si256(xp + 3))));
+                    if (X256) p = _mm256_srai_epi32(p, 8);
+                    tot[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(ws_xs[t][j]), tot[t]);
+                }
             }
         }
         for (int t = 0; t < T; ++t) out[(size_t)t * ldo + r] = hsum(tot[t]);
