@@ -160,7 +160,7 @@ def bench_experts(t, dist, lay, hot, args, started, gen, dev, bw, n_draws) -> li
     def check(fn):
         out.fill_(float("nan"))
         fn()
-        return O.rel_rms(out.float(), ref)
+        return M.rel_rms(out, ref)
 
     rows = []
     for name in EXPERT_ROUTES:

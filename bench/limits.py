@@ -40,9 +40,11 @@ def _slot_bytes(buf: Mapping) -> int:
 
 
 def expected_experts_hit(experts: int, top_k: int, columns: int) -> float:
-    """Expected distinct experts a step of `columns` tokens hits when each token picks `top_k` of
-    `experts` uniformly at random (distinct per token): E * (1 - (1 - k/E)^T). Exact at T = 1 (k)."""
-    return experts * (1.0 - (1.0 - top_k / experts) ** max(1, int(columns)))
+    """Expected distinct experts a step of `columns` tokens hits under uniform routing (the MoE
+    tuner's `expected_hits`: E * (1 - (1 - k/E)^T)); exactly k at T = 1."""
+    from ninfer_compile.kernels.moe.tune import expected_hits
+
+    return expected_hits(max(1, int(columns)), experts, top_k)
 
 
 def _moe_banks_share(launch: Mapping, plan: Mapping) -> float:

@@ -130,51 +130,21 @@ def peer_call(x, draw: Draw, gu_bf, dn_bf, shared, residual, out, inter: int) ->
     out.copy_(acc)
 
 
-def rel_rms(out: torch.Tensor, ref: torch.Tensor) -> float:
-    o, r = out.double(), ref.double()
-    return float((o - r).pow(2).mean().sqrt() / r.pow(2).mean().sqrt().clamp_min(1e-30))
-
-
 def time_calls(fns, reps: int, cuda: bool) -> tuple[float, str]:
-    """Median µs per call of the list `fns` (each call one op on its own cold operands).
-    CUDA: warm each call once, capture the list in a CUDA graph (eager between events if capture
-    fails), replay `reps` times. CPU (the dry run): the list `reps` times under perf_counter."""
-    if not cuda:
-        times = []
-        for _ in range(max(1, reps)):
-            t0 = time.perf_counter()
-            for f in fns:
-                f()
-            times.append((time.perf_counter() - t0) * 1e6 / len(fns))
-        return statistics.median(times), "cpu"
-    for f in fns:
-        f()
-    torch.cuda.synchronize()
-    graph, mode = torch.cuda.CUDAGraph(), "graph"
-    try:
-        with torch.cuda.graph(graph):
-            for f in fns:
-                f()
-        replay = graph.replay
-    except Exception:  # noqa: BLE001 - eager launches between events
-        torch.cuda.synchronize()
-        graph, mode = None, "eager"
+    """Median µs per call of the list `fns` (each call one op on its own cold operands). CUDA: the
+    tuner's timing (`tune.measure.time_launches`: a CUDA graph of the list, replayed). CPU (the dry
+    run): the list `reps` times under perf_counter."""
+    if cuda:
+        from ninfer_compile.tune.measure import time_launches
 
-        def replay():
-            for f in fns:
-                f()
-    replay()
-    torch.cuda.synchronize()
+        return time_launches(fns, reps)
     times = []
     for _ in range(max(1, reps)):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        replay()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1) * 1000.0 / len(fns))
-    del graph
-    return statistics.median(times), mode
+        t0 = time.perf_counter()
+        for f in fns:
+            f()
+        times.append((time.perf_counter() - t0) * 1e6 / len(fns))
+    return statistics.median(times), "cpu"
 
 
 def n_cold(nbytes: float, lo: int, hi: int) -> int:
