@@ -340,6 +340,11 @@ def main(argv=None) -> int:
         res["decode"][c] = {"tok_s": tok_s, "step_ms": step_s * 1e3, "roofline_step_ms": roof * 1e3,
                             "fraction_of_roofline": roof / step_s, "floor_bytes": floor,
                             "floor_step_ms": floor_s * 1e3, "fraction_of_floor": floor_s / step_s}
+        if c == 1:  # wall gaps between streamed tokens: a uniform step, or a few slow ones?
+            marks = [time.perf_counter() for _ in eng.stream(ps, max_new_tokens=12, greedy=True, ignore_eos=True,
+                                                             spec="none")]
+            res["decode"][c]["token_gaps_ms"] = [round((b - a) * 1e3, 3) for a, b in zip(marks, marks[1:])]
+            print(f"decode C=1 token gaps ms: {res['decode'][c]['token_gaps_ms']}", flush=True)
         print(f"decode C={c}: {tok_s:.1f} tok/s, step {step_s*1e3:.2f} ms (byte floor {floor_s*1e3:.2f} ms at the "
               f"streaming rate: {100*floor_s/step_s:.0f}%; weights at the cuBLAS rate {roof*1e3:.2f} ms, "
               f"{100*roof/step_s:.0f}%)", flush=True)
