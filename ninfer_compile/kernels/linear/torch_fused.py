@@ -14,6 +14,10 @@ runtime (`libgomp.so.1`, loaded by torch first) and runs `torch.get_num_threads(
 chunks of 16 (64 for large weights) handed out dynamically. Where no compiler works, the CPU lacks
 AVX2 / FMA / F16C, or `NINFER_CPU_FUSED=0`, `kernel()` is None (one line on stderr says why) and
 the linear family keeps torch's int4 / int8 matmuls (`torch_packed`).
+
+`fused_matmul(x, weight, rows=(begin, count))` reads only a row range of the weight, at its byte
+offsets in the planes: the MoE family's CPU path runs each hit expert's product this way on the
+stored [E x rows, K] bank (all of the expert's tokens as the columns), with no per-expert copy.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import ctypes
 
 import torch
 
+from ...errors import RouteError
 from ..torch_util import cpp_function
 from .weights import QuantWeight
 
@@ -246,20 +251,28 @@ def kernel():
     return _LIB[0]
 
 
-def fused_matmul(x: torch.Tensor, weight: QuantWeight) -> torch.Tensor:
-    """x [T, K] (fp32 or bf16; other dtypes go through fp32) @ W^T as fp32 [T, N], read from the planes."""
+def fused_matmul(x: torch.Tensor, weight: QuantWeight, rows: tuple[int, int] | None = None) -> torch.Tensor:
+    """x [T, K] (fp32 or bf16; other dtypes go through fp32) @ W^T as fp32 [T, N], read from the planes.
+    `rows=(begin, count)`: only the weight's rows [begin, begin + count) (out [T, count]), read in place
+    at their byte offsets in the planes (e.g. one expert of a stacked MoE bank; no view object made)."""
     f = kernel()
     if f is None:
         raise RuntimeError("linear (torch): the fused CPU kernel is not available here")
+    begin, n = (0, weight.n) if rows is None else (int(rows[0]), int(rows[1]))
+    if begin < 0 or n <= 0 or begin + n > weight.n:
+        raise RouteError(f"linear (torch): rows [{begin}, {begin + n}) are outside the weight's {weight.n} rows")
+    if x.dim() != 2 or x.shape[1] != weight.k:
+        raise RouteError(f"linear (torch): x {list(x.shape)} is not [T, K={weight.k}]")
     if x.dtype not in (torch.float32, torch.bfloat16):
         x = x.float()
     if x.stride(-1) != 1:
         x = x.contiguous()
     t = x.shape[0]
-    out = torch.empty(t, weight.n, dtype=torch.float32)
-    high = weight.high.data_ptr() if weight.high is not None else None
-    rc = f(weight.bits, weight.base.data_ptr(), high, weight.scale.data_ptr(), weight.n, weight.groups_per_row,
-           x.data_ptr(), int(x.dtype == torch.bfloat16), t, weight.k, x.stride(0), out.data_ptr(), weight.n,
+    out = torch.empty(t, n, dtype=torch.float32)
+    high = weight.high.data_ptr() + begin * weight.high_row_bytes if weight.high is not None else None
+    rc = f(weight.bits, weight.base.data_ptr() + begin * weight.base_row_bytes, high,
+           weight.scale.data_ptr() + begin * weight.scale_row_bytes, n, weight.groups_per_row,
+           x.data_ptr(), int(x.dtype == torch.bfloat16), t, weight.k, x.stride(0), out.data_ptr(), n,
            torch.get_num_threads())
     if rc != 0:
         raise MemoryError(f"linear (torch): the fused CPU kernel could not allocate x's int16 copy ({t} x {weight.k})")

@@ -80,3 +80,21 @@ def test_without_a_compiler_the_fallback_is_one_line(monkeypatch, tmp_path, caps
     assert len(err) == 1 and "no C++ compiler" in err[0], err
     monkeypatch.setenv("NINFER_CPU_FUSED", "0")
     assert torch_fused._load() is None
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_row_range_reads_those_rows_in_place(fmt):
+    """rows=(begin, count) gives exactly the row view's product (the same bytes), here on a view of a
+    view, K not a multiple of the group, T = 5 (a column block of 4 and one of 1)."""
+    gen = torch.Generator().manual_seed(11 + len(fmt))
+    parent = random_weight(fmt, 90, 150, gen)
+    w = parent.rows(6, 80)
+    x = torch.randn(5, 150, generator=gen).bfloat16()
+    got = torch_fused.fused_matmul(x, w, rows=(33, 19))
+    assert torch.equal(got, torch_fused.fused_matmul(x, parent.rows(39, 19)))
+    _check(x, w.rows(33, 19))
+    for bad in ((75, 6), (-1, 3), (0, 0)):
+        with pytest.raises(Exception, match="outside the weight's 80 rows"):
+            torch_fused.fused_matmul(x, w, rows=bad)
+    with pytest.raises(Exception, match="is not"):
+        torch_fused.fused_matmul(x[:, :149], w)
