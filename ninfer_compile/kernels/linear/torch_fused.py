@@ -11,9 +11,12 @@ in fp32 (8 partial sums per row, added at the end). The codes and the fp16 scale
 Build: `torch_util.cpp_library` (the system C++ compiler, once per machine and source text,
 cached in `$NINFER_CACHE_DIR`); every weight shape uses it. The library shares torch's OpenMP
 runtime (`libgomp.so.1`, loaded by torch first) and runs `torch.get_num_threads()` threads, rows in
-chunks of 16 (64 for large weights) handed out dynamically. Where no compiler works, the CPU lacks
-AVX2 / FMA / F16C, or `NINFER_CPU_FUSED=0`, `kernel()` is None (one line on stderr says why) and
-the linear family keeps torch's int4 / int8 matmuls (`torch_packed`).
+chunks of 16 (64 for large weights) handed out dynamically; a product smaller than `SERIAL_WORK`
+(rows x K groups x column blocks of 4) runs on one thread, as a fork / join costs more than it saves
+there (microseconds on a quiet box, a scheduler slice on a busy one: measured 21 us on one thread vs
+69 us on two for one 256 x 1024 Q4 expert of a MoE bank on a loaded 2-core box). Where no
+compiler works, the CPU lacks AVX2 / FMA / F16C, or `NINFER_CPU_FUSED=0`, `kernel()` is None (one
+line on stderr says why) and the linear family keeps torch's int4 / int8 matmuls (`torch_packed`).
 
 `fused_matmul(x, weight, rows=(begin, count))` reads only a row range of the weight, at its byte
 offsets in the planes: the MoE family's CPU path runs each hit expert's product this way on the
@@ -30,7 +33,11 @@ from ...errors import RouteError
 from ..torch_util import cpp_function
 from .weights import QuantWeight
 
-__all__ = ["SOURCE", "kernel", "fused_matmul"]
+__all__ = ["SOURCE", "kernel", "fused_matmul", "SERIAL_WORK"]
+
+# Products of fewer row-group-column-block dot products than this run on one thread (module doc).
+# The dense weights that take this kernel (torch_packed.MIN_PARAMS and up) are all above it.
+SERIAL_WORK = 8192
 
 SOURCE = r"""#include <immintrin.h>
 #include <math.h>
@@ -269,11 +276,11 @@ def fused_matmul(x: torch.Tensor, weight: QuantWeight, rows: tuple[int, int] | N
         x = x.contiguous()
     t = x.shape[0]
     out = torch.empty(t, n, dtype=torch.float32)
+    threads = 1 if n * weight.groups_per_row * ((t + 3) // 4) < SERIAL_WORK else torch.get_num_threads()
     high = weight.high.data_ptr() + begin * weight.high_row_bytes if weight.high is not None else None
     rc = f(weight.bits, weight.base.data_ptr() + begin * weight.base_row_bytes, high,
            weight.scale.data_ptr() + begin * weight.scale_row_bytes, n, weight.groups_per_row,
-           x.data_ptr(), int(x.dtype == torch.bfloat16), t, weight.k, x.stride(0), out.data_ptr(), n,
-           torch.get_num_threads())
+           x.data_ptr(), int(x.dtype == torch.bfloat16), t, weight.k, x.stride(0), out.data_ptr(), n, threads)
     if rc != 0:
         raise MemoryError(f"linear (torch): the fused CPU kernel could not allocate x's int16 copy ({t} x {weight.k})")
     return out
