@@ -77,13 +77,14 @@ def test_torch_experts_fp32_sums_and_no_fp32_banks(T, E, k, i, gu, dn, cpu_path)
         outs.append(torch.full((T, H), float("nan")))
         TI.moe_experts(x, ids, wts, gate_up, down, shared, gate, residual, outs[-1])
     ref = R.moe_experts(x, ids, wts, gate_up, down, shared, gate, residual)
-    assert rel_rms(outs[0], ref) < (1e-4 if cpu_path == "fused" else 1e-6)
+    base = residual + gate[:, None] * shared  # the experts' sum is compared on its own
+    assert rel_rms(outs[0] - base, ref - base) < (2e-4 if cpu_path == "fused" else 1e-6)
     assert torch.equal(outs[0], outs[1])
     assert torch_util.cached_fp32_weight(gate_up) is None and torch_util.cached_fp32_weight(down) is None
     moved = ids.clone()
     moved[0, 0] = (ids[0, 0] + 1) % E if (ids[0] != (ids[0, 0] + 1) % E).all() else (ids[0, 0] + 2) % E
     TI.moe_experts(x, moved, wts, gate_up, down, shared, gate, residual, outs[1])
-    assert rel_rms(outs[1], ref) > 1e-3  # the routing matters
+    assert rel_rms(outs[1] - base, ref - base) > 1e-2  # the routing matters
 
 
 def test_torch_experts_refuse_banks_that_disagree():
