@@ -74,6 +74,8 @@ timed(aot, "harvest", "harvest")
 timed(aot, "publish", "cache publish")
 timed(aot, "bin_manifest", "bin manifest")
 timed(cc, "write_plan", "plan writing")
+timed(aot.shutil, "rmtree", "scratch removal")
+timed(aot, "toolchain_problem", "toolchain check (imports torch)")
 timed(aot, "precompile", "binaries (all)")
 timed(cc, "compile_artifact", "compile_artifact (all)")
 
@@ -117,8 +119,8 @@ sys.exit(rc)
 
 ORDER = ["imports (ours)", "imports (triton)", "lowering", "passes", "memory report", "manifest", "emission",
          "result key (hashing)", "engine over the fake device", "launch capture",
-         "compile (pool + authoritative pass)", "pool (workers)", "harvest", "cache publish", "bin manifest",
-         "binaries (all)", "plan writing", "compile_artifact (all)", "process (all)"]
+         "toolchain check (imports torch)", "compile (pool + authoritative pass)", "pool (workers)", "harvest",
+         "cache publish", "bin manifest", "scratch removal", "binaries (all)", "plan writing", "compile_artifact (all)", "process (all)"]
 
 
 def table(records: list[dict], parent: int) -> list[str]:

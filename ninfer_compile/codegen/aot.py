@@ -15,6 +15,7 @@ It is split along its seams (each file's docstring says what it requires and gua
 - aot_binaries.py: the worker pool and the authoritative compile pass (`JITFunction.preload`, what
   the runtime replays at load) into a private scratch cache, then `kernels/bin/<cache key>/` and
   `kernels/bin/manifest.json` (read by ninfer_runtime/triton_cache.py);
+- aot_stage_memo.py: specialisations whose LLVM IR is identical share their PTX and cubin;
 - binary_cache.py: the user's content-addressed binary cache (kernel binaries and whole results);
 - this file: the entry point `precompile` (prerequisites, the cache, scratch directories,
   cleanup, status).
@@ -54,6 +55,7 @@ from . import binary_cache
 from .aot_binaries import ACTIVE, bin_manifest, compile_captures, harvest, publish, store_manager_class
 from .aot_capture import LaunchMemo, MemoryImporter, Session, one_line, prefill_columns, reproduce_launches
 from .aot_device import aot_engine, environment, fake_tensors
+from .aot_stage_memo import shared_stages
 
 __all__ = ["AotFailure", "AotResult", "attach_binaries", "disabled", "failure", "precompile", "prefill_columns",
            "remove_stale_scratch", "toolchain_problem"]
@@ -370,8 +372,11 @@ def _precompile(plan, kernel_manifest, importer, session, objects, sm, scratch, 
                 unbound = reproduce_launches(engine, session, fake.AotTensor, memo)
             # compile every distinct specialisation, through the path the runtime replays
             session.compiling = True
-            compiled, failed, n_cached = compile_captures(list(session.captures.values()), root, worker_tmp,
-                                                          progress, cached=cache is not None)
+            stage_dir = os.path.join(os.path.dirname(scratch), "stages")  # inside the compile's work dir
+            os.mkdir(stage_dir)
+            with shared_stages(stage_dir):
+                compiled, failed, n_cached = compile_captures(list(session.captures.values()), root, worker_tmp,
+                                                              progress, cached=cache is not None)
         finally:
             sys.meta_path.remove(importer)
         files, entries, unharvested = harvest(compiled, root, BIN_DIR)
