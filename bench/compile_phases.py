@@ -1,6 +1,6 @@
 """Compile phases: where a cold `ninfer-compile` with kernel binaries spends its time (no GPU needed).
 
-    python bench/compile_phases.py ARTIFACT [--sm 90] [--jobs N] [--runs 1] [-- extra compile args]
+    python bench/compile_phases.py ARTIFACT [--sm 90] [--jobs N] [--runs 1] [--keep DIR] [compile options]
 
 Each run is a fresh child process: an empty binary cache (a new --cache-dir) and an empty Triton
 cache (a new TRITON_CACHE_DIR), and instrumentation installed before the compile starts:
@@ -147,8 +147,7 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=None, help="NINFER_AOT_JOBS for the compile")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--keep", default=None, help="keep the run's files here (default: a removed temp dir)")
-    ap.add_argument("extra", nargs="*", help="more compile arguments (after --)")
-    a = ap.parse_args(argv)
+    a, extra = ap.parse_known_args(argv)  # the rest: more compile arguments
     for run in range(a.runs):
         with tempfile.TemporaryDirectory(prefix="compile-phases-") as tmp:
             work = Path(a.keep or tmp)
@@ -160,7 +159,7 @@ def main(argv=None) -> int:
                 env["NINFER_AOT_JOBS"] = str(a.jobs)
             load0 = os.getloadavg()
             cmd = [sys.executable, "-c", CHILD, a.artifact, "--sm", str(a.sm), "-o", str(work / "plan"),
-                   "--cache-dir", str(work / "bincache"), "-q", *a.extra]
+                   "--cache-dir", str(work / "bincache"), "-q", *extra]
             p = subprocess.Popen(cmd, env=env)
             rc = p.wait()
             load1 = os.getloadavg()
