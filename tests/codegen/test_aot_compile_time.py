@@ -6,7 +6,10 @@ test_binary_cache.py run through all three."""
 
 from __future__ import annotations
 
+import ast
+import re
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 
@@ -104,3 +107,105 @@ def test_environment_keeps_only_binaries_in_the_scratch_cache(tmp_path):
     with environment(90, str(tmp_path), None):
         assert knobs.compilation.store_binary_only is True
     assert knobs.compilation.store_binary_only == before
+
+
+# ----------------------------------------------------------------------------- --no-column-specialization
+
+
+class _Param:
+    def __init__(self, name, constexpr=False):
+        self.name, self.is_constexpr = name, constexpr
+
+
+class _Jit:
+    __module__ = "_root.fam.kernels"
+    fn = SimpleNamespace(__qualname__="k")
+    params = [_Param("x_ptr"), _Param("T"), _Param("stride"), _Param("BLOCK", constexpr=True)]
+
+
+def _spec(t_type: str, t_hint: bool, stride_hint: bool = True, x_hint: bool = True) -> str:
+    import json
+
+    sig = {"x_ptr": "*bf16", "T": t_type, "stride": "i32", "BLOCK": "constexpr"}
+    attrs = [[0], [1], [2]]
+    vals = [[["tt.divisibility", 16]] if x_hint else [], [["tt.divisibility", 16]] if t_hint else [],
+            [["tt.divisibility", 16]] if stride_hint else []]
+    return json.dumps({"signature": sig, "attrs_keys": attrs, "attrs_vals": vals})
+
+
+@dataclass
+class _Cap:
+    jf: object
+    spec: str
+
+
+def test_varying_parameters_names_only_integers_whose_class_changes():
+    from ninfer_compile.codegen.column_specialization import varying_parameters
+
+    jf = _Jit()
+    caps = [_Cap(jf, _spec("i32", True)), _Cap(jf, _spec("i32", False, x_hint=False)),
+            _Cap(jf, _spec("constexpr", False))]  # T == 1 folded into a constant
+    assert varying_parameters(caps, "_root") == {"fam.kernels:k": ["T"]}  # the pointer's alignment is not an integer
+    assert varying_parameters(caps[:1], "_root") == {}
+    assert varying_parameters([_Cap(jf, _spec("i32", True, stride_hint=False)), _Cap(jf, _spec("i32", True))],
+                              "_root") == {"fam.kernels:k": ["stride"]}
+
+
+SOURCE = '''import triton
+
+
+@triton.jit
+def k(x_ptr, T, NT, BLOCK: tl.constexpr):
+    pass
+
+
+@triton.jit
+def other(x_ptr):
+    pass
+'''
+
+
+def test_unspecialize_names_the_parameters_in_the_decorator_only():
+    from ninfer_compile.codegen.column_specialization import unspecialize
+    from ninfer_compile.errors import CompileError
+
+    out = unspecialize(SOURCE, {"k": ["T", "NT"]}, "fam.kernels")
+    assert out == SOURCE.replace("@triton.jit\ndef k", "@triton.jit(do_not_specialize=['NT', 'T'])\ndef k", 1)
+    for kernels, what in (({"missing": ["T"]}, "defines no kernel 'missing'"), ({"k": ["Q"]}, "no parameter 'Q'")):
+        with pytest.raises(CompileError, match=what):
+            unspecialize(SOURCE, kernels, "fam.kernels")
+    with pytest.raises(CompileError, match="bare @triton.jit"):
+        unspecialize(SOURCE.replace("@triton.jit\ndef other", "@triton.jit(debug=True)\ndef other"), {"other": ["x_ptr"]},
+                     "fam.kernels")
+
+
+def test_no_column_specialization_plan(aot, aot_columns):
+    """The tiny plan with --no-column-specialization: the prefill kernels' column count is named in
+    their emitted decorator, each remaining specialisation is compiled (strict, no failure), there
+    are fewer binaries, and the plan says it was compiled so; the default plan is unmarked."""
+    import json
+
+    plan, default = aot_columns["plan"], aot["plan"]
+    options = json.loads((plan / "plan.json").read_text())["options"]
+    assert options["column_specialization"] is False
+    assert "column_specialization" not in json.loads((default / "plan.json").read_text())["options"]
+    marked = [p for p in (plan / "kernels").rglob("*.py") if "do_not_specialize=" in p.read_text()]
+    assert marked and not [p for p in (default / "kernels").rglob("*.py") if "do_not_specialize=" in p.read_text()]
+    man = json.loads((plan / "kernels" / "bin" / "manifest.json").read_text())
+    man_default = json.loads((default / "kernels" / "bin" / "manifest.json").read_text())
+    assert man["failed"] == [] and man["unbound"] == []
+    assert 0 < len(man["entries"]) < len(man_default["entries"])
+    named = {}  # "module:kernel" -> the parameters its decorator leaves unspecialised
+    for p in marked:
+        module = p.relative_to(plan / "kernels").with_suffix("").as_posix().replace("/", ".")
+        for params, name in re.findall(r"@triton\.jit\(do_not_specialize=(\[.*?\])\)\ndef (\w+)", p.read_text()):
+            named[f"{module}:{name}"] = ast.literal_eval(params)
+    checked = 0
+    for e in man["entries"]:  # never folded to a constant (== 1), never given a divisibility hint
+        spec = json.loads(e["specialization"])
+        names = list(spec["signature"])
+        hinted = {names[k[0]] for k, v in zip(spec["attrs_keys"], spec["attrs_vals"]) if v}
+        for param in named.get(e["kernel"], []):
+            assert spec["signature"][param] != "constexpr" and param not in hinted, (e["kernel"], param)
+            checked += 1
+    assert checked
