@@ -11,7 +11,8 @@ cache (a new TRITON_CACHE_DIR), and instrumentation installed before the compile
   counted as the compiling process's child CPU) and the cache writes;
 - the process's whole wall, its own CPU and its children's (the pool workers and their ptxas).
 Prints one table per run (`uptime`'s load average beside it: other jobs share the cores; CPU
-seconds are the robust figure) and a JSON line with every number.
+seconds are the robust figure) and a JSON line with its rows; --keep DIR keeps every record
+(DIR/runN/records.jsonl: one line per timed call, with the sha256 prefix of each Triton stage's output).
 """
 
 from __future__ import annotations
@@ -123,8 +124,9 @@ ORDER = ["imports (ours)", "imports (triton)", "lowering", "passes", "memory rep
          "cache publish", "bin manifest", "scratch removal", "binaries (all)", "plan writing", "compile_artifact (all)", "process (all)"]
 
 
-def table(records: list[dict], parent: int) -> list[str]:
-    rows = {}
+def aggregate(records: list[dict], parent: int) -> dict[tuple[str, str], dict]:
+    """{(phase, "parent" | "workers"): {n, wall, cpu, child_cpu}} summed over the records."""
+    rows: dict[tuple[str, str], dict] = {}
     for r in records:
         where = "parent" if r["pid"] == parent else "workers"
         k = (r["phase"], where)
@@ -132,6 +134,10 @@ def table(records: list[dict], parent: int) -> list[str]:
         s["n"] += 1
         for f in ("wall", "cpu", "child_cpu"):
             s[f] += r[f]
+    return rows
+
+
+def table(rows: dict[tuple[str, str], dict]) -> list[str]:
     keys = sorted(rows, key=lambda k: (ORDER.index(k[0]) if k[0] in ORDER else 100, k[0], k[1]))
     out = [f"| phase | where | n | wall s | CPU s | child CPU s |", "|---|---|---:|---:|---:|---:|"]
     for k in keys:
@@ -150,7 +156,7 @@ def main(argv=None) -> int:
     a, extra = ap.parse_known_args(argv)  # the rest: more compile arguments
     for run in range(a.runs):
         with tempfile.TemporaryDirectory(prefix="compile-phases-") as tmp:
-            work = Path(a.keep or tmp)
+            work = Path(a.keep) / f"run{run + 1}" if a.keep else Path(tmp)
             work.mkdir(parents=True, exist_ok=True)
             rec = work / "records.jsonl"
             env = {**os.environ, "TRITON_CACHE_DIR": str(work / "triton"), "PHASES_RECORDS": str(rec),
@@ -166,8 +172,9 @@ def main(argv=None) -> int:
             records = [json.loads(line) for line in rec.read_text().splitlines()]
             print(f"run {run + 1}: rc {rc}, jobs {a.jobs or 'default'}, load average before {load0[0]:.2f} "
                   f"{load0[1]:.2f}, after {load1[0]:.2f} {load1[1]:.2f}")
-            print("\n".join(table(records, p.pid)))
-            print("json", json.dumps({"load": [load0, load1], "records": records}))
+            rows = aggregate(records, p.pid)
+            print("\n".join(table(rows)))
+            print("json", json.dumps({"load": [load0, load1], "rows": [[*k, v] for k, v in rows.items()]}))
     return 0
 
 
