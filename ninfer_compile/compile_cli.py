@@ -74,6 +74,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefill-logits", choices=("last", "all"), default="last",
                         help="prefill head rows: last (the chunk's last column, for generation) or all (every "
                              "column: ninfer-run --perplexity needs it)")
+    parser.add_argument("--no-column-specialization", action="store_true",
+                        help="CHANGES THE GPU CODE (off by default; its speed effect is unmeasured): leave the "
+                             "kernels' column-count arguments (T, chunk counts: those whose == 1 / divisible-by-16 "
+                             "class changes with a prefill's column count) unspecialised, @triton.jit("
+                             "do_not_specialize=...) in the emitted source; fewer binaries and about half the "
+                             "cold binary compile time on the 27B (codegen/column_specialization.py)")
     parser.add_argument("--no-binaries", action="store_true",
                         help="emit kernel source only: skip the ahead-of-time cubins (kernels/bin/); the "
                              "runtime then JIT-compiles every kernel at load")
@@ -134,13 +140,14 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
                      opts: LowerOptions, budget_gib: float | None = None, disabled: list[str] = (),
                      dump_dir: Path | None = None, binaries: bool = True,
                      progress: Callable[[str], None] | None = None, auto_context: bool = False,
-                     tp: int = 1, cache=None) -> Compiled:
+                     tp: int = 1, cache=None, column_specialization: bool = True) -> Compiled:
     """Compile an artifact for `sm`. `binaries`: also compile every launched kernel ahead of time
     into kernels/bin/ (codegen/aot.py; problems are recorded in the kernel manifest, fatal only
     under NINFER_AOT_STRICT=1). `cache`: the binary cache (codegen/binary_cache.py; None: none).
     `progress(line)` is told each phase and count ("lowering 5 extents", "passes: extent 3/5", ...).
     `auto_context`: opts.max_context is only the first probe; the plan gets the largest context per
-    slot whose plan fits `budget_gib` (`_fit_context`)."""
+    slot whose plan fits `budget_gib` (`_fit_context`). `column_specialization=False`:
+    --no-column-specialization (codegen/column_specialization.py; changes the GPU code)."""
     say = progress or (lambda line: None)
     from .artifact import Artifact
     from .contracts import check_artifact, find_contract
@@ -196,6 +203,8 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
                "prefill_chunk": opts.prefill_chunk, "max_context": opts.max_context, "kv_dtype": opts.kv_dtype,
                "memory_budget_gib": budget_gib, "prefill_logits": opts.prefill_logits,
                "slots": opts.slots}
+    if not column_specialization:  # (absent by default: those plans stay byte-identical to before)
+        options["column_specialization"] = False
     if opts.draft_tokens > 0:  # (absent at K = 0: those plans stay byte-identical to before)
         mtp = any(g.extent.graph == "mtp" for g in graphs)
         options["draft_head"] = draft_head(spec, opts) if mtp else None
@@ -224,7 +233,12 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
         from .codegen.emit import kernel_files, launches_from_manifest
 
         say("emitting kernels")
-        files, _ = kernel_files([L for m in manifests for L in launches_from_manifest(m, registry=ctx.registry)])
+        launches = [L for m in manifests for L in launches_from_manifest(m, registry=ctx.registry)]
+        files, _ = kernel_files(launches)
+        if not column_specialization:  # the launches reproduced once to find the column-count arguments
+            say("finding the kernels' column-count arguments")
+            files, _ = kernel_files(launches, unspecialized=aot.column_parameters(rank_view(manifest, 0), files,
+                                                                                 objects, sm))
         # ahead-of-time binaries for the plan's sm (needs the kernel source just rendered; the ranks'
         # launches have the same shapes, so rank 0's specialisations are every rank's)
         result = (aot.precompile(rank_view(manifest, 0), files, objects, sm, progress=progress, cache=cache)
@@ -364,7 +378,7 @@ def run(args) -> int:
         compiled = compile_artifact(args.artifact, args.sm, routes=args.routes, contract=args.contract, opts=opts,
                                     budget_gib=args.memory_budget, disabled=args.disable_pass, dump_dir=dump_tmp,
                                     binaries=not args.no_binaries, progress=progress, auto_context=auto,
-                                    tp=args.tp, cache=cache)
+                                    tp=args.tp, cache=cache, column_specialization=not args.no_column_specialization)
         if args.weight_digests:
             from .plan.integrity import add_weight_digests, weight_digests
 

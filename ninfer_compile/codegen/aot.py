@@ -15,6 +15,7 @@ It is split along its seams (each file's docstring says what it requires and gua
 - aot_binaries.py: the worker pool and the authoritative compile pass (`JITFunction.preload`, what
   the runtime replays at load) into a private scratch cache, then `kernels/bin/<cache key>/` and
   `kernels/bin/manifest.json` (read by ninfer_runtime/triton_cache.py);
+- aot_stage_memo.py: specialisations whose LLVM IR is identical share their PTX and cubin;
 - binary_cache.py: the user's content-addressed binary cache (kernel binaries and whole results);
 - this file: the entry point `precompile` (prerequisites, the cache, scratch directories,
   cleanup, status).
@@ -54,9 +55,10 @@ from . import binary_cache
 from .aot_binaries import ACTIVE, bin_manifest, compile_captures, harvest, publish, store_manager_class
 from .aot_capture import LaunchMemo, MemoryImporter, Session, one_line, prefill_columns, reproduce_launches
 from .aot_device import aot_engine, environment, fake_tensors
+from .aot_stage_memo import shared_stages
 
-__all__ = ["AotFailure", "AotResult", "attach_binaries", "disabled", "failure", "precompile", "prefill_columns",
-           "remove_stale_scratch", "toolchain_problem"]
+__all__ = ["AotFailure", "AotResult", "attach_binaries", "column_parameters", "disabled", "failure", "precompile",
+           "prefill_columns", "remove_stale_scratch", "toolchain_problem"]
 
 STRICT_ENV = "NINFER_AOT_STRICT"
 INTERPRETER_PROBLEM = ("triton was imported in interpreter mode (TRITON_INTERPRET=1): its library functions are "
@@ -347,33 +349,76 @@ def _forget_package(root: str, importer: MemoryImporter) -> None:
         pass
 
 
-def _precompile(plan, kernel_manifest, importer, session, objects, sm, scratch, worker_tmp,
-                progress=None, cache=None, memo=None) -> AotResult:
-    from ninfer_runtime.triton_cache import BIN_DIR, BIN_FORMAT, hash_in_canonical_order, kernel_modules
+def column_parameters(plan: Mapping[str, Any], kernel_files: Mapping[str, str], objects: Mapping[str, Any],
+                      sm: int) -> dict[str, list[str]]:
+    """--no-column-specialization: the launches reproduced (nothing compiled) and, per kernel, the
+    integer parameters whose specialisation class varies between them (column_specialization.py)."""
+    from .column_specialization import OPTION, varying_parameters
 
-    fake = fake_tensors()
+    problem = toolchain_problem(sm)
+    if problem:
+        raise CompileError(f"{OPTION} needs the launches reproduced, which cannot be done here: {problem}")
+    root = _root_name(kernel_files)
+    importer, session = MemoryImporter(root, kernel_files), Session(root)
+    work = tempfile.mkdtemp(prefix=f"ninfer-aot-{os.getpid()}-")
+    try:
+        with environment(int(sm), work, session.hook):
+            try:
+                _reproduce(plan, json.loads(kernel_files["kernels/manifest.json"]), importer, session, objects,
+                           int(sm), fake_tensors())
+            finally:
+                _leave_meta_path(importer)
+        return varying_parameters(session.captures.values(), root)
+    finally:
+        _forget_package(root, importer)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _leave_meta_path(importer) -> None:
+    if importer in sys.meta_path:
+        sys.meta_path.remove(importer)
+
+
+def _reproduce(plan, kernel_manifest, importer, session, objects, sm, fake, progress=None, memo=None):
+    """(engine, unbound launches): the kernel package imported fresh, every launch reproduced
+    (inside `environment`; the importer is left on sys.meta_path: the caller removes it,
+    `_leave_meta_path`, once nothing imports from the package any more)."""
+    from ninfer_runtime.triton_cache import hash_in_canonical_order, kernel_modules
+
     root = session.root
     for f in importer.filenames():
         linecache.cache.pop(f, None)
     for name in [m for m in sys.modules if m == root or m.startswith(root + ".")]:
         del sys.modules[name]
+    sys.meta_path.insert(0, importer)
+    importlib.import_module(root)
+    # the runtime hashes in the same order before preloading (Triton < 3.7 keys depend on it)
+    hash_in_canonical_order(root, kernel_modules(kernel_manifest))
+    if progress is not None:
+        progress("binaries: reproducing the launches")
+    with fake.AllocMode():
+        engine = aot_engine(plan, kernel_manifest, root, objects, sm, fake)
+        return engine, reproduce_launches(engine, session, fake.AotTensor, memo)
+
+
+def _precompile(plan, kernel_manifest, importer, session, objects, sm, scratch, worker_tmp,
+                progress=None, cache=None, memo=None) -> AotResult:
+    from ninfer_runtime.triton_cache import BIN_DIR, BIN_FORMAT
+
+    fake = fake_tensors()
+    root = session.root
     with environment(sm, scratch, session.hook, store_manager_class()) as triton:
-        sys.meta_path.insert(0, importer)
         try:
-            importlib.import_module(root)
-            # the runtime hashes in the same order before preloading (Triton < 3.7 keys depend on it)
-            hash_in_canonical_order(root, kernel_modules(kernel_manifest))
-            if progress is not None:
-                progress("binaries: reproducing the launches")
-            with fake.AllocMode():
-                engine = aot_engine(plan, kernel_manifest, root, objects, sm, fake)
-                unbound = reproduce_launches(engine, session, fake.AotTensor, memo)
+            engine, unbound = _reproduce(plan, kernel_manifest, importer, session, objects, sm, fake, progress, memo)
             # compile every distinct specialisation, through the path the runtime replays
             session.compiling = True
-            compiled, failed, n_cached = compile_captures(list(session.captures.values()), root, worker_tmp,
-                                                          progress, cached=cache is not None)
+            stage_dir = os.path.join(os.path.dirname(scratch), "stages")  # inside the compile's work dir
+            os.mkdir(stage_dir)
+            with shared_stages(stage_dir):
+                compiled, failed, n_cached = compile_captures(list(session.captures.values()), root, worker_tmp,
+                                                              progress, cached=cache is not None)
         finally:
-            sys.meta_path.remove(importer)
+            _leave_meta_path(importer)
         files, entries, unharvested = harvest(compiled, root, BIN_DIR)
         failed += unharvested
         if cache is not None:

@@ -17,7 +17,8 @@ Guarantees:
   the plan held in memory (`PlanInMemory`), the compiler's artifact object table and the fake
   device: weights, arena, state and extents bound exactly as at load.
 - `environment(sm, scratch, hook, manager_class)`: Triton's knobs set for capture (real
-  JITFunctions, the `jit_cache_hook`, a private scratch cache behind `manager_class`), its active driver a stub whose target is
+  JITFunctions, the `jit_cache_hook`, a private scratch cache behind `manager_class` that stores
+  only the binaries and their metadata), its active driver a stub whose target is
   `GPUTarget("cuda", sm, 32)` and `torch.cuda.get_device_capability` reporting sm; all restored
   on exit.
 """
@@ -335,6 +336,11 @@ def environment(sm: int, scratch: str, hook, manager_class=None):
         for name in ("override", "dump_ir", "always_compile"):
             if hasattr(knobs.compilation, name):
                 setattr(knobs.compilation, name, False)
+        # the scratch cache keeps only what is harvested (metadata, cubin): no ttir / ttgir / llir /
+        # ptx files written by the workers, re-read by the authoritative pass and deleted at the end
+        # (not part of Triton's cache key, no effect on the binaries)
+        if hasattr(knobs.compilation, "store_binary_only"):
+            knobs.compilation.store_binary_only = True
         try:
             driver.set_active(AotDriver(GPUTarget("cuda", int(sm), 32)))
             torch.cuda.get_device_capability = lambda device=None: (int(sm) // 10, int(sm) % 10)

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CompileError
+from .column_specialization import unspecialize
 from .source_scan import defines_name, parse, triton_import_line
 
 __all__ = ["EmitError", "KERNELS_FORMAT", "KERNEL_DEPENDENCIES", "emit_kernels", "kernel_files",
@@ -338,10 +339,12 @@ def route_arguments(route) -> list[dict[str, Any]] | None:
 
 
 def kernel_files(launches: Iterable[tuple[Any, Mapping[str, Any] | None]], *,
-                 vendor: Iterable[str] = KERNEL_DEPENDENCIES) -> tuple[dict[str, str], dict[str, Any]]:
+                 vendor: Iterable[str] = KERNEL_DEPENDENCIES,
+                 unspecialized: Mapping[str, list[str]] | None = None) -> tuple[dict[str, str], dict[str, Any]]:
     """Render the emitted kernel package: ({relative path under the plan dir: text}, manifest).
 
     `launches`: (Route, params) pairs, one per launch (duplicates are fine). Pure: writes nothing.
+    `unspecialized`: {"module:kernel" (emitted path): [parameters]} left unspecialised (column_specialization.py).
     """
     import triton
 
@@ -371,9 +374,17 @@ def kernel_files(launches: Iterable[tuple[Any, Mapping[str, Any] | None]], *,
         src = path.read_text(encoding="utf-8")
         rel_src = path.relative_to(_pkg_root_dir().parent).as_posix()
         text = _HEADER.format(src=rel_src) + _rewrite(mod, is_pkg, src, imps, vendor_set)
+        emitted = _emitted_name(mod, vendor_set)
+        here = {k.partition(":")[2]: v for k, v in (unspecialized or {}).items() if k.partition(":")[0] == emitted}
+        if here:
+            text = unspecialize(text, here, emitted)
         out = _emitted_path(mod, is_pkg, vendor_set)
         files[out] = text
         shas[mod] = _sha(text)
+    emitted_modules = {_emitted_name(m, vendor_set) for m in modules}
+    lost = sorted(r for r in unspecialized or {} if r.partition(":")[0] not in emitted_modules)
+    if lost:
+        raise EmitError(f"no emitted module holds {lost[0]} (asked to leave its arguments unspecialised)")
     # packages without an __init__ in the tree (namespace-style) and the generated roots
     files["kernels/__init__.py"] = ('"""Kernels emitted by ninfer-compile for this plan (a standalone package; the\n'
                                     'runtime imports it under a unique name)."""\n')

@@ -35,3 +35,13 @@ def aot(tmp_path_factory):
         out.append((d / name, p.stderr))
     return {"dir": d, "artifact": art, "plan": out[0][0], "again": out[1][0], "stderr": out[0][1],
             "stderr_again": out[1][1], "cache": d / "bincache"}
+
+
+@pytest.fixture(scope="session")
+def aot_columns(aot):
+    """The `aot` fixture's artifact compiled with --no-column-specialization (its own binary cache)."""
+    d = aot["dir"]
+    p = compile_child(aot["artifact"], d / "columns.plan", aot_env(d / "columns-user-cache"), "--cache-dir",
+                      str(d / "bincache-columns"), "--no-column-specialization")
+    assert p.returncode == 0, p.stderr[-3000:]
+    return {"plan": d / "columns.plan", "stderr": p.stderr}

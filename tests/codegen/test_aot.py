@@ -122,10 +122,13 @@ def test_plan_with_binaries_is_deterministic(aot):
     assert [k for k in a if a[k] != b[k]] == []
 
 
-def test_runtime_loads_every_binary_without_compiling(aot, tmp_path):
+@pytest.mark.parametrize("which", ["aot", "aot_columns"])
+def test_runtime_loads_every_binary_without_compiling(request, tmp_path, which):
     """In a clean process that cannot import ninfer_compile, the runtime imports the plan's kernels
     from disk, accepts the binaries and preloads every entry from the plan: Triton computes the
-    same cache keys as at compile time, compiles nothing and writes nothing to the user cache."""
+    same cache keys as at compile time, compiles nothing and writes nothing to the user cache
+    (also for a plan compiled with --no-column-specialization: `aot_columns`)."""
+    aot = request.getfixturevalue(which)
     code = BLOCK_NINFER_COMPILE + """import json, sys
 from pathlib import Path
 import triton
