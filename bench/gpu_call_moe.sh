@@ -9,6 +9,8 @@
 #   spec    bench_spec: the K = 3 round at C = 1 and 8 against the plain step, forced acceptance at C = 1
 #   load    load_phases: two fresh processes to their first token
 #   tune    the MoE families' rows measured by the tuner (-> $OUT/sm90_moe.yaml)
+#   nocs    issue 31's --no-column-specialization: the plan compiled with it, prefill 1024 / 4096 (A/B
+#           against e2e's prefill rows of the default plan in the same call)
 # Everything but call.log and gpu_tests.log comes back in results.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,7 +45,7 @@ for part in ${PARTS:-tests pack compile e2e moe spec load}; do
     e2e)
       [ "$ok" = 1 ] || { echo "e2e skipped: the GPU tests failed" | tee -a "$OUT/call.log"; continue; }
       timeout ${E2E_S:-240} python3 bench/bench_e2e.py --plan "$P" --artifact "$A" --out "$OUT" --label 35b-a3b \
-        --prefill 4096 --concurrency 1,8 --context 4096 --profile 1,8 2>&1 \
+        --prefill 1024,4096 --concurrency 1,8 --context 4096 --profile 1,8 2>&1 \
         | grep "^streaming\|^decode\|^prefill\|^profile\|rror" | tee -a "$OUT/call.log" ;;
     moe)
       [ "$ok" = 1 ] || { echo "moe skipped: the GPU tests failed" | tee -a "$OUT/call.log"; continue; }
@@ -57,6 +59,12 @@ for part in ${PARTS:-tests pack compile e2e moe spec load}; do
     load)
       timeout ${LOAD_S:-120} python3 bench/load_phases.py --model qwen3.6-35b-a3b --artifact "$A" --sm 90 --runs 2 \
         2>&1 | tail -n 8 | tee "$OUT/load_phases.log" | tail -n 4 | tee -a "$OUT/call.log" ;;
+    nocs)
+      /usr/bin/time -f "compile (no column specialization) wall %e s, cpu %U+%S s" python3 -m ninfer_compile.cli "$A" \
+        --sm 90 --routes "$ROUTES" --concurrency 1,8 --draft-tokens 3 --max-context 4608 --no-column-specialization \
+        -o /tmp/m35_nocs.plan 2>&1 | tail -n 2 | tee -a "$OUT/call.log"
+      timeout ${NOCS_S:-90} python3 bench/bench_e2e.py --plan /tmp/m35_nocs.plan --artifact "$A" --out "$OUT" \
+        --label 35b-a3b-nocs --prefill 1024,4096 --concurrency "" 2>&1 | grep "^prefill\|rror" | tee -a "$OUT/call.log" ;;
     tune)
       timeout ${TUNE_S:-180} python3 -m ninfer_compile.cli tune --sm 90 --families moe_router,moe_experts \
         --contract qwen3.6-35b-a3b --base "$ROUTES" -o "$OUT/sm90_moe.yaml" --report "$OUT/sm90_moe.md" \
