@@ -103,8 +103,8 @@ static inline TGT void group_codes(const uint8_t* b, const uint8_t* h, __m256i e
     }
 }
 
-// rows [r0, r1) x T columns; x16 [T][gpr][64] int16 in the kernel's lane order, xs [T][gpr] their
-// scales. Per group and column: 4 (W8: 2) int16 pair products summed in int32 (|sum| < 2^24), one
+// rows [r0, r1) x T columns (row r at out[t * ldo + r - r0]); x16 [T][gpr][64] int16 in the kernel's
+// lane order, xs [T][gpr] their scales. Per group and column: 4 (W8: 2) int16 pair products summed in int32 (|sum| < 2^24), one
 // conversion to fp32, times the weight's scale x the column's scale, accumulated in fp32. Q5 / Q6 with
 // T <= 2 use 256 x code (X256; fewer shifts per group, one more per column): the products sum to at
 // most 8 x 8192 x 32767 < 2^31 per int32 element, so >> 8 gives the same sum exactly.
@@ -155,7 +155,7 @@ static TGT void rows(const uint8_t* base, const uint8_t* high, const uint16_t* s
                 }
             }
         }
-        for (int t = 0; t < T; ++t) out[(size_t)t * ldo + r] = hsum(tot[t]);
+        for (int t = 0; t < T; ++t) out[(size_t)t * ldo + r - r0] = hsum(tot[t]);
     }
 }
 
@@ -204,28 +204,75 @@ static TGT void quantize_x(int bits, const void* x, int x_bf16, int t, int k, in
         }
 }
 
-// out[c, r] (fp32, row stride ldo) = sum_k x[c, k] W[r, k], W the row-split planes of `bits`
-// (4, 5, 6, 8) with gpr groups per row, n rows; t columns of x.
+static inline float bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline uint16_t f32_to_bf16(float f) {  // round to nearest even, NaN kept (torch's copy_)
+    uint32_t u; memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static inline void put(void* out, int out_bf16, size_t i, float v) {
+    if (out_bf16) ((uint16_t*)out)[i] = f32_to_bf16(v);
+    else ((float*)out)[i] = v;
+}
+
+// The epilogue of rows [r0, r1) of the t columns' fp32 products (acc, row stride lda, row r at
+// acc[r - r0]): out = acc (+ residual), one rounding at the store; residual may alias out.
+static void store_rows(int t, int r0, int r1, const float* acc, int lda, void* out, int out_bf16, int ldo,
+                       const void* res, int res_bf16, int ldr) {
+    for (int c = 0; c < t; ++c)
+        for (int r = r0; r < r1; ++r) {
+            float v = acc[(size_t)c * lda + r - r0];
+            if (res) v += res_bf16 ? bf16_to_f32(((const uint16_t*)res)[(size_t)c * ldr + r]) : ((const float*)res)[(size_t)c * ldr + r];
+            put(out, out_bf16, (size_t)c * ldo + r, v);
+        }
+}
+
+// out[c, r] = epilogue(sum_k x[c, k] W[r, k]), W the row-split planes of `bits` (4, 5, 6, 8) with gpr
+// groups per row, n rows; t columns of x. epilogue 0: none, 1: + residual[c, r], 2: swiglu (out has
+// n / 2 columns: SiLU(product row j) x product row j + n / 2). out (row stride ldo) and residual (ldr)
+// are bf16 or fp32; without an epilogue and with fp32 out the products are written in place.
 extern "C" TGT int ninfer_qdot(int bits, const uint8_t* base, const uint8_t* high, const uint16_t* scale, int n,
-                               int gpr, const void* x, int x_bf16, int t, int k, int ldx, float* out, int ldo,
-                               int nthreads) {
+                               int gpr, const void* x, int x_bf16, int t, int k, int ldx, void* out, int out_bf16,
+                               int ldo, int epilogue, const void* res, int res_bf16, int ldr, int nthreads) {
     int16_t* x16 = (int16_t*)aligned_alloc(64, (size_t)t * gpr * 64 * sizeof(int16_t));
     float* xs = (float*)malloc((size_t)t * gpr * sizeof(float) + 4);
-    if (!x16 || !xs) { free(x16); free(xs); return 1; }
+    const bool direct = epilogue == 0 && !out_bf16, swiglu = epilogue == 2;
+    float* full = swiglu ? (float*)malloc((size_t)t * n * sizeof(float)) : nullptr;
+    if (!x16 || !xs || (swiglu && !full)) { free(x16); free(xs); free(full); return 1; }
     quantize_x(bits, x, x_bf16, t, k, ldx, gpr, x16, xs);
     const int chunk = n >= 8192 ? 64 : 16, chunks = (n + chunk - 1) / chunk;
 #pragma omp parallel for schedule(dynamic) num_threads(nthreads)
     for (int c = 0; c < chunks; ++c) {
         const int r0 = c * chunk, r1 = r0 + chunk < n ? r0 + chunk : n;
-        switch (bits) {
-            case 4: row_chunk<4>(t, base, high, scale, r0, r1, gpr, x16, xs, out, ldo); break;
-            case 5: row_chunk<5>(t, base, high, scale, r0, r1, gpr, x16, xs, out, ldo); break;
-            case 6: row_chunk<6>(t, base, high, scale, r0, r1, gpr, x16, xs, out, ldo); break;
-            default: row_chunk<8>(t, base, high, scale, r0, r1, gpr, x16, xs, out, ldo); break;
+        float local[16 * 64];  // t <= 16 columns x one chunk, the products before the epilogue
+        float* dst = direct ? (float*)out + r0 : swiglu ? full + r0 : local;
+        const int ldd = direct ? ldo : swiglu ? n : chunk;
+        for (int t0 = 0; t0 < t; t0 += 16) {
+            const int tn = t - t0 < 16 ? t - t0 : 16;
+            float* d = (direct || swiglu) ? dst + (size_t)t0 * ldd : dst;
+            switch (bits) {
+                case 4: row_chunk<4>(tn, base, high, scale, r0, r1, gpr, x16 + (size_t)t0 * gpr * 64, xs + (size_t)t0 * gpr, d, ldd); break;
+                case 5: row_chunk<5>(tn, base, high, scale, r0, r1, gpr, x16 + (size_t)t0 * gpr * 64, xs + (size_t)t0 * gpr, d, ldd); break;
+                case 6: row_chunk<6>(tn, base, high, scale, r0, r1, gpr, x16 + (size_t)t0 * gpr * 64, xs + (size_t)t0 * gpr, d, ldd); break;
+                default: row_chunk<8>(tn, base, high, scale, r0, r1, gpr, x16 + (size_t)t0 * gpr * 64, xs + (size_t)t0 * gpr, d, ldd); break;
+            }
+            if (!direct && !swiglu)
+                store_rows(tn, r0, r1, local, chunk, (char*)out + (size_t)t0 * ldo * (out_bf16 ? 2 : 4), out_bf16, ldo,
+                           res ? (const char*)res + (size_t)t0 * ldr * (res_bf16 ? 2 : 4) : nullptr, res_bf16, ldr);
         }
+    }
+    if (swiglu) {
+        const int half = n / 2;
+#pragma omp parallel for num_threads(nthreads)
+        for (int c = 0; c < t; ++c)
+            for (int j = 0; j < half; ++j) {
+                const float g = full[(size_t)c * n + j], u = full[(size_t)c * n + half + j];
+                put(out, out_bf16, (size_t)c * ldo + j, g / (1.0f + expf(-g)) * u);
+            }
     }
     free(x16);
     free(xs);
+    free(full);
     return 0;
 }
 """
@@ -236,7 +283,7 @@ _LIB: list = []  # [ctypes function or None], filled on first use
 def _load():
     p, i = ctypes.c_void_p, ctypes.c_int
     return cpp_function("linear_cpu_fused", SOURCE, "using torch's int4 / int8 matmuls", "ninfer_qdot",
-                        [i, p, p, p, i, i, p, i, i, i, i, p, i, i], supported="ninfer_qdot_supported")
+                        [i, p, p, p, i, i, p, i, i, i, i, p, i, i, i, p, i, i, i], supported="ninfer_qdot_supported")
 
 
 def kernel():
@@ -246,21 +293,41 @@ def kernel():
     return _LIB[0]
 
 
-def fused_matmul(x: torch.Tensor, weight: QuantWeight) -> torch.Tensor:
-    """x [T, K] (fp32 or bf16; other dtypes go through fp32) @ W^T as fp32 [T, N], read from the planes."""
+_EPILOGUES = {"none": 0, "residual": 1, "swiglu": 2}
+_STORED = (torch.float32, torch.bfloat16)
+
+
+def _rows_ok(t: torch.Tensor | None, shape) -> bool:
+    return t is None or (t.dtype in _STORED and t.dim() == 2 and t.stride(-1) == 1 and tuple(t.shape) == shape)
+
+
+def fused_matmul(x: torch.Tensor, weight: QuantWeight, out: torch.Tensor | None = None, residual=None,
+                 epilogue: str = "none"):
+    """x [T, K] (fp32 or bf16; other dtypes go through fp32) @ W^T. Without `out`: the fp32 [T, N]
+    product. With `out` (bf16 or fp32 [T, N] or [T, N / 2] for swiglu, unit last stride; `residual`
+    likewise, may alias out): out = epilogue(product), stored in place, True; False (nothing done)
+    where out / residual do not fit that."""
     f = kernel()
     if f is None:
         raise RuntimeError("linear (torch): the fused CPU kernel is not available here")
-    if x.dtype not in (torch.float32, torch.bfloat16):
+    if x.dtype not in _STORED:
         x = x.float()
     if x.stride(-1) != 1:
         x = x.contiguous()
-    t = x.shape[0]
-    out = torch.empty(t, weight.n, dtype=torch.float32)
+    t, n = x.shape[0], weight.n
+    result = out
+    if out is None:
+        out = torch.empty(t, n, dtype=torch.float32)
+    elif not (_rows_ok(out, (t, n // 2 if epilogue == "swiglu" else n)) and _rows_ok(residual, (t, n))
+              and epilogue in _EPILOGUES and (residual is not None or epilogue != "residual")):
+        return False
     high = weight.high.data_ptr() if weight.high is not None else None
-    rc = f(weight.bits, weight.base.data_ptr(), high, weight.scale.data_ptr(), weight.n, weight.groups_per_row,
-           x.data_ptr(), int(x.dtype == torch.bfloat16), t, weight.k, x.stride(0), out.data_ptr(), weight.n,
-           torch.get_num_threads())
+    res = residual if epilogue == "residual" else None
+    rc = f(weight.bits, weight.base.data_ptr(), high, weight.scale.data_ptr(), n, weight.groups_per_row,
+           x.data_ptr(), int(x.dtype == torch.bfloat16), t, weight.k, x.stride(0), out.data_ptr(),
+           int(out.dtype == torch.bfloat16), out.stride(0), _EPILOGUES[epilogue],
+           None if res is None else res.data_ptr(), int(res is not None and res.dtype == torch.bfloat16),
+           0 if res is None else res.stride(0), torch.get_num_threads())
     if rc != 0:
-        raise MemoryError(f"linear (torch): the fused CPU kernel could not allocate x's int16 copy ({t} x {weight.k})")
-    return out
+        raise MemoryError(f"linear (torch): the fused CPU kernel could not allocate its scratch ({t} x {weight.k})")
+    return out if result is None else True
