@@ -11,6 +11,11 @@ whose position is 0 starts from a zero state (zeroed here before the call). Used
 has its own slot, q / k / v are bf16 or fp32 with unit last stride, g / beta fp32 rows, the state
 contiguous per slot, and Dk, Dv <= 512; otherwise (or where the library is None: no compiler, no
 AVX2 / FMA, NINFER_CPU_FUSED=0) `fused_decode` returns False and the torch ops run.
+
+`fused_gating_proj` (same library): gdn_gating_proj for up to MAX_GATING_COLUMNS columns, the two
+[Hv, K] fp32 dot products per column and head (AVX2, two partial sums) then torch's softplus
+(threshold 20) and sigmoid in fp32, in place of ~13 torch ops; the torch ops' arithmetic up to fp32
+summation order and expf / log1pf's last bits.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ import torch
 
 from ..torch_util import BF16_CPP, cpp_function
 
-__all__ = ["SOURCE", "fused_decode"]
+__all__ = ["SOURCE", "fused_decode", "fused_gating_proj"]
 
-SOURCE = BF16_CPP + r"""#define TGT __attribute__((target("avx2,fma")))
+SOURCE = BF16_CPP + r"""#include <immintrin.h>
+#define TGT __attribute__((target("avx2,fma")))
 enum { MAXD = 512 };
 
 extern "C" int ninfer_gdn_supported(void) {
@@ -75,9 +81,46 @@ extern "C" TGT int ninfer_gdn_step(int n, int Hk, int Hv, int Dk, int Dv, const 
     }
     return 0;
 }
+
+static inline TGT float dot(const float* a, const float* b, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    alignas(32) float l[8];
+    _mm256_store_ps(l, _mm256_add_ps(s0, s1));
+    float t = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    for (; i < n; ++i) t += a[i] * b[i];
+    return t;
+}
+
+// gdn_gating_proj for n columns: x [n, K] (column stride x_col, unit last stride; bf16 or fp32), wa / wb
+// [Hv, K] fp32, neg_rate = -exp(a_log), bias = dt_bias [Hv] fp32; g / beta [n, Hv] fp32 (column
+// strides): g = neg_rate * softplus(x.wa + bias) (torch's threshold: the identity above 20),
+// beta = sigmoid(x.wb).
+extern "C" TGT int ninfer_gdn_gating_proj(int n, int K, int Hv, const void* x, int x_bf16, long x_col,
+                                          const float* wa, const float* wb, const float* neg_rate,
+                                          const float* bias, float* g, long g_col, float* beta, long b_col) {
+    float* row = (float*)malloc(sizeof(float) * K);
+    if (!row) return 2;
+    for (int c = 0; c < n; ++c) {
+        load((const char*)x + c * x_col * (x_bf16 ? 2 : 4), x_bf16, K, row);
+        for (int j = 0; j < Hv; ++j) {
+            const float a = dot(row, wa + (long)j * K, K) + bias[j], b = dot(row, wb + (long)j * K, K);
+            g[c * g_col + j] = neg_rate[j] * (a > 20.f ? a : log1pf(expf(a)));
+            beta[c * b_col + j] = 1.f / (1.f + expf(-b));
+        }
+    }
+    free(row);
+    return 0;
+}
 """
 
 _LIB: list = []  # [ctypes function or None], filled on first use
+_GATING: list = []  # the gating function of the same library, or None
+MAX_GATING_COLUMNS = 64  # more columns (prefill): torch's matmuls
 _IN = (torch.bfloat16, torch.float32)
 
 
@@ -93,6 +136,36 @@ def kernel():
     if not _LIB:
         _LIB.append(_load())
     return _LIB[0]
+
+
+def _gating_function():
+    if not _GATING:
+        f = None
+        if kernel() is not None:
+            from ..torch_util import cpp_library
+
+            f = cpp_library("gdn_cpu_fused", SOURCE, "the GDN decode step runs as torch ops").ninfer_gdn_gating_proj
+            p, i, l = ctypes.c_void_p, ctypes.c_int, ctypes.c_long
+            f.argtypes, f.restype = [i, i, i, p, i, l, p, p, p, p, p, l, p, l], ctypes.c_int
+        _GATING.append(f)
+    return _GATING[0]
+
+
+def fused_gating_proj(x, wa, wb, neg_rate, bias, g, beta) -> bool:
+    """g, beta = gdn_gating_proj for up to MAX_GATING_COLUMNS columns (module doc): x [T, K] bf16 / fp32
+    (unit last stride), wa / wb [Hv, K] and neg_rate / bias [Hv] contiguous fp32, g / beta [T, Hv]
+    fp32 rows; False (nothing done) where it does not apply."""
+    f = _gating_function()
+    T, K = x.shape
+    Hv = wa.shape[0]
+    if (f is None or T > MAX_GATING_COLUMNS or x.dtype not in _IN or x.stride(-1) != 1
+            or any(t.dtype != torch.float32 or not t.is_contiguous() for t in (wa, wb, neg_rate, bias))
+            or wb.shape != (Hv, K) or wa.shape[1] != K or neg_rate.numel() != Hv or bias.numel() != Hv
+            or any(t.dtype != torch.float32 or t.shape != (T, Hv) or t.stride(-1) != 1 for t in (g, beta))):
+        return False
+    f(T, K, Hv, x.data_ptr(), int(x.dtype == torch.bfloat16), x.stride(0), wa.data_ptr(), wb.data_ptr(),
+      neg_rate.data_ptr(), bias.data_ptr(), g.data_ptr(), g.stride(0), beta.data_ptr(), beta.stride(0))
+    return True
 
 
 def fused_decode(q, k, v, g, beta, state, positions, slots, out, scale: float, eps: float) -> bool:
