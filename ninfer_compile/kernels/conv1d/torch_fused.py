@@ -4,7 +4,8 @@ ops, built once per machine by `torch_util.cpp_library` and loaded with ctypes.
 Channel c of the input (x, or its channel ranges x0 | x1 | x2; bf16 or fp32, unit last stride):
 the window is the slot's K-1 state rows then x (rows at negative positions zero), acc = sum over
 taps j, in order, of window[j] * weight[j, c] (fp32, the torch path's fp32 weight; row by row, so
-the loops vectorise), then torch's SiLU (or none) and one rounding into `out`; the state becomes
+the loops vectorise), then SiLU as acc / (1 + exp(-acc)) (torch's up to expf's last bits) or none,
+one rounding into `out`; the state becomes
 the window's last K-1 rows (shifted in place, x rounded to the state's dtype). The torch path's
 arithmetic. `fused_decode` returns False
 (nothing done) where it does not apply (another dtype or layout) or where the library is None (no
@@ -23,12 +24,15 @@ __all__ = ["SOURCE", "fused_decode"]
 
 SOURCE = BF16_CPP + r"""
 // x: channels [0, w0) from x0, [w0, w0 + w1) from x1, the rest from x2 (x_bf16 for all); weight
-// [K, C] fp32; state [K-1, C] (s_bf16), shifted in place; acc [C] fp32: sum over taps, tap by tap
+// [K, C] fp32; state [K-1, C] (s_bf16), shifted in place; out [C] (out_bf16) = the sum over taps, tap
+// by tap, in fp32, then x / (1 + exp(-x)) when silu, one rounding at the store
 extern "C" int ninfer_conv1d_decode(int C, int K, const void* x0, int w0, const void* x1, int w1, const void* x2,
-                                    int x_bf16, const float* weight, void* state, int s_bf16, long pos, float* acc) {
+                                    int x_bf16, const float* weight, void* state, int s_bf16, long pos, void* out,
+                                    int out_bf16, int silu) {
     if (K < 2) return 1;
-    float* row = (float*)malloc(sizeof(float) * C);
+    float* row = (float*)malloc(sizeof(float) * 2 * C);
     if (!row) return 2;
+    float* acc = row + C;
     const int zero_rows = pos < K - 1 ? (int)(K - 1 - pos) : 0;  // window rows at negative positions
     const int es = s_bf16 ? 2 : 4;
     for (int c = 0; c < C; ++c) acc[c] = 0.f;
@@ -58,6 +62,10 @@ extern "C" int ninfer_conv1d_decode(int C, int K, const void* x0, int w0, const 
             if (s_bf16) ((uint16_t*)last)[off + c] = to_bf16(v); else ((float*)last)[off + c] = v;
         }
     }
+    for (int c = 0; c < C; ++c) {
+        const float a = silu ? acc[c] / (1.f + expf(-acc[c])) : acc[c];
+        if (out_bf16) ((uint16_t*)out)[c] = to_bf16(a); else ((float*)out)[c] = a;
+    }
     free(row);
     return 0;
 }
@@ -70,7 +78,7 @@ _IN = (torch.bfloat16, torch.float32)
 def _load():
     p, i, l = ctypes.c_void_p, ctypes.c_int, ctypes.c_long
     return cpp_function("conv1d_cpu_fused", SOURCE, "conv1d decode runs as torch ops", "ninfer_conv1d_decode",
-                        [i, i, p, i, p, i, p, i, p, p, i, l, p])
+                        [i, i, p, i, p, i, p, i, p, p, i, l, p, i, i])
 
 
 def kernel():
@@ -95,10 +103,11 @@ def fused_decode(parts: list, w32: torch.Tensor, state: torch.Tensor, pos: int, 
         return False
     ptrs = [p.data_ptr() for p in parts] + [None] * (3 - len(parts))
     widths = [p.shape[-1] for p in parts] + [0] * (3 - len(parts))
-    acc = torch.empty(1, C, dtype=torch.float32)
+    if out.numel() != C:
+        return False
     rc = f(C, K, ptrs[0], widths[0], ptrs[1], widths[1], ptrs[2], int(dt == torch.bfloat16), w32.data_ptr(),
-           state.data_ptr(), int(state.dtype == torch.bfloat16), pos, acc.data_ptr())
+           state.data_ptr(), int(state.dtype == torch.bfloat16), pos, out.data_ptr(), int(out.dtype == torch.bfloat16),
+           int(silu))
     if rc != 0:
         raise RuntimeError(f"conv1d (torch): the fused CPU step failed (K={K}, code {rc})")
-    out.copy_(torch.nn.functional.silu(acc, inplace=True) if silu else acc)
     return True

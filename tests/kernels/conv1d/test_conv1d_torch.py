@@ -93,3 +93,8 @@ def test_fused_single_column_matches_torch_ops(activation, pos, monkeypatch):
     want = _run(x, w, state, pos_t, slots, parts=parts, activation=activation)
     torch.testing.assert_close(got[0].float(), want[0].float(), atol=1e-2, rtol=1e-2)
     assert torch.equal(got[1], want[1])
+    # fp32 out: the torch ops' arithmetic up to expf's last bits
+    st32, out32, ref32 = state[1].clone(), torch.full((1, 48), float("nan")), torch.empty(1, 48)
+    assert torch_fused.fused_decode(parts, w.float(), st32, pos, out32, activation == "silu")
+    torch_impl._decode_one(torch.cat(parts, 1), w, state.clone(), pos, 1, ref32, activation)
+    torch.testing.assert_close(out32, ref32, atol=1e-6, rtol=1e-6)
