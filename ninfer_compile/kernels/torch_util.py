@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 __all__ = ["fp32_weight", "cached_fp32_weight", "derived", "store", "drop_fp32_weights", "cpp_library",
-           "cpp_function", "BF16_CPP", "SILU_CPP"]
+           "cpp_function", "BF16_CPP", "EXP_CPP"]
 
 CPP_FLAGS = ("-O3", "-std=c++17", "-fopenmp", "-shared", "-fPIC")
 
@@ -164,11 +164,11 @@ static inline void load(const void* p, int bf16, int n, float* dst) {
 """
 
 
-# SiLU over n fp32 values in place, v / (1 + exp(-v)), for the families' C++ sources (prepended after
-# BF16_CPP): on AVX2 + FMA CPUs exp comes from an 8-wide Cody-Waite reduction (x = k ln2 + r, two-part
+# SiLU v / (1 + exp(-v)) and sigmoid 1 / (1 + exp(-v)) over n fp32 values in place, for the families'
+# C++ sources (prepended after BF16_CPP): on AVX2 + FMA CPUs exp comes from an 8-wide Cody-Waite reduction (x = k ln2 + r, two-part
 # ln2) and a degree-6 polynomial of e^r (relative error ~2 ulp of fp32, exp(-88..88); |v| >= 88
 # gives exp's limits: 0 and +inf, so SiLU 0 / v), elsewhere libm's expf
-SILU_CPP = r"""#include <immintrin.h>
+EXP_CPP = r"""#include <immintrin.h>
 __attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x) {
     x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-88.0f)), _mm256_set1_ps(88.0f));
     const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
@@ -194,10 +194,25 @@ __attribute__((target("avx2,fma"))) static void silu_avx2(float* v, int n) {
     }
     for (; i < n; ++i) v[i] = v[i] / (1.f + expf(-v[i]));
 }
+__attribute__((target("avx2,fma"))) static void sigmoid_avx2(float* v, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_loadu_ps(v + i))));
+        _mm256_storeu_ps(v + i, _mm256_div_ps(_mm256_set1_ps(1.0f), d));
+    }
+    for (; i < n; ++i) v[i] = 1.f / (1.f + expf(-v[i]));
+}
+static int has_avx2_fma(void) {
+    static const int yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return yes;
+}
 static void silu_inplace(float* v, int n) {
-    static const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (avx2) { silu_avx2(v, n); return; }
+    if (has_avx2_fma()) { silu_avx2(v, n); return; }
     for (int i = 0; i < n; ++i) v[i] = v[i] / (1.f + expf(-v[i]));
+}
+static void sigmoid_inplace(float* v, int n) {
+    if (has_avx2_fma()) { sigmoid_avx2(v, n); return; }
+    for (int i = 0; i < n; ++i) v[i] = 1.f / (1.f + expf(-v[i]));
 }
 """
 

@@ -4,7 +4,7 @@ ops, built once per machine by `torch_util.cpp_library` and loaded with ctypes.
 Channel c of the input (x, or its channel ranges x0 | x1 | x2; bf16 or fp32, unit last stride):
 the window is the slot's K-1 state rows then x (rows at negative positions zero), acc = sum over
 taps j, in order, of window[j] * weight[j, c] (fp32, the torch path's fp32 weight; row by row, so
-the loops vectorise), then SiLU as acc / (1 + exp(-acc)) (`torch_util.SILU_CPP`: torch's up to exp's
+the loops vectorise), then SiLU as acc / (1 + exp(-acc)) (`torch_util.EXP_CPP`: torch's up to exp's
 last bits) or none,
 one rounding into `out`; the state becomes
 the window's last K-1 rows (shifted in place, x rounded to the state's dtype). The torch path's
@@ -19,11 +19,11 @@ import ctypes
 
 import torch
 
-from ..torch_util import BF16_CPP, SILU_CPP, cpp_function
+from ..torch_util import BF16_CPP, EXP_CPP, cpp_function
 
 __all__ = ["SOURCE", "fused_decode"]
 
-SOURCE = BF16_CPP + SILU_CPP + r"""
+SOURCE = BF16_CPP + EXP_CPP + r"""
 // x: channels [0, w0) from x0, [w0, w0 + w1) from x1, the rest from x2 (x_bf16 for all); weight
 // [K, C] fp32; state [K-1, C] (s_bf16), shifted in place; out [C] (out_bf16) = the sum over taps, tap
 // by tap, in fp32, then x / (1 + exp(-x)) when silu, one rounding at the store

@@ -5,7 +5,7 @@ and loaded with ctypes.
 Row r (of T x heads rows; element strides per column and per head, unit last stride; x, z and out
 each bf16 or fp32): y = x * (1 / sqrt(sum(x^2) / D + eps)) * w (w: the fp32 weight the torch path
 uses, 1 + w for the zero-centred norms), times z / (1 + exp(-z)) when z is given (gated_rmsnorm;
-`torch_util.SILU_CPP`),
+`torch_util.EXP_CPP`),
 stored once (bf16 rounded to nearest even). The torch ops' arithmetic up to fp32 summation order.
 `fused_rmsnorm` returns False (nothing done) where it does not apply (another dtype, a strided last
 axis, more than MAX_ROWS rows: torch's vectorised ops win there) or where the library is None (no
@@ -18,12 +18,12 @@ import ctypes
 
 import torch
 
-from ..torch_util import BF16_CPP, SILU_CPP, cpp_function
+from ..torch_util import BF16_CPP, EXP_CPP, cpp_function
 
 __all__ = ["SOURCE", "fused_rmsnorm"]
 
 MAX_ROWS = 64  # more rows (prefill): torch's ops
-SOURCE = BF16_CPP + SILU_CPP + r"""static inline float at(const void* p, int bf16, long i) {
+SOURCE = BF16_CPP + EXP_CPP + r"""static inline float at(const void* p, int bf16, long i) {
     return bf16 ? from_bf16(((const uint16_t*)p)[i]) : ((const float*)p)[i];
 }
 

@@ -79,7 +79,7 @@ def test_fused_rows_match_torch_ops(dtype, monkeypatch):
 
 
 def test_fused_gate_silu_over_the_whole_range(monkeypatch):
-    """The fused gate's vectorised exp (torch_util.SILU_CPP) vs torch's SiLU: z from -120 to 120
+    """The fused gate's vectorised exp (torch_util.EXP_CPP) vs torch's SiLU: z from -120 to 120
     (beyond exp's fp32 range both ways), rows of 67 (a ragged tail of the 8-wide loop), fp32."""
     from ninfer_compile.kernels.norms import torch_fused
 
