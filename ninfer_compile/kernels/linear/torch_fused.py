@@ -22,10 +22,10 @@ import ctypes
 
 import torch
 
-from ..torch_util import cpp_function
+from ..torch_util import cpp_function, cpp_library
 from .weights import QuantWeight
 
-__all__ = ["SOURCE", "kernel", "fused_matmul"]
+__all__ = ["SOURCE", "kernel", "fused_matmul", "fused_rows"]
 
 SOURCE = r"""#include <immintrin.h>
 #include <math.h>
@@ -275,9 +275,41 @@ extern "C" TGT int ninfer_qdot(int bits, const uint8_t* base, const uint8_t* hig
     free(full);
     return 0;
 }
+
+// out[i] (row stride ldo; bf16 or fp32) = row rows[i]'s first k weights, fp32(scale) x code (exact),
+// one rounding at the store (the embedding's gathered rows)
+extern "C" TGT int ninfer_qrows(int bits, const uint8_t* base, const uint8_t* high, const uint16_t* scale, int n,
+                                int gpr, int k, const int64_t* rows, int count, void* out, int out_bf16, int ldo) {
+    const int G = bits == 8 ? 32 : 64, hbytes = bits == 5 ? 8 : bits == 6 ? 16 : 0;
+    for (int i = 0; i < count; ++i) {
+        const int64_t r = rows[i];
+        if (r < 0 || r >= n) return 1;
+        for (int g = 0; g < gpr; ++g) {
+            const uint8_t* b = base + ((size_t)r * gpr + g) * 32;
+            const uint8_t* h = hbytes ? high + ((size_t)r * gpr + g) * hbytes : nullptr;
+            alignas(32) int16_t lanes[64];
+            if (bits == 8) {
+                for (int j = 0; j < 32; ++j) lanes[j] = (int8_t)b[j];
+            } else {
+                __m256i e[4];
+                alignas(32) int16_t part[4][16];  // lane 4w + i at part[i][w]
+                if (bits == 4) group_codes<4, false>(b, h, e);
+                else if (bits == 5) group_codes<5, false>(b, h, e);
+                else group_codes<6, false>(b, h, e);
+                for (int v = 0; v < 4; ++v) _mm256_store_si256((__m256i*)part[v], e[v]);
+                for (int j = 0; j < 64; ++j) lanes[j] = part[j & 3][j >> 2];
+            }
+            const float sc = _cvtsh_ss(scale[(size_t)r * gpr + g]);
+            for (int j = 0; j < G && g * G + j < k; ++j)
+                put(out, out_bf16, (size_t)i * ldo + g * G + j, sc * (float)lanes[j]);
+        }
+    }
+    return 0;
+}
 """
 
 _LIB: list = []  # [ctypes function or None], filled on first use
+_ROWS: list = []  # the row decoder of the same library, or None
 
 
 def _load():
@@ -291,6 +323,33 @@ def kernel():
     if not _LIB:
         _LIB.append(_load())
     return _LIB[0]
+
+
+def _rows_function():
+    if not _ROWS:
+        f = None
+        if kernel() is not None:
+            f = cpp_library("linear_cpu_fused", SOURCE, "using torch's int4 / int8 matmuls").ninfer_qrows
+            p, i = ctypes.c_void_p, ctypes.c_int
+            f.argtypes, f.restype = [i, p, p, p, i, i, i, p, i, p, i, i], ctypes.c_int
+        _ROWS.append(f)
+    return _ROWS[0]
+
+
+def fused_rows(weight: QuantWeight, rows: torch.Tensor, out: torch.Tensor) -> bool:
+    """out[i] = the dequantized row rows[i] (int64, contiguous) of `weight`: fp32(scale) x code, exact, one
+    rounding into out (bf16 or fp32 [len(rows), K], unit last stride); False where it does not apply or
+    the kernel is not here."""
+    f = _rows_function()
+    if (f is None or rows.dtype != torch.int64 or not rows.is_contiguous() or out.dtype not in _STORED
+            or out.dim() != 2 or out.stride(-1) != 1 or tuple(out.shape) != (rows.numel(), weight.k)):
+        return False
+    high = weight.high.data_ptr() if weight.high is not None else None
+    rc = f(weight.bits, weight.base.data_ptr(), high, weight.scale.data_ptr(), weight.n, weight.groups_per_row,
+           weight.k, rows.data_ptr(), rows.numel(), out.data_ptr(), int(out.dtype == torch.bfloat16), out.stride(0))
+    if rc != 0:
+        raise IndexError(f"linear (torch): a row id is outside the weight's {weight.n} rows")
+    return True
 
 
 _EPILOGUES = {"none": 0, "residual": 1, "swiglu": 2}
