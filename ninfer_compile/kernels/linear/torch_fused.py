@@ -22,7 +22,7 @@ import ctypes
 
 import torch
 
-from ..torch_util import cpp_function, cpp_library
+from ..torch_util import PreparedCalls, cpp_function, cpp_library
 from .weights import QuantWeight
 
 __all__ = ["SOURCE", "kernel", "fused_matmul", "fused_rows"]
@@ -325,6 +325,7 @@ extern "C" TGT int ninfer_qrows(int bits, const uint8_t* base, const uint8_t* hi
 
 _LIB: list = []  # [ctypes function or None], filled on first use
 _ROWS: list = []  # the row decoder of the same library, or None
+_PREPARED = PreparedCalls()
 
 
 def _load():
@@ -375,33 +376,50 @@ def _rows_ok(t: torch.Tensor | None, shape) -> bool:
     return t is None or (t.dtype in _STORED and t.dim() == 2 and t.stride(-1) == 1 and t.shape == shape)
 
 
+def _prepared(x, weight: QuantWeight, out, residual, epilogue: str):
+    """The kernel's arguments but the thread count for out = epilogue(x @ W^T) stored in place, or None
+    where out / residual / x do not fit (fused_matmul's doc)."""
+    t, n = x.shape[0], weight.n
+    if (x.dtype not in _STORED or x.dim() != 2 or x.stride(-1) != 1 or x.shape[1] != weight.k
+            or not _rows_ok(out, (t, n // 2 if epilogue == "swiglu" else n)) or not _rows_ok(residual, (t, n))
+            or epilogue not in _EPILOGUES or (residual is None and epilogue == "residual")):
+        return None
+    res = residual if epilogue == "residual" else None
+    return (weight.bits, weight.base.data_ptr(), weight.high.data_ptr() if weight.high is not None else None,
+            weight.scale.data_ptr(), n, weight.groups_per_row, x.data_ptr(), int(x.dtype == torch.bfloat16), t,
+            weight.k, x.stride(0), out.data_ptr(), int(out.dtype == torch.bfloat16), out.stride(0),
+            _EPILOGUES[epilogue], None if res is None else res.data_ptr(),
+            int(res is not None and res.dtype == torch.bfloat16), 0 if res is None else res.stride(0))
+
+
+def _call(f, args, x, weight: QuantWeight) -> None:
+    if f(*args, torch.get_num_threads()) != 0:
+        raise MemoryError(f"linear (torch): the fused CPU kernel could not allocate its scratch ({x.shape[0]} x {weight.k})")
+
+
 def fused_matmul(x: torch.Tensor, weight: QuantWeight, out: torch.Tensor | None = None, residual=None,
                  epilogue: str = "none"):
     """x [T, K] (fp32 or bf16; other dtypes go through fp32) @ W^T. Without `out`: the fp32 [T, N]
     product. With `out` (bf16 or fp32 [T, N] or [T, N / 2] for swiglu, unit last stride; `residual`
     likewise, may alias out): out = epilogue(product), stored in place, True; False (nothing done)
-    where out / residual do not fit that."""
+    where out / residual do not fit that. A launch's arguments are prepared once (`PreparedCalls`)."""
     f = kernel()
     if f is None:
         raise RuntimeError("linear (torch): the fused CPU kernel is not available here")
-    if x.dtype not in _STORED:
-        x = x.float()
-    if x.stride(-1) != 1:
-        x = x.contiguous()
-    t, n = x.shape[0], weight.n
-    result = out
     if out is None:
-        out = torch.empty(t, n, dtype=torch.float32)
-    elif not (_rows_ok(out, (t, n // 2 if epilogue == "swiglu" else n)) and _rows_ok(residual, (t, n))
-              and epilogue in _EPILOGUES and (residual is not None or epilogue != "residual")):
+        x = (x if x.dtype in _STORED else x.float()).contiguous()
+        product = torch.empty(x.shape[0], weight.n, dtype=torch.float32)
+        args = _prepared(x, weight, product, None, "none")
+        if args is None:
+            raise ValueError(f"linear (torch): x {list(x.shape)} does not fit the weight's K={weight.k}")
+        _call(f, args, x, weight)
+        return product
+    if x.dtype in _STORED and x.stride(-1) == 1:
+        args = _PREPARED.get((x, weight, out, residual), epilogue, lambda: _prepared(x, weight, out, residual, epilogue))
+    else:  # x converted: prepared for this call only
+        x = (x if x.dtype in _STORED else x.float()).contiguous()
+        args = _prepared(x, weight, out, residual, epilogue)
+    if args is None:
         return False
-    high = weight.high.data_ptr() if weight.high is not None else None
-    res = residual if epilogue == "residual" else None
-    rc = f(weight.bits, weight.base.data_ptr(), high, weight.scale.data_ptr(), n, weight.groups_per_row,
-           x.data_ptr(), int(x.dtype == torch.bfloat16), t, weight.k, x.stride(0), out.data_ptr(),
-           int(out.dtype == torch.bfloat16), out.stride(0), _EPILOGUES[epilogue],
-           None if res is None else res.data_ptr(), int(res is not None and res.dtype == torch.bfloat16),
-           0 if res is None else res.stride(0), torch.get_num_threads())
-    if rc != 0:
-        raise MemoryError(f"linear (torch): the fused CPU kernel could not allocate its scratch ({t} x {weight.k})")
-    return out if result is None else True
+    _call(f, args, x, weight)
+    return True
