@@ -104,15 +104,21 @@ static inline TGT void group_codes(const uint8_t* b, const uint8_t* h, __m256i e
 }
 
 // rows [r0, r1) x T columns (row r at out[t * ldo + r - r0]); x16 [T][gpr][64] int16 in the kernel's
-// lane order, xs [T][gpr] their scales. Per group and column: 4 (W8: 2) int16 pair products summed in int32 (|sum| < 2^24), one
-// conversion to fp32, times the weight's scale x the column's scale, accumulated in fp32. Q5 / Q6 with
-// T <= 2 use 256 x code (X256; fewer shifts per group, one more per column): the products sum to at
-// most 8 x 8192 x 32767 < 2^31 per int32 element, so >> 8 gives the same sum exactly.
+// lane order, xs [T][gpr] their scales. Per group and column: 4 (W8: 2) int16 pair products summed in
+// int32 (|sum| < 2^24), one conversion to fp32, times the weight's scale x the column's scale,
+// accumulated in fp32. Q5 / Q6 with T <= 2 use 256 x code (X256; fewer shifts per group): the products
+// sum to at most 8 x 8192 x 32767 < 2^31 per int32 element, converted to fp32 as they are (relative
+// rounding 2^-24, far below x's 2^-16) with 1/256 folded into the scale. Software prefetch PREFETCH
+// bytes ahead in the base / high planes (the hardware's streams alone left ~15-25% of the 1-thread
+// rate to memory latency).
+enum { PREFETCH = 2048 };
+
 template <int BITS, int T>
 static TGT void rows(const uint8_t* base, const uint8_t* high, const uint16_t* scale, int r0, int r1, int gpr,
                      const int16_t* x16, const float* xs, float* out, int ldo) {
     constexpr int HBYTES = BITS == 5 ? 8 : BITS == 6 ? 16 : 0;
     constexpr bool X256 = (BITS == 5 || BITS == 6) && T <= 2;
+    const float code_unit = X256 ? 1.0f / 256 : 1.0f;  // X256: the int32 sums are 256 x the products
     for (int r = r0; r < r1; ++r) {
         const uint8_t* b = base + (size_t)r * gpr * 32;
         const uint8_t* h = HBYTES ? high + (size_t)r * gpr * HBYTES : nullptr;
@@ -126,13 +132,17 @@ static TGT void rows(const uint8_t* base, const uint8_t* high, const uint16_t* s
             if (gn == 8) {
                 const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(s + g0)));
                 for (int t = 0; t < T; ++t)
-                    _mm256_store_ps(ws_xs[t], _mm256_mul_ps(ws, _mm256_loadu_ps(xs + (size_t)t * gpr + g0)));
+                    _mm256_store_ps(ws_xs[t], _mm256_mul_ps(_mm256_mul_ps(ws, _mm256_set1_ps(code_unit)), _mm256_loadu_ps(xs + (size_t)t * gpr + g0)));
             } else {
                 for (int t = 0; t < T; ++t)
-                    for (int j = 0; j < gn; ++j) ws_xs[t][j] = _cvtsh_ss(s[g0 + j]) * xs[(size_t)t * gpr + g0 + j];
+                    for (int j = 0; j < gn; ++j) ws_xs[t][j] = _cvtsh_ss(s[g0 + j]) * code_unit * xs[(size_t)t * gpr + g0 + j];
             }
             for (int j = 0; j < gn; ++j) {
                 const int g = g0 + j;
+                if ((g & 1) == 0) {  // the planes PREFETCH bytes ahead (the next rows: rows are contiguous)
+                    _mm_prefetch((const char*)(b + g * 32) + PREFETCH, _MM_HINT_T0);
+                    if (HBYTES) _mm_prefetch((const char*)(h + g * HBYTES) + PREFETCH * HBYTES / 32, _MM_HINT_T0);
+                }
                 __m256i e[4];
                 int parts;
                 if (BITS == 8) {  // 32 lanes, natural order
@@ -150,7 +160,6 @@ static TGT void rows(const uint8_t* base, const uint8_t* high, const uint16_t* s
                     if (parts == 4)
                         p = _mm256_add_epi32(p, _mm256_add_epi32(_mm256_madd_epi16(e[2], _mm256_load_si256(xp + 2)),
                                                                  _mm256_madd_epi16(e[3], _mm256_load_si256(xp + 3))));
-                    if (X256) p = _mm256_srai_epi32(p, 8);
                     tot[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(ws_xs[t][j]), tot[t]);
                 }
             }
