@@ -63,10 +63,14 @@ extern "C" TGT int ninfer_gdn_step(int n, int Hk, int Hv, int Dk, int Dv, const 
         for (int d = 0; d < Dk; ++d) { qv[d] = qv[d] * rq * scale; kv[d] *= rk; qk += qv[d] * kv[d]; }
         const float a = expf(g[c * gb_col + j]), b = beta[c * gb_col + j];
         float* S = state + slots[c] * slot_stride + (long)j * Dk * Dv;
+        // the next (column, head)'s state, fetched while this one is read (the reads stream from memory)
+        const float* next = w + 1 < n * Hv ? state + slots[(w + 1) / Hv] * slot_stride + (long)((w + 1) % Hv) * Dk * Dv
+                                           : nullptr;
         for (int e = 0; e < Dv; ++e) { qs[e] = 0.f; ks[e] = 0.f; }
         for (int d = 0; d < Dk; ++d) {
             const float qd = qv[d], kd = kv[d];
             const float* row = S + (long)d * Dv;
+            if (next) for (int e = 0; e < Dv; e += 16) _mm_prefetch((const char*)(next + (long)d * Dv + e), _MM_HINT_T0);
             for (int e = 0; e < Dv; ++e) { qs[e] += qd * row[e]; ks[e] += kd * row[e]; }
         }
         for (int e = 0; e < Dv; ++e) { u[e] = b * (vv[e] - a * ks[e]); o[e] = a * qs[e] + qk * u[e]; }
