@@ -18,7 +18,7 @@ import ctypes
 
 import torch
 
-from ..torch_util import BF16_CPP, EXP_CPP, cpp_function
+from ..torch_util import BF16_CPP, EXP_CPP, PreparedCalls, cpp_function
 
 __all__ = ["SOURCE", "fused_rmsnorm"]
 
@@ -58,6 +58,7 @@ extern "C" int ninfer_rmsnorm(int n_col, int n_head, int D, const void* x, int x
 
 _LIB: list = []  # [ctypes function or None], filled on first use
 _IN = (torch.bfloat16, torch.float32)
+_PREPARED = PreparedCalls()
 
 
 def _load():
@@ -80,27 +81,37 @@ def _rows(t: torch.Tensor) -> tuple[int, int] | None:
     return (t.stride(0), t.stride(1) if t.dim() == 3 else 0)
 
 
-def fused_rmsnorm(x, w32, out, eps: float, z=None) -> bool:
-    """out = RMSNorm(x over its last axis) * w32 [* SiLU(z)] (module doc); x, z [T, D] or [T, heads, D],
-    out the same element count per row (any view with a unit last stride); False where it does not apply."""
-    f = kernel()
-    if f is None or x.dim() not in (2, 3) or w32.dtype != torch.float32 or not w32.is_contiguous():
-        return False
+def _prepared(x, w32, out, eps: float, z):
+    """The function's arguments for these operands, or None where the fused call does not apply."""
+    if x.dim() not in (2, 3) or w32.dtype != torch.float32 or not w32.is_contiguous():
+        return None
     T, D = x.shape[0], x.shape[-1]
     heads = x.shape[1] if x.dim() == 3 else 1
     if T * heads > MAX_ROWS or w32.numel() != D:
-        return False
+        return None
     try:
         o = out.view(x.shape) if out.shape != x.shape else out
     except RuntimeError:
-        return False
+        return None
     xs, os_ = _rows(x), _rows(o)
     zs = (0, 0) if z is None else _rows(z)
     if xs is None or os_ is None or zs is None or (z is not None and z.shape != x.shape):
+        return None
+    return (T, heads, D, x.data_ptr(), int(x.dtype == torch.bfloat16), xs[0], xs[1],
+            None if z is None else z.data_ptr(), int(z is not None and z.dtype == torch.bfloat16), zs[0], zs[1],
+            w32.data_ptr(), o.data_ptr(), int(o.dtype == torch.bfloat16), os_[0], os_[1], eps)
+
+
+def fused_rmsnorm(x, w32, out, eps: float, z=None) -> bool:
+    """out = RMSNorm(x over its last axis) * w32 [* SiLU(z)] (module doc); x, z [T, D] or [T, heads, D],
+    out the same element count per row (any view with a unit last stride); False where it does not apply.
+    A launch's arguments are prepared once (`torch_util.PreparedCalls`)."""
+    f = kernel()
+    if f is None:
         return False
-    rc = f(T, heads, D, x.data_ptr(), int(x.dtype == torch.bfloat16), xs[0], xs[1],
-           None if z is None else z.data_ptr(), int(z is not None and z.dtype == torch.bfloat16), zs[0], zs[1],
-           w32.data_ptr(), o.data_ptr(), int(o.dtype == torch.bfloat16), os_[0], os_[1], eps)
-    if rc != 0:
-        raise MemoryError(f"norms (torch): the fused CPU kernel could not allocate a row of {D}")
+    args = _PREPARED.get((x, w32, out, z), eps, lambda: _prepared(x, w32, out, eps, z))
+    if args is None:
+        return False
+    if f(*args) != 0:
+        raise MemoryError(f"norms (torch): the fused CPU kernel could not allocate a row of {x.shape[-1]}")
     return True
