@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 __all__ = ["fp32_weight", "cached_fp32_weight", "derived", "store", "drop_fp32_weights", "cpp_library",
-           "cpp_function", "BF16_CPP", "EXP_CPP", "PreparedCalls"]
+           "cpp_function", "BF16_CPP", "EXP_CPP", "POOL_CPP", "PreparedCalls"]
 
 CPP_FLAGS = ("-O3", "-std=c++17", "-fopenmp", "-shared", "-fPIC")
 
@@ -245,6 +245,76 @@ static void silu_inplace(float* v, int n) {
 static void sigmoid_inplace(float* v, int n) {
     if (has_avx2_fma()) { sigmoid_avx2(v, n); return; }
     for (int i = 0; i < n; ++i) v[i] = 1.f / (1.f + expf(-v[i]));
+}
+"""
+
+
+# A pool of helper threads for a library's parallel loops, `parallel_chunks(threads, chunks, fn, ctx)`:
+# fn(ctx, c) for every chunk c, the calling thread taking chunks too; a helper takes chunks only while
+# it runs, so a helper the OS has not scheduled (a busy shared machine) never holds the caller up
+# (OpenMP's closing barrier waits for every thread of the team). Helpers start on first use, spin
+# ~0.1 ms after a job, then sleep on a condition variable. Protocol: the job's epoch is odd while
+# the caller sets a job up and even once published; a helper counts itself `inside` and rechecks the
+# epoch before reading the job, and the caller waits until no helper is inside before rewriting it.
+# One caller at a time (a second concurrent caller runs its chunks alone).
+POOL_CPP = r"""#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <immintrin.h>
+
+typedef void (*chunk_fn)(void* ctx, int chunk);
+static std::atomic<long> pool_epoch{0};
+static std::atomic<int> pool_inside{0}, pool_next{0}, pool_done{0};
+static chunk_fn pool_fn;
+static void* pool_ctx;
+static int pool_chunks, pool_helpers, pool_started;
+// never destroyed: a helper may still wait on them when the process exits
+static std::mutex& pool_sleep = *new std::mutex;
+static std::mutex& pool_caller = *new std::mutex;
+static std::condition_variable& pool_wake = *new std::condition_variable;
+
+static void pool_take(chunk_fn fn, void* ctx, int chunks) {
+    for (int c; (c = pool_next.fetch_add(1)) < chunks;) { fn(ctx, c); pool_done.fetch_add(1); }
+}
+
+static void pool_helper(int index) {
+    long seen = 0;
+    for (;;) {
+        long e = pool_epoch.load();
+        for (int i = 0; (e == seen || (e & 1)) && i < 4000; ++i) { _mm_pause(); e = pool_epoch.load(); }
+        if (e == seen || (e & 1)) {
+            std::unique_lock<std::mutex> lk(pool_sleep);
+            pool_wake.wait(lk, [&] { const long v = pool_epoch.load(); return v != seen && !(v & 1); });
+            continue;
+        }
+        seen = e;
+        pool_inside.fetch_add(1);
+        if (pool_epoch.load() == e && index < pool_helpers) pool_take(pool_fn, pool_ctx, pool_chunks);
+        pool_inside.fetch_sub(1);
+    }
+}
+
+static void parallel_chunks(int threads, int chunks, chunk_fn fn, void* ctx) {
+    std::unique_lock<std::mutex> own(pool_caller, std::try_to_lock);
+    if (threads <= 1 || chunks <= 1 || !own.owns_lock()) {
+        for (int c = 0; c < chunks; ++c) fn(ctx, c);
+        return;
+    }
+    for (; pool_started < threads - 1; ++pool_started) std::thread(pool_helper, pool_started).detach();
+    pool_epoch.fetch_add(1);  // odd: helpers stay out
+    while (pool_inside.load() != 0) _mm_pause();
+    pool_fn = fn;
+    pool_ctx = ctx;
+    pool_chunks = chunks;
+    pool_helpers = threads - 1;
+    pool_next.store(0);
+    pool_done.store(0);
+    pool_epoch.fetch_add(1);  // even: published
+    { std::lock_guard<std::mutex> lk(pool_sleep); }
+    pool_wake.notify_all();
+    pool_take(fn, ctx, chunks);
+    while (pool_done.load() < chunks) _mm_pause();
 }
 """
 

@@ -1,6 +1,7 @@
-"""CPU path of `gated_delta_rule` for decode columns: one fused C++ step (AVX2 + FMA, OpenMP over
-(column, value head)) in place of ~40 small torch ops, built once per machine by
-`torch_util.cpp_library` and loaded with ctypes.
+"""CPU path of `gated_delta_rule` for decode columns: one fused C++ step (AVX2 + FMA, threads over
+(column, value head) items) in place of ~40 small torch ops, built once per machine by
+`torch_util.cpp_library` and loaded with ctypes; the (column, head) items are shared among the
+threads by `torch_util.POOL_CPP`.
 
 Per column c and value head j (key head j // (Hv / Hk)), with S the slot's [Dk, Dv] fp32 state:
 q, k are L2-normalised in fp32 (x * 1/sqrt(sum x^2 + eps); q then times `scale`), a = exp(g),
@@ -24,11 +25,11 @@ import ctypes
 
 import torch
 
-from ..torch_util import BF16_CPP, cpp_function
+from ..torch_util import BF16_CPP, POOL_CPP, cpp_function
 
 __all__ = ["SOURCE", "fused_decode", "fused_gating_proj"]
 
-SOURCE = BF16_CPP + r"""#include <immintrin.h>
+SOURCE = BF16_CPP + POOL_CPP + r"""#include <immintrin.h>
 #define TGT __attribute__((target("avx2,fma")))
 enum { MAXD = 512 };
 
@@ -41,16 +42,26 @@ extern "C" int ninfer_gdn_supported(void) {
 // q / k [n, Hk, Dk], v [n, Hv, Dv] (element strides per column / head, unit last stride; bf16 or
 // fp32: in_bf16); g / beta [n, Hv] fp32 (column stride gb_col); state + slots[c] * slot_stride:
 // column c's [Hv, Dk, Dv] fp32; out [n, Hv, Dv] (column / head strides; bf16 or fp32: out_bf16).
-extern "C" TGT int ninfer_gdn_step(int n, int Hk, int Hv, int Dk, int Dv, const void* q, const void* k,
-                                   const void* v, int in_bf16, long q_col, long q_head, long k_col, long k_head,
-                                   long v_col, long v_head, const float* g, const float* beta, long gb_col,
-                                   float* state, const int* slots, long slot_stride, void* out, int out_bf16,
-                                   long o_col, long o_head, float scale, float eps, int threads) {
-    if (Dk > MAXD || Dv > MAXD || Hk <= 0 || Hv % Hk) return 1;
-    const int rep = Hv / Hk;
-    const int es = in_bf16 ? 2 : 4;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int w = 0; w < n * Hv; ++w) {
+struct GdnJob {
+    int n, Hk, Hv, Dk, Dv; const void *q, *k, *v; int in_bf16; long q_col, q_head, k_col, k_head, v_col, v_head;
+    const float *g, *beta; long gb_col; float* state; const int* slots; long slot_stride; void* out; int out_bf16;
+    long o_col, o_head; float scale, eps;
+};
+
+// work item w: column w / Hv, value head w % Hv (`parallel_chunks` hands them out)
+static TGT void gdn_item(void* ctx, int w) {
+    const GdnJob& J = *(const GdnJob*)ctx;
+    const int n = J.n, Hv = J.Hv, Dk = J.Dk, Dv = J.Dv, in_bf16 = J.in_bf16, out_bf16 = J.out_bf16;
+    const void *q = J.q, *k = J.k, *v = J.v;
+    const long q_col = J.q_col, q_head = J.q_head, k_col = J.k_col, k_head = J.k_head, v_col = J.v_col,
+               v_head = J.v_head, gb_col = J.gb_col, slot_stride = J.slot_stride, o_col = J.o_col, o_head = J.o_head;
+    const float *g = J.g, *beta = J.beta;
+    float* state = J.state;
+    const int* slots = J.slots;
+    void* out = J.out;
+    const float scale = J.scale, eps = J.eps;
+    const int rep = Hv / J.Hk, es = in_bf16 ? 2 : 4;
+    {
         const int c = w / Hv, j = w % Hv, h = j / rep;
         float qv[MAXD], kv[MAXD], vv[MAXD], qs[MAXD], ks[MAXD], u[MAXD], o[MAXD];
         load((const char*)q + (c * q_col + h * q_head) * es, in_bf16, Dk, qv);
@@ -83,6 +94,17 @@ extern "C" TGT int ninfer_gdn_step(int n, int Hk, int Hv, int Dk, int Dv, const 
         if (out_bf16) { uint16_t* dst = (uint16_t*)op; for (int e = 0; e < Dv; ++e) dst[e] = to_bf16(o[e]); }
         else memcpy(op, o, sizeof(float) * Dv);
     }
+}
+
+extern "C" TGT int ninfer_gdn_step(int n, int Hk, int Hv, int Dk, int Dv, const void* q, const void* k,
+                                   const void* v, int in_bf16, long q_col, long q_head, long k_col, long k_head,
+                                   long v_col, long v_head, const float* g, const float* beta, long gb_col,
+                                   float* state, const int* slots, long slot_stride, void* out, int out_bf16,
+                                   long o_col, long o_head, float scale, float eps, int threads) {
+    if (Dk > MAXD || Dv > MAXD || Hk <= 0 || Hv % Hk) return 1;
+    GdnJob job = {n, Hk, Hv, Dk, Dv, q, k, v, in_bf16, q_col, q_head, k_col, k_head, v_col, v_head, g, beta, gb_col,
+                  state, slots, slot_stride, out, out_bf16, o_col, o_head, scale, eps};
+    parallel_chunks(threads, n * Hv, gdn_item, &job);
     return 0;
 }
 

@@ -9,9 +9,12 @@ per row, group and column the int16 codes times the int16 x are summed exactly i
 in fp32 (8 partial sums per row, added at the end). The codes and the fp16 scales are exact.
 
 Build: `torch_util.cpp_library` (the system C++ compiler, once per machine and source text,
-cached in `$NINFER_CACHE_DIR`); every weight shape uses it. The library shares torch's OpenMP
-runtime (`libgomp.so.1`, loaded by torch first) and runs `torch.get_num_threads()` threads, rows in
-chunks of 16 (64 for large weights) handed out dynamically. Where no compiler works, the CPU lacks
+cached in `$NINFER_CACHE_DIR`); every weight shape uses it. Rows in chunks of 16 (64 for large
+weights) are handed out dynamically to `torch.get_num_threads()` threads: the caller and the
+helpers of `torch_util.POOL_CPP`, which never waits for a helper the OS has not scheduled (OpenMP's
+barrier did: on a busy shared machine a 2-thread product then ran slower than one thread). The
+epilogue (residual, SwiGLU with `torch_util.EXP_CPP`'s SiLU) and the store run in the same call.
+Where no compiler works, the CPU lacks
 AVX2 / FMA / F16C, or `NINFER_CPU_FUSED=0`, `kernel()` is None (one line on stderr says why) and
 the linear family keeps torch's int4 / int8 matmuls (`torch_packed`).
 """
@@ -22,12 +25,12 @@ import ctypes
 
 import torch
 
-from ..torch_util import PreparedCalls, cpp_function, cpp_library
+from ..torch_util import EXP_CPP, POOL_CPP, PreparedCalls, cpp_function, cpp_library
 from .weights import QuantWeight
 
 __all__ = ["SOURCE", "kernel", "fused_matmul", "fused_rows"]
 
-SOURCE = r"""#include <immintrin.h>
+SOURCE = "#include <math.h>\n" + EXP_CPP + POOL_CPP + r"""#include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -251,6 +254,38 @@ static void store_rows(int t, int r0, int r1, const float* acc, int lda, void* o
         }
 }
 
+// one ninfer_qdot call's operands, for its row chunks (`qdot_chunk`, run by `parallel_chunks`)
+struct QdotJob {
+    int bits; const uint8_t* base; const uint8_t* high; const uint16_t* scale; int n, gpr, t;
+    const int16_t* x16; const float* xs; void* out; int out_bf16, ldo; const void* res; int res_bf16, ldr;
+    float* full; int chunk;  // full: swiglu's fp32 products [t][n], else null
+};
+
+static TGT void qdot_chunk(void* ctx, int c) {
+    const QdotJob& j = *(const QdotJob*)ctx;
+    const int r0 = c * j.chunk, r1 = r0 + j.chunk < j.n ? r0 + j.chunk : j.n;
+    const bool direct = !j.full && !j.res && !j.out_bf16;
+    float local[16 * 64];  // t <= 16 columns x one chunk, the products before the epilogue
+    float* dst = direct ? (float*)j.out + r0 : j.full ? j.full + r0 : local;
+    const int ldd = direct ? j.ldo : j.full ? j.n : j.chunk;
+    for (int t0 = 0; t0 < j.t; t0 += 16) {
+        const int tn = j.t - t0 < 16 ? j.t - t0 : 16;
+        float* d = (direct || j.full) ? dst + (size_t)t0 * ldd : dst;
+        const int16_t* xx = j.x16 + (size_t)t0 * j.gpr * 64;
+        const float* ss = j.xs + (size_t)t0 * j.gpr;
+        switch (j.bits) {
+            case 4: row_chunk<4>(tn, j.base, j.high, j.scale, r0, r1, j.gpr, xx, ss, d, ldd); break;
+            case 5: row_chunk<5>(tn, j.base, j.high, j.scale, r0, r1, j.gpr, xx, ss, d, ldd); break;
+            case 6: row_chunk<6>(tn, j.base, j.high, j.scale, r0, r1, j.gpr, xx, ss, d, ldd); break;
+            default: row_chunk<8>(tn, j.base, j.high, j.scale, r0, r1, j.gpr, xx, ss, d, ldd); break;
+        }
+        if (!direct && !j.full)
+            store_rows(tn, r0, r1, local, j.chunk, (char*)j.out + (size_t)t0 * j.ldo * (j.out_bf16 ? 2 : 4), j.out_bf16,
+                       j.ldo, j.res ? (const char*)j.res + (size_t)t0 * j.ldr * (j.res_bf16 ? 2 : 4) : nullptr, j.res_bf16,
+                       j.ldr);
+    }
+}
+
 // out[c, r] = epilogue(sum_k x[c, k] W[r, k]), W the row-split planes of `bits` (4, 5, 6, 8) with gpr
 // groups per row, n rows; t columns of x. epilogue 0: none, 1: + residual[c, r], 2: swiglu (out has
 // n / 2 columns: SiLU(product row j) x product row j + n / 2). out (row stride ldo) and residual (ldr)
@@ -260,39 +295,21 @@ extern "C" TGT int ninfer_qdot(int bits, const uint8_t* base, const uint8_t* hig
                                int ldo, int epilogue, const void* res, int res_bf16, int ldr, int nthreads) {
     int16_t* x16 = (int16_t*)aligned_alloc(64, (size_t)t * gpr * 64 * sizeof(int16_t));
     float* xs = (float*)malloc((size_t)t * gpr * sizeof(float) + 4);
-    const bool direct = epilogue == 0 && !out_bf16, swiglu = epilogue == 2;
+    const bool swiglu = epilogue == 2;
     float* full = swiglu ? (float*)malloc((size_t)t * n * sizeof(float)) : nullptr;
     if (!x16 || !xs || (swiglu && !full)) { free(x16); free(xs); free(full); return 1; }
+    if (epilogue != 1) res = nullptr;
     quantize_x(bits, x, x_bf16, t, k, ldx, gpr, x16, xs);
-    const int chunk = n >= 8192 ? 64 : 16, chunks = (n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(dynamic) num_threads(nthreads)
-    for (int c = 0; c < chunks; ++c) {
-        const int r0 = c * chunk, r1 = r0 + chunk < n ? r0 + chunk : n;
-        float local[16 * 64];  // t <= 16 columns x one chunk, the products before the epilogue
-        float* dst = direct ? (float*)out + r0 : swiglu ? full + r0 : local;
-        const int ldd = direct ? ldo : swiglu ? n : chunk;
-        for (int t0 = 0; t0 < t; t0 += 16) {
-            const int tn = t - t0 < 16 ? t - t0 : 16;
-            float* d = (direct || swiglu) ? dst + (size_t)t0 * ldd : dst;
-            switch (bits) {
-                case 4: row_chunk<4>(tn, base, high, scale, r0, r1, gpr, x16 + (size_t)t0 * gpr * 64, xs + (size_t)t0 * gpr, d, ldd); break;
-                case 5: row_chunk<5>(tn, base, high, scale, r0, r1, gpr, x16 + (size_t)t0 * gpr * 64, xs + (size_t)t0 * gpr, d, ldd); break;
-                case 6: row_chunk<6>(tn, base, high, scale, r0, r1, gpr, x16 + (size_t)t0 * gpr * 64, xs + (size_t)t0 * gpr, d, ldd); break;
-                default: row_chunk<8>(tn, base, high, scale, r0, r1, gpr, x16 + (size_t)t0 * gpr * 64, xs + (size_t)t0 * gpr, d, ldd); break;
-            }
-            if (!direct && !swiglu)
-                store_rows(tn, r0, r1, local, chunk, (char*)out + (size_t)t0 * ldo * (out_bf16 ? 2 : 4), out_bf16, ldo,
-                           res ? (const char*)res + (size_t)t0 * ldr * (res_bf16 ? 2 : 4) : nullptr, res_bf16, ldr);
-        }
-    }
+    const int chunk = n >= 8192 ? 64 : 16;
+    QdotJob job = {bits, base, high, scale, n, gpr, t, x16, xs, out, out_bf16, ldo, res, res_bf16, ldr, full, chunk};
+    parallel_chunks(nthreads, (n + chunk - 1) / chunk, qdot_chunk, &job);
     if (swiglu) {
         const int half = n / 2;
-#pragma omp parallel for num_threads(nthreads)
-        for (int c = 0; c < t; ++c)
-            for (int j = 0; j < half; ++j) {
-                const float g = full[(size_t)c * n + j], u = full[(size_t)c * n + half + j];
-                put(out, out_bf16, (size_t)c * ldo + j, g / (1.0f + expf(-g)) * u);
-            }
+        for (int c = 0; c < t; ++c) {
+            float* gate = full + (size_t)c * n;
+            silu_inplace(gate, half);
+            for (int j = 0; j < half; ++j) put(out, out_bf16, (size_t)c * ldo + j, gate[j] * gate[half + j]);
+        }
     }
     free(x16);
     free(xs);

@@ -114,3 +114,37 @@ def test_without_a_compiler_the_fallback_is_one_line(monkeypatch, tmp_path, caps
     assert len(err) == 1 and "no C++ compiler" in err[0], err
     monkeypatch.setenv("NINFER_CPU_FUSED", "0")
     assert torch_fused._load() is None
+
+
+def test_two_threads_and_two_callers_give_one_threads_bits():
+    """The helper-thread pool (torch_util.POOL_CPP): products with 2 threads, repeated, and from two
+    Python threads at once (the second caller runs alone), bitwise equal to one thread's."""
+    import threading
+
+    gen = torch.Generator().manual_seed(11)
+    ws = [random_weight(fmt, 3000, 192, gen) for fmt in FORMATS]
+    xs = [torch.randn(3, 192, generator=gen).bfloat16() for _ in ws]
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        want = [torch_fused.fused_matmul(x, w) for x, w in zip(xs, ws)]
+        torch.set_num_threads(2)
+        for _ in range(20):
+            for x, w, ref in zip(xs, ws, want):
+                assert torch.equal(torch_fused.fused_matmul(x, w), ref)
+        errors = []
+
+        def caller():
+            for _ in range(10):
+                for x, w, ref in zip(xs, ws, want):
+                    if not torch.equal(torch_fused.fused_matmul(x, w), ref):
+                        errors.append(w.format)
+
+        threads = [threading.Thread(target=caller) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+    finally:
+        torch.set_num_threads(saved)
