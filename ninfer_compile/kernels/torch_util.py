@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 __all__ = ["fp32_weight", "cached_fp32_weight", "derived", "store", "drop_fp32_weights", "cpp_library",
-           "cpp_function", "BF16_CPP", "EXP_CPP", "POOL_CPP", "PreparedCalls"]
+           "cpp_function", "BF16_CPP", "EXP_CPP", "POOL_CPP", "POOL_DECL", "PreparedCalls", "pool_library"]
 
 CPP_FLAGS = ("-O3", "-std=c++17", "-fopenmp", "-shared", "-fPIC")
 
@@ -137,10 +137,10 @@ def store(out: torch.Tensor, value: torch.Tensor) -> None:
     out.copy_(value)
 
 
-def cpp_library(name: str, source: str, what: str) -> ctypes.CDLL | None:
+def cpp_library(name: str, source: str, what: str, mode: int = ctypes.DEFAULT_MODE) -> ctypes.CDLL | None:
     """The C++ `source` built (once per machine and source text) and loaded as `name_<sha>.so`, or
     None (NINFER_CPU_FUSED=0, no compiler, a failed build or load: one stderr line, `what` saying
-    what runs instead)."""
+    what runs instead). A source that declares POOL_DECL gets the pool library loaded first."""
     def off(why: str) -> None:
         print(f"ninfer: {name}: the fused CPU kernel is off ({why}); {what}", file=sys.stderr)
 
@@ -168,8 +168,11 @@ def cpp_library(name: str, source: str, what: str) -> ctypes.CDLL | None:
         except OSError as e:
             off(f"cannot build in {cache}: {e}")
             return None
+    if POOL_DECL in source and pool_library() is None:
+        off("the helper-thread pool library is not available")
+        return None
     try:
-        return ctypes.CDLL(str(lib))
+        return ctypes.CDLL(str(lib), mode=mode)
     except OSError as e:
         off(f"cannot load {lib.name}: {e}")
         return None
@@ -249,14 +252,15 @@ static void sigmoid_inplace(float* v, int n) {
 """
 
 
-# A pool of helper threads for a library's parallel loops, `parallel_chunks(threads, chunks, fn, ctx)`:
-# fn(ctx, c) for every chunk c, the calling thread taking chunks too; a helper takes chunks only while
-# it runs, so a helper the OS has not scheduled (a busy shared machine) never holds the caller up
-# (OpenMP's closing barrier waits for every thread of the team). Helpers start on first use, spin
-# ~0.1 ms after a job, then sleep on a condition variable. Protocol: the job's epoch is odd while
-# the caller sets a job up and even once published; a helper counts itself `inside` and rechecks the
-# epoch before reading the job, and the caller waits until no helper is inside before rewriting it.
-# One caller at a time (a second concurrent caller runs its chunks alone).
+# The helper-thread pool of the CPU path, one library for the process (`pool_library`, loaded with
+# RTLD_GLOBAL before any family library that declares POOL_DECL): ninfer_parallel_chunks(threads,
+# chunks, fn, ctx) runs fn(ctx, c) for every chunk c, the calling thread taking chunks too; a helper
+# takes chunks only while it runs, so a helper the OS has not scheduled (a busy shared machine) never
+# holds the caller up (OpenMP's closing barrier waits for every thread of the team). Helpers start on
+# first use, spin ~0.1 ms after a job, then sleep on a condition variable. Protocol: the job's epoch
+# is odd while the caller sets a job up and even once published; a helper counts itself `inside` and
+# rechecks the epoch before reading the job, and the caller waits until no helper is inside before
+# rewriting it. One caller at a time (a second concurrent caller runs its chunks alone).
 POOL_CPP = r"""#include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -264,6 +268,7 @@ POOL_CPP = r"""#include <atomic>
 #include <immintrin.h>
 
 typedef void (*chunk_fn)(void* ctx, int chunk);
+enum { POOL_SPIN = 4000 };  // pauses (~25 ns each on AMD Zen 3) a helper spins before it sleeps
 static std::atomic<long> pool_epoch{0};
 static std::atomic<int> pool_inside{0}, pool_next{0}, pool_done{0};
 static chunk_fn pool_fn;
@@ -282,7 +287,7 @@ static void pool_helper(int index) {
     long seen = 0;
     for (;;) {
         long e = pool_epoch.load();
-        for (int i = 0; (e == seen || (e & 1)) && i < 4000; ++i) { _mm_pause(); e = pool_epoch.load(); }
+        for (int i = 0; (e == seen || (e & 1)) && i < POOL_SPIN; ++i) { _mm_pause(); e = pool_epoch.load(); }
         if (e == seen || (e & 1)) {
             std::unique_lock<std::mutex> lk(pool_sleep);
             pool_wake.wait(lk, [&] { const long v = pool_epoch.load(); return v != seen && !(v & 1); });
@@ -295,7 +300,7 @@ static void pool_helper(int index) {
     }
 }
 
-static void parallel_chunks(int threads, int chunks, chunk_fn fn, void* ctx) {
+extern "C" void ninfer_parallel_chunks(int threads, int chunks, chunk_fn fn, void* ctx) {
     std::unique_lock<std::mutex> own(pool_caller, std::try_to_lock);
     if (threads <= 1 || chunks <= 1 || !own.owns_lock()) {
         for (int c = 0; c < chunks; ++c) fn(ctx, c);
@@ -317,6 +322,26 @@ static void parallel_chunks(int threads, int chunks, chunk_fn fn, void* ctx) {
     while (pool_done.load() < chunks) _mm_pause();
 }
 """
+
+# what a family's C++ source declares to use the pool (`parallel_chunks`); `cpp_library` then loads
+# the pool library first
+POOL_DECL = r"""typedef void (*chunk_fn)(void* ctx, int chunk);
+extern "C" void ninfer_parallel_chunks(int threads, int chunks, chunk_fn fn, void* ctx);
+static inline void parallel_chunks(int threads, int chunks, chunk_fn fn, void* ctx) {
+    ninfer_parallel_chunks(threads, chunks, fn, ctx);
+}
+"""
+
+
+def pool_library() -> ctypes.CDLL | None:
+    """The process's helper-thread pool (POOL_CPP), built and loaded once with RTLD_GLOBAL so the
+    family libraries that declare POOL_DECL resolve to it; None where it cannot be built."""
+    if not _POOL:
+        _POOL.append(cpp_library("cpu_pool", POOL_CPP, "the fused CPU kernels are off too", mode=ctypes.RTLD_GLOBAL))
+    return _POOL[0]
+
+
+_POOL: list = []
 
 
 def cpp_function(name: str, source: str, what: str, symbol: str, argtypes, supported: str | None = None):

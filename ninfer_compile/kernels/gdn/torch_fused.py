@@ -1,7 +1,7 @@
 """CPU path of `gated_delta_rule` for decode columns: one fused C++ step (AVX2 + FMA, threads over
 (column, value head) items) in place of ~40 small torch ops, built once per machine by
 `torch_util.cpp_library` and loaded with ctypes; the (column, head) items are shared among the
-threads by `torch_util.POOL_CPP`.
+threads by the process's helper-thread pool (`torch_util.POOL_CPP`).
 
 Per column c and value head j (key head j // (Hv / Hk)), with S the slot's [Dk, Dv] fp32 state:
 q, k are L2-normalised in fp32 (x * 1/sqrt(sum x^2 + eps); q then times `scale`), a = exp(g),
@@ -25,11 +25,11 @@ import ctypes
 
 import torch
 
-from ..torch_util import BF16_CPP, POOL_CPP, cpp_function
+from ..torch_util import BF16_CPP, POOL_DECL, cpp_function
 
 __all__ = ["SOURCE", "fused_decode", "fused_gating_proj"]
 
-SOURCE = BF16_CPP + POOL_CPP + r"""#include <immintrin.h>
+SOURCE = BF16_CPP + POOL_DECL + r"""#include <immintrin.h>
 #define TGT __attribute__((target("avx2,fma")))
 enum { MAXD = 512 };
 

@@ -11,12 +11,12 @@ in fp32 (8 partial sums per row, added at the end). The codes and the fp16 scale
 Build: `torch_util.cpp_library` (the system C++ compiler, once per machine and source text,
 cached in `$NINFER_CACHE_DIR`); every weight shape uses it. Rows in chunks of 16 (64 for large
 weights) are handed out dynamically to `torch.get_num_threads()` threads: the caller and the
-helpers of `torch_util.POOL_CPP`, which never waits for a helper the OS has not scheduled (OpenMP's
-barrier did: on a busy shared machine a 2-thread product then ran slower than one thread). The
-epilogue (residual, SwiGLU with `torch_util.EXP_CPP`'s SiLU) and the store run in the same call.
-Where no compiler works, the CPU lacks
-AVX2 / FMA / F16C, or `NINFER_CPU_FUSED=0`, `kernel()` is None (one line on stderr says why) and
-the linear family keeps torch's int4 / int8 matmuls (`torch_packed`).
+helpers of the process's pool (`torch_util.POOL_CPP`), which never waits for a helper the OS has
+not scheduled (OpenMP's barrier did: on a busy shared machine a 2-thread product then ran slower
+than one thread). The epilogue (residual, SwiGLU with `torch_util.EXP_CPP`'s SiLU) and the store
+run in the same call. Where no compiler works, the CPU lacks AVX2 / FMA / F16C, or
+`NINFER_CPU_FUSED=0`, `kernel()` is None (one line on stderr says why) and the linear family keeps
+torch's int4 / int8 matmuls (`torch_packed`).
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ import ctypes
 
 import torch
 
-from ..torch_util import EXP_CPP, POOL_CPP, PreparedCalls, cpp_function, cpp_library
+from ..torch_util import EXP_CPP, POOL_DECL, PreparedCalls, cpp_function, cpp_library
 from .weights import QuantWeight
 
 __all__ = ["SOURCE", "kernel", "fused_matmul", "fused_rows"]
 
-SOURCE = "#include <math.h>\n" + EXP_CPP + POOL_CPP + r"""#include <immintrin.h>
+SOURCE = "#include <math.h>\n" + EXP_CPP + POOL_DECL + r"""#include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
