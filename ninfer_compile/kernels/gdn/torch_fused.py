@@ -25,7 +25,7 @@ import ctypes
 
 import torch
 
-from ..torch_util import BF16_CPP, POOL_DECL, cpp_function
+from ..torch_util import BF16_CPP, POOL_DECL, PreparedCalls, cpp_function
 
 __all__ = ["SOURCE", "fused_decode", "fused_gating_proj"]
 
@@ -147,6 +147,7 @@ extern "C" TGT int ninfer_gdn_gating_proj(int n, int K, int Hv, const void* x, i
 _LIB: list = []  # [ctypes function or None], filled on first use
 _GATING: list = []  # the gating function of the same library, or None
 MAX_GATING_COLUMNS = 64  # more columns (prefill): torch's matmuls
+_PREPARED = PreparedCalls()
 _IN = (torch.bfloat16, torch.float32)
 
 
@@ -177,20 +178,32 @@ def _gating_function():
     return _GATING[0]
 
 
-def fused_gating_proj(x, wa, wb, neg_rate, bias, g, beta) -> bool:
-    """g, beta = gdn_gating_proj for up to MAX_GATING_COLUMNS columns (module doc): x [T, K] bf16 / fp32
-    (unit last stride), wa / wb [Hv, K] and neg_rate / bias [Hv] contiguous fp32, g / beta [T, Hv]
-    fp32 rows; False (nothing done) where it does not apply."""
-    f = _gating_function()
+def _gating_args(x, wa, wb, neg_rate, bias, g, beta):
     T, K = x.shape
     Hv = wa.shape[0]
-    if (f is None or T > MAX_GATING_COLUMNS or x.dtype not in _IN or x.stride(-1) != 1
+    if (T > MAX_GATING_COLUMNS or x.dtype not in _IN or x.stride(-1) != 1
             or any(t.dtype != torch.float32 or not t.is_contiguous() for t in (wa, wb, neg_rate, bias))
             or wb.shape != (Hv, K) or wa.shape[1] != K or neg_rate.numel() != Hv or bias.numel() != Hv
             or any(t.dtype != torch.float32 or t.shape != (T, Hv) or t.stride(-1) != 1 for t in (g, beta))):
+        return None
+    return (T, K, Hv, x.data_ptr(), int(x.dtype == torch.bfloat16), x.stride(0), wa.data_ptr(), wb.data_ptr(),
+            neg_rate.data_ptr(), bias.data_ptr(), g.data_ptr(), g.stride(0), beta.data_ptr(), beta.stride(0))
+
+
+def fused_gating_proj(x, wa, wb, neg_rate, bias, g, beta) -> bool:
+    """g, beta = gdn_gating_proj for up to MAX_GATING_COLUMNS columns (module doc): x [T, K] bf16 / fp32
+    (unit last stride), wa / wb [Hv, K] and neg_rate / bias [Hv] contiguous fp32, g / beta [T, Hv]
+    fp32 rows; False (nothing done) where it does not apply. A launch's arguments are prepared once
+    (`torch_util.PreparedCalls`)."""
+    f = _gating_function()
+    if f is None or x.dim() != 2:
         return False
-    f(T, K, Hv, x.data_ptr(), int(x.dtype == torch.bfloat16), x.stride(0), wa.data_ptr(), wb.data_ptr(),
-      neg_rate.data_ptr(), bias.data_ptr(), g.data_ptr(), g.stride(0), beta.data_ptr(), beta.stride(0))
+    args = _PREPARED.get((x, wa, wb, neg_rate, bias, g, beta), None,
+                         lambda: _gating_args(x, wa, wb, neg_rate, bias, g, beta))
+    if args is None:
+        return False
+    if f(*args) != 0:
+        raise MemoryError(f"gdn_gating_proj (torch): the fused CPU kernel could not allocate a row of {x.shape[1]}")
     return True
 
 
