@@ -207,28 +207,38 @@ def fused_gating_proj(x, wa, wb, neg_rate, bias, g, beta) -> bool:
     return True
 
 
-def fused_decode(q, k, v, g, beta, state, positions, slots, out, scale: float, eps: float) -> bool:
-    """One decode step of every column through its own slot's state (module doc); False (nothing
-    done) where the fused step does not apply."""
-    f = kernel()
-    if f is None:
-        return False
+def _step_args(q, k, v, g, beta, state, slots, out, scale: float, eps: float):
+    """The step's arguments but the thread count, or None where the fused step does not apply."""
     T, Hk, Dk = q.shape
     Hv, Dv = v.shape[1], v.shape[2]
-    slot_list = slots.tolist()
-    if (len(set(slot_list)) != T or max(Dk, Dv) > 512 or Hv % Hk or q.dtype not in _IN or k.dtype != q.dtype or v.dtype != q.dtype
+    if (max(Dk, Dv) > 512 or Hv % Hk or q.dtype not in _IN or k.dtype != q.dtype or v.dtype != q.dtype
             or out.dtype not in _IN or g.dtype != torch.float32 or beta.dtype != torch.float32
             or g.stride() != beta.stride() or slots.dtype != torch.int32 or not slots.is_contiguous()
             or any(t.stride(-1) != 1 for t in (q, k, v, g, out))
             or state.stride()[1:] != (Dk * Dv, Dv, 1)):
+        return None
+    return (T, Hk, Hv, Dk, Dv, q.data_ptr(), k.data_ptr(), v.data_ptr(), int(q.dtype == torch.bfloat16),
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), g.data_ptr(),
+            beta.data_ptr(), g.stride(0), state.data_ptr(), slots.data_ptr(), state.stride(0), out.data_ptr(),
+            int(out.dtype == torch.bfloat16), out.stride(0), out.stride(1), scale, eps)
+
+
+def fused_decode(q, k, v, g, beta, state, positions, slots, out, scale: float, eps: float) -> bool:
+    """One decode step of every column through its own slot's state (module doc); False (nothing
+    done) where the fused step does not apply. A launch's arguments are prepared once
+    (`torch_util.PreparedCalls`); the slots' distinctness and the position-0 resets are per call."""
+    f = kernel()
+    if f is None or q.dim() != 3 or v.dim() != 3:
+        return False
+    args = _PREPARED.get((q, k, v, g, beta, state, slots, out), (scale, eps),
+                         lambda: _step_args(q, k, v, g, beta, state, slots, out, scale, eps))
+    slot_list = slots.tolist()
+    if args is None or len(set(slot_list)) != args[0]:  # every column its own slot
         return False
     for s, p in zip(slot_list, positions.tolist()):
         if p == 0:
             state[s].zero_()
-    rc = f(T, Hk, Hv, Dk, Dv, q.data_ptr(), k.data_ptr(), v.data_ptr(), int(q.dtype == torch.bfloat16),
-           q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), g.data_ptr(),
-           beta.data_ptr(), g.stride(0), state.data_ptr(), slots.data_ptr(), state.stride(0), out.data_ptr(),
-           int(out.dtype == torch.bfloat16), out.stride(0), out.stride(1), scale, eps, torch.get_num_threads())
+    rc = f(*args, torch.get_num_threads())
     if rc != 0:
         raise RuntimeError(f"gated_delta_rule (torch): the fused CPU step refused its shapes (code {rc})")
     return True
