@@ -9,8 +9,8 @@ per row, group and column the int16 codes times the int16 x are summed exactly i
 in fp32 (8 partial sums per row, added at the end). The codes and the fp16 scales are exact.
 
 Build: `torch_util.cpp_library` (the system C++ compiler, once per machine and source text,
-cached in `$NINFER_CACHE_DIR`); every weight shape uses it. Rows in chunks of 16 (64 for large
-weights) are handed out dynamically to `torch.get_num_threads()` threads: the caller and the
+cached in `$NINFER_CACHE_DIR`); every weight shape uses it. Rows in chunks of ~128 KiB of the base
+plane are handed out dynamically to `torch.get_num_threads()` threads: the caller and the
 helpers of the process's pool (`torch_util.POOL_CPP`), which never waits for a helper the OS has
 not scheduled (OpenMP's barrier did: on a busy shared machine a 2-thread product then ran slower
 than one thread). The epilogue (residual, SwiGLU with `torch_util.EXP_CPP`'s SiLU) and the store
@@ -261,13 +261,12 @@ struct QdotJob {
     float* full; int chunk;  // full: swiglu's fp32 products [t][n], else null
 };
 
-static TGT void qdot_chunk(void* ctx, int c) {
-    const QdotJob& j = *(const QdotJob*)ctx;
-    const int r0 = c * j.chunk, r1 = r0 + j.chunk < j.n ? r0 + j.chunk : j.n;
+// rows [r0, r1) (at most 64: the epilogue's buffer) of one chunk
+static TGT void qdot_rows(const QdotJob& j, int r0, int r1) {
     const bool direct = !j.full && !j.res && !j.out_bf16;
-    float local[16 * 64];  // t <= 16 columns x one chunk, the products before the epilogue
+    float local[16 * 64];  // t <= 16 columns x 64 rows, the products before the epilogue
     float* dst = direct ? (float*)j.out + r0 : j.full ? j.full + r0 : local;
-    const int ldd = direct ? j.ldo : j.full ? j.n : j.chunk;
+    const int ldd = direct ? j.ldo : j.full ? j.n : r1 - r0;
     for (int t0 = 0; t0 < j.t; t0 += 16) {
         const int tn = j.t - t0 < 16 ? j.t - t0 : 16;
         float* d = (direct || j.full) ? dst + (size_t)t0 * ldd : dst;
@@ -280,10 +279,16 @@ static TGT void qdot_chunk(void* ctx, int c) {
             default: row_chunk<8>(tn, j.base, j.high, j.scale, r0, r1, j.gpr, xx, ss, d, ldd); break;
         }
         if (!direct && !j.full)
-            store_rows(tn, r0, r1, local, j.chunk, (char*)j.out + (size_t)t0 * j.ldo * (j.out_bf16 ? 2 : 4), j.out_bf16,
+            store_rows(tn, r0, r1, local, r1 - r0, (char*)j.out + (size_t)t0 * j.ldo * (j.out_bf16 ? 2 : 4), j.out_bf16,
                        j.ldo, j.res ? (const char*)j.res + (size_t)t0 * j.ldr * (j.res_bf16 ? 2 : 4) : nullptr, j.res_bf16,
                        j.ldr);
     }
+}
+
+static TGT void qdot_chunk(void* ctx, int c) {
+    const QdotJob& j = *(const QdotJob*)ctx;
+    const int r0 = c * j.chunk, r1 = r0 + j.chunk < j.n ? r0 + j.chunk : j.n;
+    for (int s0 = r0; s0 < r1; s0 += 64) qdot_rows(j, s0, s0 + 64 < r1 ? s0 + 64 : r1);
 }
 
 // out[c, r] = epilogue(sum_k x[c, k] W[r, k]), W the row-split planes of `bits` (4, 5, 6, 8) with gpr
@@ -300,7 +305,11 @@ extern "C" TGT int ninfer_qdot(int bits, const uint8_t* base, const uint8_t* hig
     if (!x16 || !xs || (swiglu && !full)) { free(x16); free(xs); free(full); return 1; }
     if (epilogue != 1) res = nullptr;
     quantize_x(bits, x, x_bf16, t, k, ldx, gpr, x16, xs);
-    const int chunk = n >= 8192 ? 64 : 16;
+    // chunks of ~128 KiB of the base plane (16 to 1024 rows, a multiple of 16): long contiguous runs for
+    // the prefetches (2 threads, streamed planes: Q4 29 -> 45, the Q6 head 32 -> 39 G weights/s against
+    // chunks of 16 / 64 rows)
+    const int rows_128k = (128 * 1024) / (gpr * 32);
+    const int chunk = rows_128k < 16 ? 16 : rows_128k > 1024 ? 1024 : rows_128k & ~15;
     QdotJob job = {bits, base, high, scale, n, gpr, t, x16, xs, out, out_bf16, ldo, res, res_bf16, ldr, full, chunk};
     parallel_chunks(nthreads, (n + chunk - 1) / chunk, qdot_chunk, &job);
     if (swiglu) {

@@ -128,10 +128,21 @@ def test_two_threads_and_two_callers_give_one_threads_bits():
     try:
         torch.set_num_threads(1)
         want = [torch_fused.fused_matmul(x, w) for x, w in zip(xs, ws)]
+        res = torch.randn(3, 3000, generator=gen).bfloat16()
+
+        def stored(x, w):  # bf16 out + residual: the epilogue's 64-row blocks inside each chunk
+            out = torch.full((3, 3000), float("nan"), dtype=torch.bfloat16)
+            assert torch_fused.fused_matmul(x, w, out, res, "residual")
+            return out
+
+        want_stored = [stored(x, w) for x, w in zip(xs, ws)]
         torch.set_num_threads(2)
         for _ in range(20):
             for x, w, ref in zip(xs, ws, want):
                 assert torch.equal(torch_fused.fused_matmul(x, w), ref)
+        for x, w, ref, product in zip(xs, ws, want_stored, want):
+            assert torch.equal(stored(x, w), ref)
+            assert torch.equal(ref, (product + res.float()).bfloat16())
         errors = []
 
         def caller():
