@@ -4,9 +4,9 @@ with ctypes.
 
 Column t, query head h (KV head h / (Hq / Hkv)), its slot's cache rows 0..positions[t] (bf16 K and
 V, no scales, no rotation): s_j = scale * q.K_j (fp32), p = softmax(s) (max subtracted, expf),
-o = sum_j p_j V_j, out = o * sigmoid(gate) (`torch_util.EXP_CPP`), one rounding at the store. The
-torch path's arithmetic up to fp32 summation order and exp's last bits. OpenMP over (column, head)
-when the step reads enough rows. `fused_attention` returns False (nothing done) where it does not
+o = sum_j p_j V_j (AVX2 + FMA where the CPU has them), out = o * sigmoid(gate) (`torch_util.EXP_CPP`),
+one rounding at the store. The torch path's arithmetic up to fp32 summation order and exp's last
+bits. OpenMP over (column, head) when the step reads enough rows. `fused_attention` returns False (nothing done) where it does not
 apply (another KV format, dtype or layout, more than MAX_COLUMNS columns, a position outside the
 cache) or where the library is None (no compiler, NINFER_CPU_FUSED=0); the torch ops run then.
 """
@@ -23,6 +23,44 @@ __all__ = ["SOURCE", "fused_attention", "MAX_COLUMNS"]
 
 MAX_COLUMNS = 16  # more columns (prefill): torch's fused attention
 SOURCE = BF16_CPP + EXP_CPP + r"""
+// q . k_row (fp32 q, bf16 row) and o += p * v_row over D values: AVX2 + FMA 8 lanes at a time (two
+// partial sums) where the CPU has them, else scalar
+__attribute__((target("avx2,fma"))) static float dot_bf16_avx2(const float* q, const uint16_t* k, int D) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int d = 0;
+    for (; d + 16 <= D; d += 16) {
+        const __m256i h = _mm256_loadu_si256((const __m256i*)(k + d));
+        const __m256 k0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(h)), 16));
+        const __m256 k1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1)), 16));
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), k0, s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), k1, s1);
+    }
+    alignas(32) float l[8];
+    _mm256_store_ps(l, _mm256_add_ps(s0, s1));
+    float t = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    for (; d < D; ++d) t += q[d] * from_bf16(k[d]);
+    return t;
+}
+__attribute__((target("avx2,fma"))) static void axpy_bf16_avx2(float* o, float p, const uint16_t* v, int D) {
+    const __m256 pv = _mm256_set1_ps(p);
+    int d = 0;
+    for (; d + 8 <= D; d += 8) {
+        const __m256 vv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(v + d))), 16));
+        _mm256_storeu_ps(o + d, _mm256_fmadd_ps(pv, vv, _mm256_loadu_ps(o + d)));
+    }
+    for (; d < D; ++d) o[d] += p * from_bf16(v[d]);
+}
+static float dot_bf16(const float* q, const uint16_t* k, int D) {
+    if (has_avx2_fma()) return dot_bf16_avx2(q, k, D);
+    float acc = 0.f;
+    for (int d = 0; d < D; ++d) acc += q[d] * from_bf16(k[d]);
+    return acc;
+}
+static void axpy_bf16(float* o, float p, const uint16_t* v, int D) {
+    if (has_avx2_fma()) { axpy_bf16_avx2(o, p, v, D); return; }
+    for (int d = 0; d < D; ++d) o[d] += p * from_bf16(v[d]);
+}
+
 // q / gate [n, Hq, D] (column / head strides, unit last stride; bf16 or fp32: in_bf16); k / v cache
 // bf16, element (slot, row, head, d) at slot * c_slot + row * c_row + head * c_head + d; out [n, Hq, D]
 // (column / head strides; out_bf16)
@@ -49,20 +87,13 @@ extern "C" int ninfer_attention_decode(int n, int Hq, int Hkv, int D, const void
         const uint16_t* V = vc + slots[c] * c_slot + kvh * c_head;
         float m = -INFINITY;
         for (long j = 0; j < len; ++j) {
-            const uint16_t* kr = K + j * c_row;
-            float acc = 0.f;
-            for (int d = 0; d < D; ++d) acc += qv[d] * from_bf16(kr[d]);
-            s[j] = acc * scale;
+            s[j] = dot_bf16(qv, K + j * c_row, D) * scale;
             m = s[j] > m ? s[j] : m;
         }
         float sum = 0.f;
         for (long j = 0; j < len; ++j) { s[j] = expf(s[j] - m); sum += s[j]; }
         for (int d = 0; d < D; ++d) o[d] = 0.f;
-        for (long j = 0; j < len; ++j) {
-            const float p = s[j] / sum;
-            const uint16_t* vr = V + j * c_row;
-            for (int d = 0; d < D; ++d) o[d] += p * from_bf16(vr[d]);
-        }
+        for (long j = 0; j < len; ++j) axpy_bf16(o, s[j] / sum, V + j * c_row, D);
         sigmoid_inplace(g, D);
         char* op = (char*)out + (c * o_col + h * o_head) * (out_bf16 ? 2 : 4);
         for (int d = 0; d < D; ++d) {

@@ -89,25 +89,26 @@ def test_matches_decode_launcher():
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
 def test_fused_bf16_cache_matches_torch_ops(T, slots, pos, out_dtype, monkeypatch):
     """The fused C++ attention (attention/torch_fused.py) vs the torch ops over a bf16 cache: GQA 6 / 2,
-    D = 80, strided q / gate views, shared and distinct slots, position 0 and the cache's last row."""
+    D = 84 (ragged 8- / 16-lane tails), strided q / gate views, shared and distinct slots, position 0
+    and the cache's last row."""
     from ninfer_compile.kernels.attention import torch_fused
 
     if torch_fused.kernel() is None:
         pytest.skip("no fused CPU kernel here (no compiler)")
-    kc, vc, ks, vs = _cache("bf16", 4, 70, 2, 80, seed=T)
+    kc, vc, ks, vs = _cache("bf16", 4, 70, 2, 84, seed=T)
     g = torch.Generator().manual_seed(T + 1)
-    row = torch.randn(T, 6, 2 * 80 + 4, generator=g).bfloat16()
-    q, gate = row[:, :, :80], row[:, :, 84:]
+    row = torch.randn(T, 6, 2 * 84 + 4, generator=g).bfloat16()
+    q, gate = row[:, :, :84], row[:, :, 88:]
     slots_t, pos_t = torch.tensor(slots, dtype=torch.int32), torch.tensor(pos, dtype=torch.int32)
 
     def run():
-        out = torch.full((T, 6 * 80), float("nan"), dtype=out_dtype)
+        out = torch.full((T, 6 * 84), float("nan"), dtype=out_dtype)
         torch_impl.attention(q, gate, kc, vc, pos_t, slots_t, out, k_scale=ks, v_scale=vs, scale=0.09)
         return out
 
     got = run()
-    assert torch_fused.fused_attention(q, gate, kc, vc, pos_t, slots_t, torch.empty(T, 6 * 80), 0.09)
+    assert torch_fused.fused_attention(q, gate, kc, vc, pos_t, slots_t, torch.empty(T, 6 * 84), 0.09)
     monkeypatch.setattr(torch_impl, "fused_attention", lambda *a: False)
     tol = 1e-2 if out_dtype == torch.bfloat16 else 2e-5
     torch.testing.assert_close(got, run(), atol=tol, rtol=tol)
-    assert not torch_fused.fused_attention(q, gate, kc, vc, pos_t + 70, slots_t, torch.empty(T, 6 * 80), 0.09)
+    assert not torch_fused.fused_attention(q, gate, kc, vc, pos_t + 70, slots_t, torch.empty(T, 6 * 84), 0.09)
