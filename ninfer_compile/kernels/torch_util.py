@@ -30,10 +30,12 @@ import sys
 import tempfile
 import weakref
 from pathlib import Path
+from typing import Any
 
 import torch
 
-__all__ = ["fp32_weight", "cached_fp32_weight", "derived", "store", "drop_fp32_weights", "cpp_library"]
+__all__ = ["fp32_weight", "cached_fp32_weight", "derived", "store", "drop_fp32_weights", "cpp_library",
+           "cpp_function", "BF16_CPP", "EXP_CPP", "POOL_CPP", "POOL_DECL", "PreparedCalls", "pool_library"]
 
 CPP_FLAGS = ("-O3", "-std=c++17", "-fopenmp", "-shared", "-fPIC")
 
@@ -99,15 +101,46 @@ def drop_fp32_weights() -> None:
     _DERIVED.clear()
 
 
+class PreparedCalls:
+    """A fused C++ call's arguments prepared once per combination of its argument objects (`get`):
+    the runtime binds each launch's tensors (arena views, weights) once, so every decode step finds
+    its launch here and skips the per-call checks and pointer look-ups (~5 us of Python a launch).
+    Entries hold weak references and match by identity, so a dead object's recycled id never
+    matches; a tensor's storage, shape and strides are taken as fixed while it lives (the runtime's
+    views are never resized). At most LIMIT entries (all dropped when full)."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple, tuple[tuple, Any]] = {}
+
+    def get(self, objs: tuple, extra, make):
+        """`make()` (the prepared arguments, or None: the fused call does not apply) for these objects
+        (tensors, weights or None) and `extra` (hashable: scalars that shape the call), cached."""
+        key = (extra, *[id(o) for o in objs])
+        hit = self._entries.get(key)
+        if hit is not None:
+            for ref, o in zip(hit[0], objs):
+                if (ref() if ref is not None else None) is not o:
+                    break
+            else:
+                return hit[1]
+        value = make()
+        if len(self._entries) >= self.LIMIT:
+            self._entries.clear()
+        self._entries[key] = (tuple(None if o is None else weakref.ref(o) for o in objs), value)
+        return value
+
+
 def store(out: torch.Tensor, value: torch.Tensor) -> None:
     """Write `value` (fp32) into `out` in place, rounding once to out's dtype."""
     out.copy_(value)
 
 
-def cpp_library(name: str, source: str, what: str) -> ctypes.CDLL | None:
+def cpp_library(name: str, source: str, what: str, mode: int = ctypes.DEFAULT_MODE) -> ctypes.CDLL | None:
     """The C++ `source` built (once per machine and source text) and loaded as `name_<sha>.so`, or
     None (NINFER_CPU_FUSED=0, no compiler, a failed build or load: one stderr line, `what` saying
-    what runs instead)."""
+    what runs instead). A source that declares POOL_DECL gets the pool library loaded first."""
     def off(why: str) -> None:
         print(f"ninfer: {name}: the fused CPU kernel is off ({why}); {what}", file=sys.stderr)
 
@@ -135,8 +168,11 @@ def cpp_library(name: str, source: str, what: str) -> ctypes.CDLL | None:
         except OSError as e:
             off(f"cannot build in {cache}: {e}")
             return None
+    if POOL_DECL in source and pool_library() is None:
+        off("the helper-thread pool library is not available")
+        return None
     try:
-        return ctypes.CDLL(str(lib))
+        return ctypes.CDLL(str(lib), mode=mode)
     except OSError as e:
         off(f"cannot load {lib.name}: {e}")
         return None
@@ -161,6 +197,151 @@ static inline void load(const void* p, int bf16, int n, float* dst) {
     else memcpy(dst, p, sizeof(float) * n);
 }
 """
+
+
+# SiLU v / (1 + exp(-v)) and sigmoid 1 / (1 + exp(-v)) over n fp32 values in place, for the families'
+# C++ sources (prepended after BF16_CPP): on AVX2 + FMA CPUs exp comes from an 8-wide Cody-Waite reduction (x = k ln2 + r, two-part
+# ln2) and a degree-6 polynomial of e^r (relative error ~2 ulp of fp32, exp(-88..88); |v| >= 88
+# gives exp's limits: 0 and +inf, so SiLU 0 / v), elsewhere libm's expf
+EXP_CPP = r"""#include <immintrin.h>
+__attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-88.0f)), _mm256_set1_ps(88.0f));
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+__attribute__((target("avx2,fma"))) static void silu_avx2(float* v, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(v + i);
+        const __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), x)));
+        _mm256_storeu_ps(v + i, _mm256_div_ps(x, d));
+    }
+    for (; i < n; ++i) v[i] = v[i] / (1.f + expf(-v[i]));
+}
+__attribute__((target("avx2,fma"))) static void sigmoid_avx2(float* v, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_loadu_ps(v + i))));
+        _mm256_storeu_ps(v + i, _mm256_div_ps(_mm256_set1_ps(1.0f), d));
+    }
+    for (; i < n; ++i) v[i] = 1.f / (1.f + expf(-v[i]));
+}
+static int has_avx2_fma(void) {
+    static const int yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return yes;
+}
+static void silu_inplace(float* v, int n) {
+    if (has_avx2_fma()) { silu_avx2(v, n); return; }
+    for (int i = 0; i < n; ++i) v[i] = v[i] / (1.f + expf(-v[i]));
+}
+static void sigmoid_inplace(float* v, int n) {
+    if (has_avx2_fma()) { sigmoid_avx2(v, n); return; }
+    for (int i = 0; i < n; ++i) v[i] = 1.f / (1.f + expf(-v[i]));
+}
+"""
+
+
+# The helper-thread pool of the CPU path, one library for the process (`pool_library`, loaded with
+# RTLD_GLOBAL before any family library that declares POOL_DECL): ninfer_parallel_chunks(threads,
+# chunks, fn, ctx) runs fn(ctx, c) for every chunk c, the calling thread taking chunks too; a helper
+# takes chunks only while it runs, so a helper the OS has not scheduled (a busy shared machine) never
+# holds the caller up (OpenMP's closing barrier waits for every thread of the team). Helpers start on
+# first use, spin ~0.1 ms after a job, then sleep on a condition variable. Protocol: the job's epoch
+# is odd while the caller sets a job up and even once published; a helper counts itself `inside` and
+# rechecks the epoch before reading the job, and the caller waits until no helper is inside before
+# rewriting it. One caller at a time (a second concurrent caller runs its chunks alone).
+POOL_CPP = r"""#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <immintrin.h>
+
+typedef void (*chunk_fn)(void* ctx, int chunk);
+enum { POOL_SPIN = 4000 };  // pauses (~25 ns each on AMD Zen 3) a helper spins before it sleeps
+static std::atomic<long> pool_epoch{0};
+static std::atomic<int> pool_inside{0}, pool_next{0}, pool_done{0};
+static chunk_fn pool_fn;
+static void* pool_ctx;
+static int pool_chunks, pool_helpers, pool_started;
+// never destroyed: a helper may still wait on them when the process exits
+static std::mutex& pool_sleep = *new std::mutex;
+static std::mutex& pool_caller = *new std::mutex;
+static std::condition_variable& pool_wake = *new std::condition_variable;
+
+static void pool_take(chunk_fn fn, void* ctx, int chunks) {
+    for (int c; (c = pool_next.fetch_add(1)) < chunks;) { fn(ctx, c); pool_done.fetch_add(1); }
+}
+
+static void pool_helper(int index) {
+    long seen = 0;
+    for (;;) {
+        long e = pool_epoch.load();
+        for (int i = 0; (e == seen || (e & 1)) && i < POOL_SPIN; ++i) { _mm_pause(); e = pool_epoch.load(); }
+        if (e == seen || (e & 1)) {
+            std::unique_lock<std::mutex> lk(pool_sleep);
+            pool_wake.wait(lk, [&] { const long v = pool_epoch.load(); return v != seen && !(v & 1); });
+            continue;
+        }
+        seen = e;
+        pool_inside.fetch_add(1);
+        if (pool_epoch.load() == e && index < pool_helpers) pool_take(pool_fn, pool_ctx, pool_chunks);
+        pool_inside.fetch_sub(1);
+    }
+}
+
+extern "C" void ninfer_parallel_chunks(int threads, int chunks, chunk_fn fn, void* ctx) {
+    std::unique_lock<std::mutex> own(pool_caller, std::try_to_lock);
+    if (threads <= 1 || chunks <= 1 || !own.owns_lock()) {
+        for (int c = 0; c < chunks; ++c) fn(ctx, c);
+        return;
+    }
+    for (; pool_started < threads - 1; ++pool_started) std::thread(pool_helper, pool_started).detach();
+    pool_epoch.fetch_add(1);  // odd: helpers stay out
+    while (pool_inside.load() != 0) _mm_pause();
+    pool_fn = fn;
+    pool_ctx = ctx;
+    pool_chunks = chunks;
+    pool_helpers = threads - 1;
+    pool_next.store(0);
+    pool_done.store(0);
+    pool_epoch.fetch_add(1);  // even: published
+    { std::lock_guard<std::mutex> lk(pool_sleep); }
+    pool_wake.notify_all();
+    pool_take(fn, ctx, chunks);
+    while (pool_done.load() < chunks) _mm_pause();
+}
+"""
+
+# what a family's C++ source declares to use the pool (`parallel_chunks`); `cpp_library` then loads
+# the pool library first
+POOL_DECL = r"""typedef void (*chunk_fn)(void* ctx, int chunk);
+extern "C" void ninfer_parallel_chunks(int threads, int chunks, chunk_fn fn, void* ctx);
+static inline void parallel_chunks(int threads, int chunks, chunk_fn fn, void* ctx) {
+    ninfer_parallel_chunks(threads, chunks, fn, ctx);
+}
+"""
+
+
+def pool_library() -> ctypes.CDLL | None:
+    """The process's helper-thread pool (POOL_CPP), built and loaded once with RTLD_GLOBAL so the
+    family libraries that declare POOL_DECL resolve to it; None where it cannot be built."""
+    if not _POOL:
+        _POOL.append(cpp_library("cpu_pool", POOL_CPP, "the fused CPU kernels are off too", mode=ctypes.RTLD_GLOBAL))
+    return _POOL[0]
+
+
+_POOL: list = []
 
 
 def cpp_function(name: str, source: str, what: str, symbol: str, argtypes, supported: str | None = None):

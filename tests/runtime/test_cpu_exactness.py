@@ -125,7 +125,7 @@ def test_packed_products_keep_the_default_recipe_exact(tmp_path, path):
             pytest.skip("the fused CPU kernel does not build or run here")
         else:
             matmul = fused.fused_matmul
-            fused.fused_matmul = lambda x, w: calls.append(w) or matmul(x, w)
+            fused.fused_matmul = lambda x, w, *a: calls.append(w) or matmul(x, w, *a)
         prompt = Q.heldout_ids()[500:530]
         _check(ref, prompt, eng.generate(prompt, N_NEW, ignore_eos=True).tokens)
         text = Q.slice_text(PPL_TOKENS)

@@ -6,7 +6,8 @@ Column t (query head h, KV head h // (Hq / Hkv)) attends to its slot's cache row
 Columns are grouped by slot (at most the step's slots: a short loop); each group reads its slot's
 cache prefix once, decoded to fp32 from the caches' KV format (a rotated K stays rotated and q is
 rotated instead, as the kernels do), and runs one masked fp32 `scaled_dot_product_attention`
-(long prefills in query blocks); a single column (decode at C = 1) runs plain fp32 matmuls. One rounding at the store. Route params, `window` and the
+(long prefills in query blocks); a single column (decode at C = 1) runs plain fp32 matmuls. One rounding at the store.
+Few columns over a bf16 cache take one fused C++ call where it builds (`torch_fused`). Route params, `window` and the
 workspace are accepted and not needed.
 """
 
@@ -18,7 +19,9 @@ import torch
 import torch.nn.functional as TF
 
 from ..kv_cache.reference import decode, hadamard
+from ..kv_cache.formats import BF16
 from ..kv_cache.torch_impl import cache_format
+from .torch_fused import fused_attention
 
 __all__ = ["attention"]
 
@@ -47,6 +50,10 @@ def attention(q, gate, k_cache, v_cache, positions, slots, out, scale=None, work
     T, Hq, D = q.shape
     fmt = cache_format(k_cache, v_cache, k_scale, v_scale, D)
     sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    if (fmt.k.kind == BF16 and fmt.v.kind == BF16 and k_scale is None and v_scale is None
+            and not fmt.k.rotation_size(D) and not fmt.v.rotation_size(D)
+            and fused_attention(q, gate, k_cache, v_cache, positions, slots, out, sc)):
+        return
     qf = _rotate(q.float(), fmt.k.rotation_size(D))
     vrot = fmt.v.rotation_size(D)
     if T == 1:  # one column: every cache row up to its position, no mask; plain matmuls (cheaper than

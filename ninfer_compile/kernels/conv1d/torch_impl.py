@@ -50,8 +50,8 @@ def conv1d(x=None, weight=None, conv_state=None, positions=None, slots=None, out
         raise RouteError(f"conv1d (torch): activation {activation!r} is not supported (silu, none)")
     if conv_state_columns is None and (x if x is not None else x0).shape[0] == 1:
         parts = [x] if x is not None else [t for t in (x0, x1, x2) if t is not None]
-        if fused_decode(parts, derived(weight, "f32", lambda t: t.float()), conv_state[slots.tolist()[0]],
-                        positions.tolist()[0], out, activation == "silu"):
+        if fused_decode(parts, derived(weight, "f32", lambda t: t.float()), conv_state,
+                        slots.tolist()[0], positions.tolist()[0], out, activation == "silu"):
             return
     xin = _input(x, x0, x1, x2)
     T, C = xin.shape

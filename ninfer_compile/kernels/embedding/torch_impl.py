@@ -1,7 +1,8 @@
 """CPU path of the embedding family: out[T, H] = dequantised table[ids] (the launchers' arguments).
 
 A row-split table (`QuantWeight`) is decoded only at the looked-up rows (their plane spans are
-gathered, then decoded exactly: float32(scale) × code), unless the CPU path already holds the
+gathered, then decoded exactly: float32(scale) × code; one fused C++ call where the linear family's
+CPU kernel builds, `linear.torch_fused.fused_rows`), unless the CPU path already holds the
 table's fp32 matrix (a tied output head, `torch_util.fp32_weight`) or the table is small
 (<= SMALL_TABLE elements: decoded whole once), which is then indexed. A bf16
 table is indexed directly. One rounding at the store. `vocab_begin` (a vocabulary-parallel rank's
@@ -14,6 +15,7 @@ import torch
 
 from ...errors import RouteError
 from ..linear.reference import dequantize
+from ..linear.torch_fused import fused_rows
 from ..linear.weights import QuantWeight
 from ..torch_util import cached_fp32_weight, fp32_weight
 
@@ -54,7 +56,10 @@ def _lookup(rows, table, out) -> None:
         full = cached_fp32_weight(table)
         if full is None and table.n * table.k <= SMALL_TABLE:
             full = fp32_weight(table)
-        out.copy_(full[rows] if full is not None else dequantize(_gathered_rows(table, rows)))
+        if full is not None:
+            out.copy_(full[rows])
+        elif not fused_rows(table, rows, out):
+            out.copy_(dequantize(_gathered_rows(table, rows)))
         return
     if not isinstance(table, torch.Tensor) or table.dim() != 2 or table.shape[1] != out.shape[1]:
         raise RouteError("embedding (torch): table must be a QuantWeight or a [V, H] tensor matching out")

@@ -10,7 +10,8 @@
 q / k are L2-normalised (eps `l2_eps`), q scaled by `scale` (None: 1/sqrt(Dk)); value head j reads
 q/k head j // (Hv // Hk). A run whose first column has position 0 starts from a zero state. The
 state stays fp32; `out` gets one rounding at the store. Route params and the workspace are ignored.
-Decode columns with distinct slots take the fused C++ step where it builds (`torch_fused`).
+Decode columns with distinct slots take the fused C++ step where it builds (`torch_fused`), and
+gdn_gating_proj's few columns one fused C++ call.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch.nn.functional as F
 
 from ...errors import RouteError
 from ..torch_util import derived, fp32_weight
-from .torch_fused import fused_decode
+from .torch_fused import fused_decode, fused_gating_proj
 
 __all__ = ["gdn_gating", "gdn_gating_proj", "gated_delta_rule"]
 
@@ -42,8 +43,12 @@ def gdn_gating(a, b, a_log, dt_bias, g, beta, workspace=None, **params) -> None:
 
 def gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias, g, beta, workspace=None, **params) -> None:
     """g, beta = gdn_gating(x @ a_weight^T, x @ b_weight^T, ...) with fp32 a / b (never rounded)."""
+    wa, wb = fp32_weight(a_weight), fp32_weight(b_weight)
+    if fused_gating_proj(x, wa, wb, derived(a_log, "neg_exp_f32", lambda t: -torch.exp(t.float())),
+                         derived(dt_bias, "f32", lambda t: t.float()), g, beta):
+        return
     xf = x.float()
-    gdn_gating(xf @ fp32_weight(a_weight).t(), xf @ fp32_weight(b_weight).t(), a_log, dt_bias, g, beta)
+    gdn_gating(xf @ wa.t(), xf @ wb.t(), a_log, dt_bias, g, beta)
 
 
 def _l2(x: torch.Tensor, eps: float) -> torch.Tensor:

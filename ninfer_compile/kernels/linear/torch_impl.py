@@ -40,6 +40,9 @@ def _product(x: torch.Tensor, weight) -> torch.Tensor:
 
 def linear(x, weight, out, *, residual=None, epilogue: str = "none", workspace=None, **params) -> None:
     """out[T, N_out] = epilogue(x[T, K] @ W^T): none | residual (+ residual) | swiglu (rows [gate | up])."""
+    if (takes_packed(weight, x.shape[0]) and x.shape[-1] == weight.k and torch_fused.kernel()
+            and torch_fused.fused_matmul(x, weight, out, residual, epilogue)):
+        return
     acc = _product(x, weight)
     if epilogue == "none":
         out.copy_(acc)

@@ -1,7 +1,9 @@
 """CPU path of the RoPE families (rope, qk_norm_rope): partial NeoX RoPE over the first
 `rotary_dim` dims of each head, optionally after the zero-centred head RMSNorm; fp32 math, one
 rounding at the store; outputs may alias the inputs (the whole input is read first). The rotation
-is done in place on an fp32 copy: dims [0, r/2) and [r/2, r) are updated from the old values."""
+is done in place on an fp32 copy: dims [0, r/2) and [r/2, r) are updated from the old values.
+qk_norm_rope's few columns (decode) take one fused C++ call where it builds (`torch_fused`), the
+same arithmetic."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ..torch_util import derived
+from .torch_fused import fused_qk_norm_rope
 
 __all__ = ["rope", "qk_norm_rope"]
 
@@ -50,6 +53,9 @@ def qk_norm_rope(q, k, q_weight, k_weight, positions, q_out, k_out, eps: float, 
     hq, D = q.shape[1], q.shape[2]
     qw = derived(q_weight, "norm_1p", lambda t: t.float() + 1.0)
     kw = derived(k_weight, "norm_1p", lambda t: t.float() + 1.0)
+    if fused_qk_norm_rope(q, k, qw, kw, positions, _inv_freq(rotary_dim, theta), q_out, k_out, float(eps),
+                          int(rotary_dim)):
+        return
     xf = torch.cat((q, k), dim=1).float()
     if qw is kw:
         y = F.rms_norm(xf, (D,), qw, float(eps))

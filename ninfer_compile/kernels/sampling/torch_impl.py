@@ -7,11 +7,14 @@ then the Gumbel-max over the kept tokens with the kernels' noise: Philox-4x32-10
 64-bit seed, counter = (token, sample_pos, 0, 0)) word 0 as a uniform, -log(-log(u)) — emulated
 with int64 arithmetic, so the torch path draws the tokens the Triton kernels draw (up to float
 rounding of exp / log in near ties). These helpers are shared with spec_accept's CPU path.
+When every row is greedy, one fused C++ pass finds the argmaxes where it builds (`torch_fused`).
 """
 
 from __future__ import annotations
 
 import torch
+
+from .torch_fused import fused_argmax
 
 __all__ = ["sampling", "sample", "philox_word0", "uniform", "gumbel", "keep_threshold", "row_key"]
 
@@ -92,10 +95,12 @@ def gumbel_winner(x: torch.Tensor, keep: torch.Tensor, key: int, pos: int, fallb
 
 def sampling(logits, temperature, top_k, top_p, seed, sample_pos, ids, workspace=None, **params) -> None:
     """ids[r] = argmax(logits[r]) where temperature[r] <= 0, else the kernels' draw."""
+    temps = temperature.tolist()
+    if max(temps, default=0.0) <= 0 and fused_argmax(logits, ids):
+        return
     lf = logits.float()
     best = torch.argmax(lf, dim=1)
     out = best.to(torch.int32)
-    temps = temperature.tolist()
     for r, t in enumerate(temps):
         if t <= 0:
             continue

@@ -82,3 +82,33 @@ def test_matches_decode_launcher():
     torch_impl.attention(q, gate, kc, vc, pos, slots, got)
     launch.attention_decode(q, gate, kc, vc, pos, slots, want)
     torch.testing.assert_close(got.float(), want.float(), atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("T,slots,pos", [(1, [2], [0]), (1, [1], [69]), (3, [0, 0, 0], [4, 5, 6]),
+                                         (5, [3, 1, 0, 2, 1], [9, 0, 33, 69, 12])])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_fused_bf16_cache_matches_torch_ops(T, slots, pos, out_dtype, monkeypatch):
+    """The fused C++ attention (attention/torch_fused.py) vs the torch ops over a bf16 cache: GQA 6 / 2,
+    D = 84 (ragged 8- / 16-lane tails), strided q / gate views, shared and distinct slots, position 0
+    and the cache's last row."""
+    from ninfer_compile.kernels.attention import torch_fused
+
+    if torch_fused.kernel() is None:
+        pytest.skip("no fused CPU kernel here (no compiler)")
+    kc, vc, ks, vs = _cache("bf16", 4, 70, 2, 84, seed=T)
+    g = torch.Generator().manual_seed(T + 1)
+    row = torch.randn(T, 6, 2 * 84 + 4, generator=g).bfloat16()
+    q, gate = row[:, :, :84], row[:, :, 88:]
+    slots_t, pos_t = torch.tensor(slots, dtype=torch.int32), torch.tensor(pos, dtype=torch.int32)
+
+    def run():
+        out = torch.full((T, 6 * 84), float("nan"), dtype=out_dtype)
+        torch_impl.attention(q, gate, kc, vc, pos_t, slots_t, out, k_scale=ks, v_scale=vs, scale=0.09)
+        return out
+
+    got = run()
+    assert torch_fused.fused_attention(q, gate, kc, vc, pos_t, slots_t, torch.empty(T, 6 * 84), 0.09)
+    monkeypatch.setattr(torch_impl, "fused_attention", lambda *a: False)
+    tol = 1e-2 if out_dtype == torch.bfloat16 else 2e-5
+    torch.testing.assert_close(got, run(), atol=tol, rtol=tol)
+    assert not torch_fused.fused_attention(q, gate, kc, vc, pos_t + 70, slots_t, torch.empty(T, 6 * 84), 0.09)

@@ -88,8 +88,14 @@ def test_fused_single_column_matches_torch_ops(activation, pos, monkeypatch):
     row = torch.randn(1, 96, generator=torch.Generator().manual_seed(2)).bfloat16()
     parts = [row[:, 0:16], row[:, 40:60], row[:, 80:92]]
     got = _run(x, w, state, pos_t, slots, parts=parts, activation=activation)
-    assert torch_fused.fused_decode(parts, w.float(), state[1].clone(), pos, torch.empty(1, 48), True)
+    assert torch_fused.fused_decode(parts, w.float(), state.clone(), 1, pos, torch.empty(1, 48), True)
+    assert not torch_fused.fused_decode(parts, w.float(), state.clone(), state.shape[0], pos, torch.empty(1, 48), True)
     monkeypatch.setattr(torch_impl, "fused_decode", lambda *a: False)
     want = _run(x, w, state, pos_t, slots, parts=parts, activation=activation)
     torch.testing.assert_close(got[0].float(), want[0].float(), atol=1e-2, rtol=1e-2)
     assert torch.equal(got[1], want[1])
+    # fp32 out: the torch ops' arithmetic up to expf's last bits
+    st32, out32, ref32 = state.clone(), torch.full((1, 48), float("nan")), torch.empty(1, 48)
+    assert torch_fused.fused_decode(parts, w.float(), st32, 1, pos, out32, activation == "silu")
+    torch_impl._decode_one(torch.cat(parts, 1), w, state.clone(), pos, 1, ref32, activation)
+    torch.testing.assert_close(out32, ref32, atol=1e-6, rtol=1e-6)

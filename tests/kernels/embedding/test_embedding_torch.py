@@ -30,6 +30,23 @@ def test_rowsplit_exact(fmt, T, H, small_table, monkeypatch):
     assert torch.equal(out, oracle[ids.long()].bfloat16())
 
 
+@pytest.mark.parametrize("fmt", ["Q4G64_F16S", "Q5G64_F16S", "Q6G64_F16S", "W8G32_F16S"])
+def test_fused_rows_are_the_oracle_in_fp32(fmt):
+    """The fused row decode (linear/torch_fused.fused_rows): exact fp32 rows (K = 130: a ragged
+    last group), a repeated id, a row view, an id outside the table refused in one line."""
+    from ninfer_compile.kernels.linear import torch_fused
+
+    if torch_fused.kernel() is None:
+        pytest.skip("no fused CPU kernel here (no compiler / AVX2)")
+    qw, oracle = _table(fmt, 23, 130, seed=4)
+    rows = torch.tensor([20, 0, 5, 5, 1])  # of the view: table rows 2 .. 22
+    out = torch.full((5, 130), float("nan"))
+    assert torch_fused.fused_rows(qw.rows(2, 21), rows, out)
+    assert torch.equal(out, oracle[2:23][rows])
+    with pytest.raises(IndexError, match="outside"):
+        torch_fused.fused_rows(qw, torch.tensor([23]), torch.empty(1, 130))
+
+
 def test_row_view_cached_full_and_bf16_table(monkeypatch):
     monkeypatch.setattr(torch_impl, "SMALL_TABLE", 0)
     qw, oracle = _table("Q6G64_F16S", 20, 64, seed=1)

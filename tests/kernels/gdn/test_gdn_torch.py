@@ -53,6 +53,35 @@ def test_gating_and_proj():
     torch.testing.assert_close(beta, rb, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("T", [1, 3, 5, 17])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_fused_gating_proj_matches_torch_ops(T, dtype, monkeypatch):
+    """The fused gating projection (gdn/torch_fused.py) vs the torch ops: K = 130 (a ragged tail),
+    strided x / g / beta rows, pre-activations on both sides of softplus's threshold."""
+    from ninfer_compile.kernels.gdn import torch_fused
+
+    if torch_fused.kernel() is None:
+        pytest.skip("no fused CPU kernel here (no compiler / AVX2)")
+    gen = torch.Generator().manual_seed(T)
+    x = torch.randn(T, 140, generator=gen).to(dtype)[:, 3:133]
+    aw, bw = ((0.3 * torch.randn(6, 130, generator=gen)).bfloat16() for _ in range(2))
+    a_log, dt_bias = torch.randn(6, generator=gen), torch.tensor([0.0, 25.0, -3.0, 1.0, 19.9, -0.5])
+
+    def run():
+        g, beta = torch.full((T, 9), float("nan"))[:, :6], torch.full((T, 8), float("nan"))[:, 1:7]
+        torch_impl.gdn_gating_proj(x, aw, bw, a_log, dt_bias, g, beta)
+        return g, beta
+
+    fg, fb = run()
+    monkeypatch.setattr(torch_impl, "fused_gating_proj", lambda *a: False)
+    tg, tb = run()
+    torch.testing.assert_close(fg, tg, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fb, tb, atol=1e-6, rtol=1e-5)
+    monkeypatch.undo()
+    assert not torch_fused.fused_gating_proj(x, aw.float(), bw.float(), -a_log.exp(), dt_bias,
+                                             torch.empty(T, 6, dtype=torch.float64), torch.empty(T, 6))
+
+
 @pytest.mark.parametrize("T,Hk,Hv,Dk,Dv", [(1, 2, 6, 16, 16), (3, 1, 2, 32, 48), (5, 2, 4, 128, 32)])
 def test_decode_columns(T, Hk, Hv, Dk, Dv):
     q, k, v, _, _, _, _, g, beta, state = _inputs(T, Hk, Hv, Dk, Dv, 7, T + Dk)

@@ -39,6 +39,35 @@ def test_every_format_matches_reference(name, T):
         assert torch.equal(got.view(torch.uint8), exp.view(torch.uint8)), name
 
 
+@pytest.mark.parametrize("T", [1, 3, 5, 17])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_fused_bf16_append_matches_torch_ops(T, dtype, monkeypatch):
+    """The fused bf16 append (kv_cache/torch_fused.py) vs the torch ops: k / v strided views of one
+    row, fp32 inputs rounded like `.to(bfloat16)`, repeated slots, the other rows untouched."""
+    from ninfer_compile.kernels.kv_cache import torch_fused
+
+    if torch_fused.kernel() is None:
+        pytest.skip("no fused CPU kernel here (no compiler)")
+    g = torch.Generator().manual_seed(T)
+    row = torch.randn(T, 2, 2 * 48 + 8, generator=g).to(dtype)
+    k, v = row[:, :, :48], row[:, :, 56:]
+    slots = torch.randint(0, 3, (T,), generator=g, dtype=torch.int32)
+    pos = torch.randperm(20, generator=g)[:T].to(torch.int32)
+
+    def run():
+        bufs = _caches("bf16", 3, 20, 2, 48)
+        for b in bufs:
+            b.view(torch.uint8).fill_(0x11)
+        torch_impl.kv_append(k, v, pos, slots, *bufs)
+        return bufs
+
+    got = run()
+    assert torch_fused.fused_append_bf16(k, v, pos, slots, *_caches("bf16", 3, 20, 2, 48))
+    monkeypatch.setattr(torch_impl, "fused_append_bf16", lambda *a: False)
+    for a, b in zip(got, run()):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
 def test_unknown_layout_is_one_line():
     k, v = _kv(1, 1, 48, seed=0)
     bufs = _caches("int8", 1, 2, 1, 64)

@@ -46,6 +46,40 @@ def test_matches_the_oracle(fmt, t):
     _check(x.bfloat16(), w)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("t", [1, 3, 5, 17])
+@pytest.mark.parametrize("epi", ["none", "residual", "swiglu"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_epilogue_stored_in_place(fmt, t, epi, dtype):
+    """With `out`: the same fp32 products, the epilogue in fp32 and one rounding at the store into a
+    strided out (the residual aliasing it), as the torch ops do (SiLU up to expf's last bits)."""
+    gen = torch.Generator().manual_seed(t * 3 + len(epi))
+    w = random_weight(fmt, 70, 136, gen)
+    x = torch.randn(t, 136, generator=gen).bfloat16()
+    acc = torch_fused.fused_matmul(x, w)
+    n_out = 35 if epi == "swiglu" else 70
+    store = torch.randn(t, n_out + 9, generator=gen).to(dtype)
+    out = store[:, 4:4 + n_out]
+    if epi == "swiglu":
+        want = torch.nn.functional.silu(acc[:, :35]) * acc[:, 35:]
+    else:
+        want = acc + out.float() if epi == "residual" else acc
+    want = want.to(dtype)
+    kept = store.clone()
+    assert torch_fused.fused_matmul(x, w, out, out if epi == "residual" else None, epi) is True
+    torch.testing.assert_close(out, want, rtol=1e-6 if dtype == torch.float32 else 0, atol=0)
+    assert torch.equal(store[:, :4], kept[:, :4]) and torch.equal(store[:, 4 + n_out:], kept[:, 4 + n_out:])
+
+
+def test_epilogue_declines_what_it_cannot_store():
+    gen = torch.Generator().manual_seed(2)
+    w = random_weight("Q4G64_F16S", 8, 64, gen)
+    x = torch.randn(2, 64, generator=gen)
+    assert torch_fused.fused_matmul(x, w, torch.empty(2, 8, dtype=torch.float16)) is False
+    assert torch_fused.fused_matmul(x, w, torch.empty(8, 2).t()) is False
+    assert torch_fused.fused_matmul(x, w, torch.empty(2, 8), None, "residual") is False
+
+
 @pytest.mark.parametrize("fmt", ["Q5G64_F16S", "Q6G64_F16S"])
 def test_row_view_of_a_tall_weight(fmt):
     gen = torch.Generator().manual_seed(7)
@@ -98,3 +132,48 @@ def test_a_row_range_reads_those_rows_in_place(fmt):
             torch_fused.fused_matmul(x, w, rows=bad)
     with pytest.raises(Exception, match="is not"):
         torch_fused.fused_matmul(x[:, :149], w)
+
+
+def test_two_threads_and_two_callers_give_one_threads_bits():
+    """The helper-thread pool (torch_util.POOL_CPP): products with 2 threads, repeated, and from two
+    Python threads at once (the second caller runs alone), bitwise equal to one thread's."""
+    import threading
+
+    gen = torch.Generator().manual_seed(11)
+    ws = [random_weight(fmt, 3000, 192, gen) for fmt in FORMATS]
+    xs = [torch.randn(3, 192, generator=gen).bfloat16() for _ in ws]
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        want = [torch_fused.fused_matmul(x, w) for x, w in zip(xs, ws)]
+        res = torch.randn(3, 3000, generator=gen).bfloat16()
+
+        def stored(x, w):  # bf16 out + residual: the epilogue's 64-row blocks inside each chunk
+            out = torch.full((3, 3000), float("nan"), dtype=torch.bfloat16)
+            assert torch_fused.fused_matmul(x, w, out, res, "residual")
+            return out
+
+        want_stored = [stored(x, w) for x, w in zip(xs, ws)]
+        torch.set_num_threads(2)
+        for _ in range(20):
+            for x, w, ref in zip(xs, ws, want):
+                assert torch.equal(torch_fused.fused_matmul(x, w), ref)
+        for x, w, ref, product in zip(xs, ws, want_stored, want):
+            assert torch.equal(stored(x, w), ref)
+            assert torch.equal(ref, (product + res.float()).bfloat16())
+        errors = []
+
+        def caller():
+            for _ in range(10):
+                for x, w, ref in zip(xs, ws, want):
+                    if not torch.equal(torch_fused.fused_matmul(x, w), ref):
+                        errors.append(w.format)
+
+        threads = [threading.Thread(target=caller) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+    finally:
+        torch.set_num_threads(saved)

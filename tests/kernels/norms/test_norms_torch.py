@@ -76,3 +76,24 @@ def test_fused_rows_match_torch_ops(dtype, monkeypatch):
     want = run()
     for a, b in zip(got, want):
         _close(a, b, tol=1e-2 if dtype == torch.bfloat16 else 1e-5)
+
+
+def test_fused_gate_silu_over_the_whole_range(monkeypatch):
+    """The fused gate's vectorised exp (torch_util.EXP_CPP) vs torch's SiLU: z from -120 to 120
+    (beyond exp's fp32 range both ways), rows of 67 (a ragged tail of the 8-wide loop), fp32."""
+    from ninfer_compile.kernels.norms import torch_fused
+
+    if torch_fused.kernel() is None:
+        pytest.skip("no fused CPU kernel here (no compiler)")
+    z = torch.linspace(-120, 120, 9 * 67).view(9, 1, 67)
+    x = torch.ones(9, 1, 67)
+    w = torch.ones(67).bfloat16()
+
+    def run():
+        out = torch.full((9, 67), float("nan"))
+        ti.gated_rmsnorm(x, z, w, out, eps=0.0)
+        return out
+
+    got = run()
+    monkeypatch.setattr(ti, "fused_rmsnorm", lambda *a, **k: False)
+    torch.testing.assert_close(got, run(), atol=1e-30, rtol=1e-6)

@@ -38,6 +38,36 @@ def test_qk_norm_rope(T, hq, hk, D, rot):
     _close(k, rk)
 
 
+@pytest.mark.parametrize("T", [1, 3, 5, 17])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_fused_qk_norm_rope_matches_torch_ops(T, dtype, monkeypatch):
+    """The fused C++ qk_norm_rope (rope/torch_fused.py) vs the torch ops: q a strided view of a wider
+    row, outputs aliasing the inputs, int64 positions, D = 80 with a partial rotary 20."""
+    from ninfer_compile.kernels.rope import torch_fused
+
+    if torch_fused.kernel() is None:
+        pytest.skip("no fused CPU kernel here (no compiler)")
+    g = torch.Generator().manual_seed(T)
+    row = torch.randn(T, 3, 2 * 80, generator=g).to(dtype)
+    k0 = torch.randn(T, 1, 80, generator=g).to(dtype)
+    qw, kw = ((0.1 * torch.randn(80, generator=g)).bfloat16() for _ in range(2))
+    pos = torch.randint(0, 100000, (T,), generator=g)
+
+    def run():
+        r, k = row.clone(), k0.clone()
+        q = r[:, :, 40:120]
+        torch_impl.qk_norm_rope(q, k, qw, kw, pos, q, k, eps=1e-6, rotary_dim=20, theta=1e7)
+        return r, k
+
+    fr, fk = run()
+    monkeypatch.setattr(torch_impl, "fused_qk_norm_rope", lambda *a: False)
+    tr, tk = run()
+    tol = 1e-2 if dtype == torch.bfloat16 else 2e-5
+    torch.testing.assert_close(fr, tr, atol=tol, rtol=tol)
+    torch.testing.assert_close(fk, tk, atol=tol, rtol=tol)
+    assert torch.equal(fr[:, :, :40], row[:, :, :40]) and torch.equal(fr[:, :, 120:], row[:, :, 120:])
+
+
 def test_matches_launcher():
     from ninfer_compile.kernels.rope import launch
 

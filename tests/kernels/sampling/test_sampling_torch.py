@@ -23,6 +23,32 @@ def test_greedy_rows_are_the_argmax():
     assert ids.tolist() == reference.argmax(logits).tolist()
 
 
+@pytest.mark.parametrize("V", [1, 7, 8, 301, 4099])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_fused_argmax_is_torchs(V, dtype):
+    """The fused greedy pass (sampling/torch_fused.py) vs torch.argmax: ties (the first index), the
+    maximum in the ragged tail, -inf rows, NaN (torch's rule: the first NaN), a strided row view."""
+    from ninfer_compile.kernels.sampling import torch_fused
+
+    if torch_fused.kernel() is None:
+        pytest.skip("no fused CPU kernel here (no compiler / AVX2)")
+    g = torch.Generator().manual_seed(V)
+    wide = torch.randn(6, V + 5, generator=g).to(dtype)
+    x = wide[:, 2:2 + V]
+    x[1, V // 3] = x[1, V - 1] = 50.0          # a tie
+    x[2, V - 1] = 60.0                          # in the tail
+    x[3] = float("-inf")
+    x[4, V // 2] = float("nan")
+    x[4, V - 1] = 70.0
+    x[5, :] = 3.0                               # all equal
+    ids = torch.full((6,), -1, dtype=torch.int32)
+    assert torch_fused.fused_argmax(x, ids)
+    assert ids.tolist() == torch.argmax(x.float(), dim=1).tolist()
+    ids2 = torch.full((6,), -1, dtype=torch.int32)
+    torch_impl.sample(x, *_params([0.0] * 6, [0] * 6, [1.0] * 6, [1] * 6, [0] * 6), ids2)
+    assert ids2.tolist() == ids.tolist()
+
+
 def test_sampled_rows_match_the_launcher():
     from ninfer_compile.kernels.sampling import launch
 
