@@ -344,6 +344,19 @@ def pool_library() -> ctypes.CDLL | None:
 _POOL: list = []
 
 
+def loaded_once(load):
+    """A function returning `load()`'s result, computed on its first call: a family's fused CPU
+    kernel (or None where it cannot run here), built and loaded once per process."""
+    cache: list = []
+
+    def loaded():
+        if not cache:
+            cache.append(load())
+        return cache[0]
+
+    return loaded
+
+
 def cpp_function(name: str, source: str, what: str, symbol: str, argtypes, supported: str | None = None):
     """`symbol` of `cpp_library(name, source, what)` with its argument types (an int result), or None:
     no library, or `supported` (a symbol of the library) says this CPU lacks the instructions."""

@@ -120,7 +120,7 @@ def test_packed_products_keep_the_default_recipe_exact(tmp_path, path):
         fused = importlib.import_module(f"{eng.kernel_package}.linear.torch_fused")
         calls = []
         if path == "native":
-            fused._LIB[:] = [None]
+            fused.kernel = lambda: None
         elif fused.kernel() is None:
             pytest.skip("the fused CPU kernel does not build or run here")
         else:

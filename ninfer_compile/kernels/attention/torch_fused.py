@@ -17,7 +17,7 @@ import ctypes
 
 import torch
 
-from ..torch_util import BF16_CPP, EXP_CPP, cpp_function
+from ..torch_util import BF16_CPP, EXP_CPP, cpp_function, loaded_once
 
 __all__ = ["SOURCE", "fused_attention", "MAX_COLUMNS"]
 
@@ -106,7 +106,6 @@ extern "C" int ninfer_attention_decode(int n, int Hq, int Hkv, int D, const void
 }
 """
 
-_LIB: list = []  # [ctypes function or None], filled on first use
 _IN = (torch.bfloat16, torch.float32)
 
 
@@ -116,11 +115,7 @@ def _load():
                         [i, i, i, i, p, p, i, l, l, l, l, p, p, l, l, l, p, p, p, i, l, l, fl, i])
 
 
-def kernel():
-    """The loaded function (built on first use), or None where it cannot run here (module doc)."""
-    if not _LIB:
-        _LIB.append(_load())
-    return _LIB[0]
+kernel = loaded_once(_load)  # the loaded function (built on first use), or None where it cannot run here
 
 
 def fused_attention(q, gate, k_cache, v_cache, positions, slots, out, scale: float) -> bool:

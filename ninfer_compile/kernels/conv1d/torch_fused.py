@@ -19,7 +19,7 @@ import ctypes
 
 import torch
 
-from ..torch_util import BF16_CPP, EXP_CPP, PreparedCalls, cpp_function
+from ..torch_util import BF16_CPP, EXP_CPP, PreparedCalls, cpp_function, loaded_once
 
 __all__ = ["SOURCE", "fused_decode"]
 
@@ -65,7 +65,6 @@ extern "C" int ninfer_conv1d_decode(int C, int K, const void* x0, int w0, const 
 }
 """
 
-_LIB: list = []  # [ctypes function or None], filled on first use
 _IN = (torch.bfloat16, torch.float32)
 _PREPARED = PreparedCalls()
 
@@ -76,11 +75,7 @@ def _load():
                         [i, i, p, i, p, i, p, i, p, p, i, l, p, i, i])
 
 
-def kernel():
-    """The loaded function (built on first use), or None where it cannot run here (module doc)."""
-    if not _LIB:
-        _LIB.append(_load())
-    return _LIB[0]
+kernel = loaded_once(_load)  # the loaded function (built on first use), or None where it cannot run here
 
 
 def _prepared(parts: tuple, w32: torch.Tensor, conv_state: torch.Tensor, out: torch.Tensor, silu: bool):

@@ -25,7 +25,7 @@ import ctypes
 
 import torch
 
-from ..torch_util import BF16_CPP, POOL_DECL, PreparedCalls, cpp_function
+from ..torch_util import BF16_CPP, POOL_DECL, PreparedCalls, cpp_function, loaded_once
 
 __all__ = ["SOURCE", "fused_decode", "fused_gating_proj"]
 
@@ -144,7 +144,6 @@ extern "C" TGT int ninfer_gdn_gating_proj(int n, int K, int Hv, const void* x, i
 }
 """
 
-_LIB: list = []  # [ctypes function or None], filled on first use
 _GATING: list = []  # the gating function of the same library, or None
 MAX_GATING_COLUMNS = 64  # more columns (prefill): torch's matmuls
 _PREPARED = PreparedCalls()
@@ -158,11 +157,7 @@ def _load():
                         supported="ninfer_gdn_supported")
 
 
-def kernel():
-    """The loaded step (built on first use), or None where it cannot run here (module doc)."""
-    if not _LIB:
-        _LIB.append(_load())
-    return _LIB[0]
+kernel = loaded_once(_load)  # the loaded function (built on first use), or None where it cannot run here
 
 
 def _gating_function():

@@ -13,7 +13,7 @@ import ctypes
 
 import torch
 
-from ..torch_util import BF16_CPP, cpp_function
+from ..torch_util import BF16_CPP, cpp_function, loaded_once
 
 __all__ = ["SOURCE", "fused_append_bf16"]
 
@@ -40,20 +40,13 @@ extern "C" int ninfer_kv_append_bf16(int n, int H, int D, const void* k, const v
 }
 """
 
-_LIB: list = []  # [ctypes function or None], filled on first use
-
-
 def _load():
     p, i, l = ctypes.c_void_p, ctypes.c_int, ctypes.c_long
     return cpp_function("kv_cache_cpu_fused", SOURCE, "kv_append runs as torch ops", "ninfer_kv_append_bf16",
                         [i, i, i, p, p, i, l, l, l, l, p, p, l, l, l, p, p])
 
 
-def kernel():
-    """The loaded function (built on first use), or None where it cannot run here (module doc)."""
-    if not _LIB:
-        _LIB.append(_load())
-    return _LIB[0]
+kernel = loaded_once(_load)  # the loaded function (built on first use), or None where it cannot run here
 
 
 def fused_append_bf16(k, v, positions, slots, k_cache, v_cache) -> bool:

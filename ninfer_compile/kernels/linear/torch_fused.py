@@ -33,7 +33,7 @@ import ctypes
 import torch
 
 from ...errors import RouteError
-from ..torch_util import EXP_CPP, POOL_DECL, PreparedCalls, cpp_function, cpp_library
+from ..torch_util import EXP_CPP, POOL_DECL, PreparedCalls, cpp_function, cpp_library, loaded_once
 from .weights import QuantWeight
 
 __all__ = ["SOURCE", "kernel", "fused_matmul", "fused_rows", "SERIAL_WORK"]
@@ -370,7 +370,6 @@ extern "C" TGT int ninfer_qrows(int bits, const uint8_t* base, const uint8_t* hi
 }
 """
 
-_LIB: list = []  # [ctypes function or None], filled on first use
 _ROWS: list = []  # the row decoder of the same library, or None
 _PREPARED = PreparedCalls()
 
@@ -381,11 +380,7 @@ def _load():
                         [i, p, p, p, i, i, p, i, i, i, i, p, i, i, i, p, i, i, i], supported="ninfer_qdot_supported")
 
 
-def kernel():
-    """The loaded kernel (built on first use), or None where it cannot run here (module doc)."""
-    if not _LIB:
-        _LIB.append(_load())
-    return _LIB[0]
+kernel = loaded_once(_load)  # the loaded function (built on first use), or None where it cannot run here
 
 
 def _rows_function():

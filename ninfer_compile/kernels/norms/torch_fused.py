@@ -18,7 +18,7 @@ import ctypes
 
 import torch
 
-from ..torch_util import BF16_CPP, EXP_CPP, PreparedCalls, cpp_function
+from ..torch_util import BF16_CPP, EXP_CPP, PreparedCalls, cpp_function, loaded_once
 
 __all__ = ["SOURCE", "fused_rmsnorm"]
 
@@ -56,7 +56,6 @@ extern "C" int ninfer_rmsnorm(int n_col, int n_head, int D, const void* x, int x
 }
 """
 
-_LIB: list = []  # [ctypes function or None], filled on first use
 _IN = (torch.bfloat16, torch.float32)
 _PREPARED = PreparedCalls()
 
@@ -67,11 +66,7 @@ def _load():
                         [i, i, i, p, i, l, l, p, i, l, l, p, p, i, l, l, fl])
 
 
-def kernel():
-    """The loaded function (built on first use), or None where it cannot run here (module doc)."""
-    if not _LIB:
-        _LIB.append(_load())
-    return _LIB[0]
+kernel = loaded_once(_load)  # the loaded function (built on first use), or None where it cannot run here
 
 
 def _rows(t: torch.Tensor) -> tuple[int, int] | None:

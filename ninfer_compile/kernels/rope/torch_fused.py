@@ -17,7 +17,7 @@ import ctypes
 
 import torch
 
-from ..torch_util import BF16_CPP, cpp_function
+from ..torch_util import BF16_CPP, cpp_function, loaded_once
 
 __all__ = ["SOURCE", "fused_qk_norm_rope", "MAX_COLUMNS"]
 
@@ -76,7 +76,6 @@ extern "C" int ninfer_qk_norm_rope(int n, int hq, int hk, int D, int rot, const 
 }
 """
 
-_LIB: list = []  # [ctypes function or None], filled on first use
 _IN = (torch.bfloat16, torch.float32)
 
 
@@ -86,11 +85,7 @@ def _load():
                         [i, i, i, i, i, p, p, i, l, l, l, l, p, p, p, i, p, p, p, i, l, l, l, l, fl])
 
 
-def kernel():
-    """The loaded function (built on first use), or None where it cannot run here (module doc)."""
-    if not _LIB:
-        _LIB.append(_load())
-    return _LIB[0]
+kernel = loaded_once(_load)  # the loaded function (built on first use), or None where it cannot run here
 
 
 def _heads(t: torch.Tensor, dtype) -> bool:

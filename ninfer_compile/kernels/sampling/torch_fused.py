@@ -14,7 +14,7 @@ import ctypes
 
 import torch
 
-from ..torch_util import BF16_CPP, cpp_function
+from ..torch_util import BF16_CPP, cpp_function, loaded_once
 
 __all__ = ["SOURCE", "fused_argmax"]
 
@@ -75,20 +75,13 @@ extern "C" TGT int ninfer_argmax(int rows, long V, const void* x, int bf16, long
 }
 """
 
-_LIB: list = []  # [ctypes function or None], filled on first use
-
-
 def _load():
     p, i, l = ctypes.c_void_p, ctypes.c_int, ctypes.c_long
     return cpp_function("sampling_cpu_fused", SOURCE, "greedy selection runs as torch ops", "ninfer_argmax",
                         [i, l, p, i, l, p], supported="ninfer_argmax_supported")
 
 
-def kernel():
-    """The loaded function (built on first use), or None where it cannot run here (module doc)."""
-    if not _LIB:
-        _LIB.append(_load())
-    return _LIB[0]
+kernel = loaded_once(_load)  # the loaded function (built on first use), or None where it cannot run here
 
 
 def fused_argmax(logits: torch.Tensor, ids: torch.Tensor) -> bool:
