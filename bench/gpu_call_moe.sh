@@ -11,6 +11,7 @@
 #   tune    the MoE families' rows measured by the tuner (-> $OUT/sm90_moe.yaml)
 #   nocs    issue 31's --no-column-specialization: the plan compiled with it, prefill 1024 / 4096 (A/B
 #           against e2e's prefill rows of the default plan in the same call)
+# TEST_PATHS / E2E_ARGS override the tests' paths and bench_e2e's measurement arguments (a short call).
 # Everything but call.log and gpu_tests.log comes back in results.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +28,7 @@ for part in ${PARTS:-tests pack compile e2e moe spec load}; do
   stamp "part $part"
   case "$part" in
     tests)
-      timeout ${TESTS_S:-240} python3 -m pytest -q -m gpu tests/kernels/moe tests/runtime/test_moe_e2e.py \
+      timeout ${TESTS_S:-240} python3 -m pytest -q -m gpu ${TEST_PATHS:-tests/kernels/moe tests/runtime/test_moe_e2e.py} \
         -p no:cacheprovider -rf -n ${GPU_TEST_WORKERS:-4} > "$OUT/gpu_tests.log" 2>&1 || ok=0
       tail -n 3 "$OUT/gpu_tests.log" | tee -a "$OUT/call.log"
       grep -m 8 "FAILED\|Error" "$OUT/gpu_tests.log" | tee -a "$OUT/call.log"
@@ -45,7 +46,7 @@ for part in ${PARTS:-tests pack compile e2e moe spec load}; do
     e2e)
       [ "$ok" = 1 ] || { echo "e2e skipped: the GPU tests failed" | tee -a "$OUT/call.log"; continue; }
       timeout ${E2E_S:-240} python3 bench/bench_e2e.py --plan "$P" --artifact "$A" --out "$OUT" --label 35b-a3b \
-        --prefill 1024,4096 --concurrency 1,8 --context 4096 --profile 1,8 2>&1 \
+        ${E2E_ARGS:---prefill 1024,4096 --concurrency 1,8 --context 4096 --profile 1,8} 2>&1 \
         | grep "^streaming\|^decode\|^prefill\|^profile\|rror" | tee -a "$OUT/call.log" ;;
     moe)
       [ "$ok" = 1 ] || { echo "moe skipped: the GPU tests failed" | tee -a "$OUT/call.log"; continue; }
