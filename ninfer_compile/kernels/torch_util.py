@@ -357,6 +357,19 @@ def loaded_once(load):
     return loaded
 
 
+def library_symbol(main, name: str, source: str, what: str, symbol: str, argtypes):
+    """A further `symbol` (int result) of the library a family's `main()` kernel comes from, loaded on
+    first use; None wherever `main()` is None (no compiler, no AVX2, NINFER_CPU_FUSED=0)."""
+    def load():
+        if main() is None:
+            return None
+        f = getattr(cpp_library(name, source, what), symbol)
+        f.argtypes, f.restype = argtypes, ctypes.c_int
+        return f
+
+    return loaded_once(load)
+
+
 def cpp_function(name: str, source: str, what: str, symbol: str, argtypes, supported: str | None = None):
     """`symbol` of `cpp_library(name, source, what)` with its argument types (an int result), or None:
     no library, or `supported` (a symbol of the library) says this CPU lacks the instructions."""

@@ -25,7 +25,7 @@ import ctypes
 
 import torch
 
-from ..torch_util import BF16_CPP, POOL_DECL, PreparedCalls, cpp_function, loaded_once
+from ..torch_util import BF16_CPP, POOL_DECL, PreparedCalls, cpp_function, library_symbol, loaded_once
 
 __all__ = ["SOURCE", "fused_decode", "fused_gating_proj"]
 
@@ -144,7 +144,6 @@ extern "C" TGT int ninfer_gdn_gating_proj(int n, int K, int Hv, const void* x, i
 }
 """
 
-_GATING: list = []  # the gating function of the same library, or None
 MAX_GATING_COLUMNS = 64  # more columns (prefill): torch's matmuls
 _PREPARED = PreparedCalls()
 _IN = (torch.bfloat16, torch.float32)
@@ -160,17 +159,10 @@ def _load():
 kernel = loaded_once(_load)  # the loaded function (built on first use), or None where it cannot run here
 
 
-def _gating_function():
-    if not _GATING:
-        f = None
-        if kernel() is not None:
-            from ..torch_util import cpp_library
-
-            f = cpp_library("gdn_cpu_fused", SOURCE, "the GDN decode step runs as torch ops").ninfer_gdn_gating_proj
-            p, i, l = ctypes.c_void_p, ctypes.c_int, ctypes.c_long
-            f.argtypes, f.restype = [i, i, i, p, i, l, p, p, p, p, p, l, p, l], ctypes.c_int
-        _GATING.append(f)
-    return _GATING[0]
+_P, _I, _L = ctypes.c_void_p, ctypes.c_int, ctypes.c_long
+# the gating function of the same library, or None
+_gating_function = library_symbol(lambda: kernel(), "gdn_cpu_fused", SOURCE, "the GDN decode step runs as torch ops",
+                                  "ninfer_gdn_gating_proj", [_I, _I, _I, _P, _I, _L, _P, _P, _P, _P, _P, _L, _P, _L])
 
 
 def _gating_args(x, wa, wb, neg_rate, bias, g, beta):

@@ -33,7 +33,7 @@ import ctypes
 import torch
 
 from ...errors import RouteError
-from ..torch_util import EXP_CPP, POOL_DECL, PreparedCalls, cpp_function, cpp_library, loaded_once
+from ..torch_util import EXP_CPP, POOL_DECL, PreparedCalls, cpp_function, library_symbol, loaded_once
 from .weights import QuantWeight
 
 __all__ = ["SOURCE", "kernel", "fused_matmul", "fused_rows", "SERIAL_WORK"]
@@ -370,7 +370,6 @@ extern "C" TGT int ninfer_qrows(int bits, const uint8_t* base, const uint8_t* hi
 }
 """
 
-_ROWS: list = []  # the row decoder of the same library, or None
 _PREPARED = PreparedCalls()
 
 
@@ -383,15 +382,10 @@ def _load():
 kernel = loaded_once(_load)  # the loaded function (built on first use), or None where it cannot run here
 
 
-def _rows_function():
-    if not _ROWS:
-        f = None
-        if kernel() is not None:
-            f = cpp_library("linear_cpu_fused", SOURCE, "using torch's int4 / int8 matmuls").ninfer_qrows
-            p, i = ctypes.c_void_p, ctypes.c_int
-            f.argtypes, f.restype = [i, p, p, p, i, i, i, p, i, p, i, i], ctypes.c_int
-        _ROWS.append(f)
-    return _ROWS[0]
+_P, _I = ctypes.c_void_p, ctypes.c_int
+# the row decoder of the same library, or None
+_rows_function = library_symbol(lambda: kernel(), "linear_cpu_fused", SOURCE, "using torch's int4 / int8 matmuls",
+                                "ninfer_qrows", [_I, _P, _P, _P, _I, _I, _I, _P, _I, _P, _I, _I])
 
 
 def fused_rows(weight: QuantWeight, rows: torch.Tensor, out: torch.Tensor) -> bool:
