@@ -412,19 +412,21 @@ def _rows_ok(t: torch.Tensor | None, shape) -> bool:
     return t is None or (t.dtype in _STORED and t.dim() == 2 and t.stride(-1) == 1 and t.shape == shape)
 
 
-def _prepared(x, weight: QuantWeight, out, residual, epilogue: str, n: int | None = None):
+def _prepared(x, weight: QuantWeight, out, residual, epilogue: str, begin: int = 0, n: int | None = None):
     """The kernel's arguments but the thread count for out = epilogue(x @ W^T) stored in place, or None
-    where out / residual / x do not fit (fused_matmul's doc); `n`: the first n rows only."""
+    where out / residual / x do not fit (fused_matmul's doc); `begin`, `n`: the weight's rows
+    [begin, begin + n) only (default all), their planes read at those byte offsets."""
     t, n = x.shape[0], weight.n if n is None else n
     if (x.dtype not in _STORED or x.dim() != 2 or x.stride(-1) != 1 or x.shape[1] != weight.k
             or not _rows_ok(out, (t, n // 2 if epilogue == "swiglu" else n)) or not _rows_ok(residual, (t, n))
             or epilogue not in _EPILOGUES or (residual is None and epilogue == "residual")):
         return None
     res = residual if epilogue == "residual" else None
-    return (weight.bits, weight.base.data_ptr(), weight.high.data_ptr() if weight.high is not None else None,
-            weight.scale.data_ptr(), n, weight.groups_per_row, x.data_ptr(), int(x.dtype == torch.bfloat16), t,
-            weight.k, x.stride(0), out.data_ptr(), int(out.dtype == torch.bfloat16), out.stride(0),
-            _EPILOGUES[epilogue], None if res is None else res.data_ptr(),
+    high = weight.high.data_ptr() + begin * weight.high_row_bytes if weight.high is not None else None
+    return (weight.bits, weight.base.data_ptr() + begin * weight.base_row_bytes, high,
+            weight.scale.data_ptr() + begin * weight.scale_row_bytes, n, weight.groups_per_row, x.data_ptr(),
+            int(x.dtype == torch.bfloat16), t, weight.k, x.stride(0), out.data_ptr(), int(out.dtype == torch.bfloat16),
+            out.stride(0), _EPILOGUES[epilogue], None if res is None else res.data_ptr(),
             int(res is not None and res.dtype == torch.bfloat16), 0 if res is None else res.stride(0))
 
 
@@ -434,16 +436,18 @@ def _threads(weight: QuantWeight, t: int, n: int) -> int:
 
 def _call(f, args, x, weight: QuantWeight, threads: int) -> None:
     if f(*args, threads) != 0:
-        raise MemoryError(f"linear (torch): the fused CPU kernel could not allocate its scratch ({x.shape[0]} x {weight.k})")
+        raise MemoryError(f"linear (torch): the fused CPU kernel could not allocate its scratch "
+                          f"({x.shape[0]} x {weight.k})")
 
 
 def fused_matmul(x: torch.Tensor, weight: QuantWeight, out: torch.Tensor | None = None, residual=None,
                  epilogue: str = "none", rows: tuple[int, int] | None = None):
     """x [T, K] (fp32 or bf16; other dtypes go through fp32) @ W^T. Without `out`: the fp32 [T, N]
-    product; `rows=(begin, count)` there: only the weight's rows [begin, begin + count) (fp32 [T, count]),
-    read in place at their byte offsets in the planes (module doc). With `out` (bf16 or fp32 [T, N] or [T, N / 2] for swiglu, unit last stride; `residual`
-    likewise, may alias out): out = epilogue(product), stored in place, True; False (nothing done)
-    where out / residual do not fit that. A launch's arguments are prepared once (`PreparedCalls`)."""
+    product; `rows=(begin, count)` there: only the weight's rows [begin, begin + count) (fp32
+    [T, count]), read in place at their byte offsets in the planes (module doc). With `out` (bf16 or
+    fp32 [T, N] or [T, N / 2] for swiglu, unit last stride; `residual` likewise, may alias out):
+    out = epilogue(product), stored in place, True; False (nothing done) where out / residual do not
+    fit that. A launch's arguments are prepared once (`PreparedCalls`)."""
     f = kernel()
     if f is None:
         raise RuntimeError("linear (torch): the fused CPU kernel is not available here")
@@ -455,12 +459,7 @@ def fused_matmul(x: torch.Tensor, weight: QuantWeight, out: torch.Tensor | None 
             raise RouteError(f"linear (torch): x {list(x.shape)} is not [T, K={weight.k}]")
         x = (x if x.dtype in _STORED else x.float()).contiguous()
         product = torch.empty(x.shape[0], n, dtype=torch.float32)
-        args = list(_prepared(x, weight, product, None, "none", n=n))
-        args[1] += begin * weight.base_row_bytes
-        if args[2] is not None:
-            args[2] += begin * weight.high_row_bytes
-        args[3] += begin * weight.scale_row_bytes
-        _call(f, args, x, weight, _threads(weight, x.shape[0], n))
+        _call(f, _prepared(x, weight, product, None, "none", begin, n), x, weight, _threads(weight, x.shape[0], n))
         return product
     if rows is not None:
         raise RouteError("linear (torch): rows= applies to the product without out only")
