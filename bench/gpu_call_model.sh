@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The 35B-A3B (issue 33) on one GPU in one device call, parts in order ($PARTS), each bounded:
-#   tests   GPU-marked MoE tests: the MoE kernels at the real shapes, the tiny MoE plan on the GPU
+# One model on one GPU in one device call: MODEL=35b (default: the 35B-A3B, issue 33) or MODEL=27b
+# (qwen3.6-27b: issues 30 and 31). Parts in order ($PARTS), each bounded:
+#   tests   GPU-marked tests (35b: the MoE kernels at the real shapes, the tiny MoE plan on the GPU)
 #           (a failure stops the parts that time those kernels)
-#   pack    the synthetic 35B-A3B artifact (seed 0: the real inventory, random payloads, ~22.8 GB)
-#   compile the sm_90 plan with kernel binaries: C = 1 and 8, the K = 3 MTP extents, context 4608
-#   e2e     bench_e2e: prefill 4096, decode C = 1 and 8 at context 4096, the waterfall at C = 1 and 8
+#   pack    the synthetic artifact (seed 0: the real inventory, random payloads; 35b ~22.8 GB, 27b ~17.5 GB)
+#   compile the sm_90 plan with kernel binaries: C = $CONC (35b: 1,8; 27b: 1,2,4,8), the K = 3 MTP
+#           extents, context 4608
+#   e2e     bench_e2e: prefill 1024 / 4096, decode at C = $CONC, context 4096, the waterfall at C = 1 and 8
 #   moe     bench_moe: the router and expert routes at T = 1..64, uniform and skewed routing
 #   spec    bench_spec: the K = 3 round at C = 1 and 8 against the plain step, forced acceptance at C = 1
-#   load    load_phases: two fresh processes to their first token
+#   load    load_phases: $LOAD_RUNS (2) fresh processes to their first token (before e2e in $PARTS: the
+#           first one is the machine's first load)
 #   tune    the MoE families' rows measured by the tuner (-> $OUT/sm90_moe.yaml)
 #   nocs    issue 31's --no-column-specialization: the plan compiled with it, prefill 1024 / 4096 (A/B
 #           against e2e's prefill rows of the default plan in the same call)
@@ -20,8 +23,13 @@ python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /
 export PYTHONPATH=/tmp/site:$PWD:$PWD/runtime PYTHONUNBUFFERED=1
 stamp() { echo "[$(date -u +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$OUT/call.log"; }
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv | tee -a "$OUT/call.log"
-A=/tmp/m35.ninfer
-P=/tmp/m35.sm90.plan
+case "${MODEL:=35b}" in
+  35b) NAME=qwen3.6-35b-a3b; LABEL=35b-a3b; CONC=${CONC:-1,8} ;;
+  27b) NAME=qwen3.6-27b; LABEL=27b; CONC=${CONC:-1,2,4,8} ;;
+  *) echo "error: MODEL=$MODEL: 35b or 27b"; exit 2 ;;
+esac
+A=/tmp/m$MODEL.ninfer
+P=/tmp/m$MODEL.sm90.plan
 ROUTES=${ROUTES:-routes/sm90.yaml}
 ok=1
 for part in ${PARTS:-tests pack compile e2e moe spec load}; do
@@ -37,16 +45,16 @@ for part in ${PARTS:-tests pack compile e2e moe spec load}; do
         echo "GPU tests failed: the timed parts use $ROUTES (no fused combine)" | tee -a "$OUT/call.log"
       fi ;;
     pack)
-      [ -f "$A" ] || python3 -m ninfer_compile.cli pack --synthetic qwen3.6-35b-a3b -o "$A" --seed 0 -q 2>&1 | tail -n 2
+      [ -f "$A" ] || python3 -m ninfer_compile.cli pack --synthetic $NAME -o "$A" --seed 0 -q 2>&1 | tail -n 2
       ls -la "$A" | tee -a "$OUT/call.log" ;;
     compile)
       /usr/bin/time -f "compile wall %e s, cpu %U+%S s, max rss %M KB" python3 -m ninfer_compile.cli "$A" --sm 90 \
-        --routes "$ROUTES" --concurrency 1,8 --draft-tokens 3 --max-context 4608 -o "$P" 2>&1 | tail -n 3 \
+        --routes "$ROUTES" --concurrency $CONC --draft-tokens 3 --max-context 4608 -o "$P" 2>&1 | tail -n 3 \
         | tee -a "$OUT/call.log" ;;
     e2e)
       [ "$ok" = 1 ] || { echo "e2e skipped: the GPU tests failed" | tee -a "$OUT/call.log"; continue; }
-      timeout ${E2E_S:-240} python3 bench/bench_e2e.py --plan "$P" --artifact "$A" --out "$OUT" --label 35b-a3b \
-        ${E2E_ARGS:---prefill 1024,4096 --concurrency 1,8 --context 4096 --profile 1,8} 2>&1 \
+      timeout ${E2E_S:-240} python3 bench/bench_e2e.py --plan "$P" --artifact "$A" --out "$OUT" --label $LABEL \
+        ${E2E_ARGS:---prefill 1024,4096 --concurrency $CONC --context 4096 --profile 1,8} 2>&1 \
         | grep "^streaming\|^decode\|^prefill\|^profile\|rror" | tee -a "$OUT/call.log" ;;
     moe)
       [ "$ok" = 1 ] || { echo "moe skipped: the GPU tests failed" | tee -a "$OUT/call.log"; continue; }
@@ -54,21 +62,21 @@ for part in ${PARTS:-tests pack compile e2e moe spec load}; do
         | tail -n 40 | tee -a "$OUT/call.log" ;;
     spec)
       [ "$ok" = 1 ] || { echo "spec skipped: the GPU tests failed" | tee -a "$OUT/call.log"; continue; }
-      timeout ${SPEC_S:-200} python3 bench/bench_spec.py --plan "$P" --artifact "$A" --out "$OUT" --label 35b-a3b-k3 \
+      timeout ${SPEC_S:-200} python3 bench/bench_spec.py --plan "$P" --artifact "$A" --out "$OUT" --label $LABEL-k3 \
         --concurrency 1,8 --context 4096 --forced-concurrency 1 --profile 1 2>&1 \
         | grep "^K=\|MTP3\|round\|single\|rror" | head -n 20 | tee -a "$OUT/call.log" ;;
     load)
-      timeout ${LOAD_S:-120} python3 bench/load_phases.py --model qwen3.6-35b-a3b --artifact "$A" --sm 90 --runs 2 \
-        2>&1 | tail -n 8 | tee "$OUT/load_phases.log" | tail -n 4 | tee -a "$OUT/call.log" ;;
+      timeout ${LOAD_S:-120} python3 bench/load_phases.py --model $NAME --artifact "$A" --sm 90 --runs ${LOAD_RUNS:-2} \
+        2>&1 | tee "$OUT/load_phases.log" | tail -n 6 | tee -a "$OUT/call.log" ;;
     nocs)
       /usr/bin/time -f "compile (no column specialization) wall %e s, cpu %U+%S s" python3 -m ninfer_compile.cli "$A" \
-        --sm 90 --routes "$ROUTES" --concurrency 1,8 --draft-tokens 3 --max-context 4608 --no-column-specialization \
-        -o /tmp/m35_nocs.plan 2>&1 | tail -n 2 | tee -a "$OUT/call.log"
-      timeout ${NOCS_S:-90} python3 bench/bench_e2e.py --plan /tmp/m35_nocs.plan --artifact "$A" --out "$OUT" \
-        --label 35b-a3b-nocs --prefill 1024,4096 --concurrency "" 2>&1 | grep "^prefill\|rror" | tee -a "$OUT/call.log" ;;
+        --sm 90 --routes "$ROUTES" --concurrency $CONC --draft-tokens 3 --max-context 4608 --no-column-specialization \
+        -o /tmp/m${MODEL}_nocs.plan 2>&1 | tail -n 2 | tee -a "$OUT/call.log"
+      timeout ${NOCS_S:-90} python3 bench/bench_e2e.py --plan /tmp/m${MODEL}_nocs.plan --artifact "$A" --out "$OUT" \
+        --label $LABEL-nocs --prefill 1024,4096 --concurrency "" 2>&1 | grep "^prefill\|rror" | tee -a "$OUT/call.log" ;;
     tune)
       timeout ${TUNE_S:-180} python3 -m ninfer_compile.cli tune --sm 90 --families moe_router,moe_experts \
-        --contract qwen3.6-35b-a3b --base "$ROUTES" -o "$OUT/sm90_moe.yaml" --report "$OUT/sm90_moe.md" \
+        --contract $NAME --base "$ROUTES" -o "$OUT/sm90_moe.yaml" --report "$OUT/sm90_moe.md" \
         --budget-s ${TUNE_S:-180} 2>&1 | tail -n 6 | tee -a "$OUT/call.log" ;;
   esac
 done
