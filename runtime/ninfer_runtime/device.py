@@ -18,8 +18,9 @@ no memory, so it binds the plan's launches exactly as a load does without a GPU.
 Requires: torch (triton only for "triton" / "interpret"). Guarantees (`TorchDevice`): `check`
 refuses a plan compiled for another sm (one line, PlanMismatch); `prepare_kernels` turns the
 interpreter on before triton is imported ("interpret" only; "torch" never needs it); `upload`
-copies one host uint8 buffer to the device: on a GPU queued through a ring of pinned staging buffers (pinned_upload.py; the pageable copy with NINFER_PINNED_UPLOAD=0 or when pinning
-fails, one `note:` line), done once `finish_uploads` returned; on the CPU no host copy at all;
+copies one host uint8 buffer to the device: on a GPU queued through a ring of pinned staging buffers
+(pinned_upload.py; the pageable copy with NINFER_PINNED_UPLOAD=0 or when pinning fails, one `note:`
+line), done once `finish_uploads` returned; on the CPU no host copy at all;
 `zeros` allocates zero-filled device memory (the caching allocator's alignment); `warm` and
 `capture_graphs` are true on a CUDA device only; `start_kernel_binaries` runs the plan binaries'
 check, hashing, preload and module loads in a background thread on a GPU (`KernelSetup`), inline
