@@ -1,7 +1,7 @@
 """Load phases: how long a fresh process takes to its first token, step by step.
 
     python bench/load_phases.py [--dir D] [--artifact A] [--model qwen3.6-27b] [--sm N] [--runs 2] [--dry-run]
-                                [--importtime]
+                                [--importtime] [--env KEY=VAL[,KEY=VAL...]]...
 
 1. writes the synthetic artifact once (`ninfer-compile pack --synthetic MODEL --seed 0`: the real
    shapes, formats and frontend resources; ~17.5 GB for the 27B; a sparse artifact has no
@@ -17,11 +17,16 @@
    (`/proc/self/stat` start time) to the first token. The first child may pay Triton's one-time
    driver-utilities build (user cache); the later ones show the steady state.
 
+--env KEY=VAL[,KEY=VAL...] (repeatable): each occurrence is one child environment (those variables
+added to this process's); each of the --runs runs once per --env, alternating, e.g. the pinned
+upload A/B: `--env NINFER_PINNED_UPLOAD=0 --env NINFER_PINNED_UPLOAD=1` (the table's env column).
+The upload is load_times' "upload" (its phase "upload_wait": the wait for the last queued copies).
 --importtime: the children run under `python -X importtime`; each prints the imports that cost most
 (`imports ...`: self time and cumulative, ms), e.g. what the torch import is made of.
 --dry-run (no GPU): the tiny synthetic model, compiled with binaries, loaded under the Triton
 interpreter (no binaries used, no graphs): checks the script end to end on a CPU.
-Results: one JSON line per child (`phases ...`) and a table; nothing is written elsewhere.
+Results: one JSON line per child (`phases ...`, then the child's `note: ` lines) and a table; nothing
+is written elsewhere.
 """
 
 from __future__ import annotations
@@ -79,6 +84,17 @@ def _run(cmd, env, what):
     return p, dt
 
 
+def _env_variant(text: str, ap: argparse.ArgumentParser) -> dict[str, str]:
+    """"KEY=VAL,KEY2=VAL2" -> {KEY: VAL, KEY2: VAL2} (a malformed one: the parser's one-line error)."""
+    out = {}
+    for item in text.split(","):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            ap.error(f"--env {text!r}: expected KEY=VAL[,KEY=VAL...]")
+        out[key.strip()] = value
+    return out
+
+
 def costliest_imports(stderr: str, n: int = 15) -> str:
     """`-X importtime` output -> the n imports with the largest self time, and the top-level
     packages by cumulative time: `name self/cumulative ms, ...`."""
@@ -105,7 +121,10 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--dry-run", action="store_true", help="no GPU: the tiny model under the interpreter")
     ap.add_argument("--importtime", action="store_true", help="print the costliest imports of each child")
+    ap.add_argument("--env", action="append", default=[], metavar="KEY=VAL[,KEY=VAL...]",
+                    help="one child environment (repeatable: the runs alternate over them)")
     args = ap.parse_args(argv)
+    variants = [_env_variant(v, ap) for v in args.env] or [{}]
     args.dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "runtime"),
                                                        os.environ.get("PYTHONPATH", "")])}
@@ -136,17 +155,22 @@ def main(argv=None) -> int:
         child_env["TRITON_INTERPRET"] = "1"
     rows = []
     for i in range(args.runs):
-        xopt = ["-X", "importtime"] if args.importtime else []
-        p, wall = _run([sys.executable, *xopt, "-c", CHILD, str(plan), str(art)], child_env, f"load run {i + 1}")
-        line = next(ln for ln in p.stdout.splitlines() if ln.startswith("phases "))
-        print(line, flush=True)
-        if args.importtime:
-            print("imports " + costliest_imports(p.stderr), flush=True)
-        rows.append((wall, json.loads(line[len("phases "):])))
-    print("\nrun | process->first token | import torch | import runtime | load | first token | load phases")
-    for i, (wall, r) in enumerate(rows, start=1):
+        for variant in variants:
+            xopt = ["-X", "importtime"] if args.importtime else []
+            label = ",".join(f"{k}={v}" for k, v in variant.items()) or "-"
+            p, _ = _run([sys.executable, *xopt, "-c", CHILD, str(plan), str(art)], {**child_env, **variant},
+                           f"load run {i + 1} (env {label})")
+            line = next(ln for ln in p.stdout.splitlines() if ln.startswith("phases "))
+            print(f"env {label} {line}", flush=True)
+            for note in (ln for ln in p.stderr.splitlines() if ln.startswith("note: ")):  # e.g. pinning refused
+                print(f"env {label} {note}", flush=True)
+            if args.importtime:
+                print("imports " + costliest_imports(p.stderr), flush=True)
+            rows.append((label, json.loads(line[len("phases "):])))
+    print("\nrun | env | process->first token | import torch | import runtime | load | first token | load phases")
+    for i, (label, r) in enumerate(rows, start=1):
         ph = ", ".join(f"{k} {v:.2f}" for k, v in r["load_phases"].items())
-        print(f"{i} | {r['process_to_first_token_s']:.2f}s | {r['import_torch_s']:.2f}s | {r['import_runtime_s']:.2f}s "
+        print(f"{i} | {label} | {r['process_to_first_token_s']:.2f}s | {r['import_torch_s']:.2f}s | {r['import_runtime_s']:.2f}s "
               f"| {r['load_s']:.2f}s (upload {r['load_times']['upload']:.2f}, kernels {r['load_times']['kernels']:.2f}, "
               f"capture {r['load_times']['capture']:.2f}) | {r['first_token_s']:.2f}s | {ph}")
     print(f"kernels: {rows[-1][1]['kernels']}")

@@ -17,7 +17,10 @@ no memory, so it binds the plan's launches exactly as a load does without a GPU.
 
 Requires: torch (triton only for "triton" / "interpret"). Guarantees (`TorchDevice`): `check`
 refuses a plan compiled for another sm (one line, PlanMismatch); `prepare_kernels` turns the
-interpreter on before triton is imported ("interpret" only; "torch" never needs it); `upload` copies one host uint8 buffer to the device (no second host copy);
+interpreter on before triton is imported ("interpret" only; "torch" never needs it); `upload`
+copies one host uint8 buffer to the device: on a GPU queued through a ring of pinned staging buffers
+(pinned_upload.py; the pageable copy with NINFER_PINNED_UPLOAD=0 or when pinning fails, one `note:`
+line), done once `finish_uploads` returned; on the CPU no host copy at all;
 `zeros` allocates zero-filled device memory (the caching allocator's alignment); `warm` and
 `capture_graphs` are true on a CUDA device only; `start_kernel_binaries` runs the plan binaries'
 check, hashing, preload and module loads in a background thread on a GPU (`KernelSetup`), inline
@@ -35,6 +38,7 @@ from typing import Any, Callable
 import torch
 
 from .errors import PlanError, PlanMismatch
+from .pinned_upload import pinned_upload_enabled
 
 
 class DeviceBackend:
@@ -66,8 +70,13 @@ class DeviceBackend:
 
     def upload(self, read: Callable[[], torch.Tensor], nbytes: int) -> torch.Tensor:
         """A 1-D uint8 device tensor of `nbytes` with the bytes of `read()` (a host uint8 tensor;
-        a device that holds no data need not call it)."""
+        a device that holds no data need not call it). The copy may still be queued on return:
+        the bytes are there once `finish_uploads()` returned."""
         raise NotImplementedError
+
+    def finish_uploads(self) -> None:
+        """Wait until every upload's bytes are on the device (called after the last upload, before
+        anything reads the weights, also when the load fails)."""
 
     def zeros(self, shape, dtype: torch.dtype) -> torch.Tensor:
         """Zero-filled device memory (the arena, state buffers, workspaces)."""
@@ -207,6 +216,9 @@ class TorchDevice(DeviceBackend):
         self._interpreting = interpreting
         self.kernels = kernel_mode(self.device, kernels)
         self.warm = self.capture_graphs = self.device.type == "cuda"
+        # a GPU uploads through pinned staging buffers (pinned_upload.py) unless NINFER_PINNED_UPLOAD=0
+        self._pinned_upload = self.device.type == "cuda" and pinned_upload_enabled()
+        self._uploader = None  # the PinnedUploader of the upload in progress
 
     def check(self, plan: dict) -> str:
         return check_device(plan, self.device)
@@ -244,7 +256,23 @@ class TorchDevice(DeviceBackend):
         return KernelSetup(lambda: self.kernel_binaries(source, package), background=background)
 
     def upload(self, read: Callable[[], torch.Tensor], nbytes: int) -> torch.Tensor:
+        if self._pinned_upload and self._uploader is None:
+            from .pinned_upload import PinnedUploader, PinningFailed
+
+            try:
+                self._uploader = PinnedUploader(self.device)
+            except PinningFailed as exc:
+                self._pinned_upload = False
+                print(f"note: cannot pin the upload's staging buffers ({exc}); uploading from pageable memory",
+                      file=sys.stderr, flush=True)
+        if self._uploader is not None:
+            return self._uploader.upload(read(), nbytes)
         return read().to(self.device, non_blocking=False)
+
+    def finish_uploads(self) -> None:
+        uploader, self._uploader = self._uploader, None
+        if uploader is not None:
+            uploader.finish()
 
     def zeros(self, shape, dtype: torch.dtype) -> torch.Tensor:
         return torch.zeros(shape, dtype=dtype, device=self.device)

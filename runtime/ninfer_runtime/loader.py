@@ -12,10 +12,10 @@
    or, on request, its Triton kernels under the interpreter (`kernels="interpret"`, slow);
 3. with `verify_weights=True`, hash the payload of every bound object against the digests the
    compiler recorded (integrity.verify_weights); then upload the weights the launches reference,
-   streamed from the artifact's mmap (per object: torch.frombuffer over the mmap span -> device;
-   no second host copy). Row-split objects become the kernel library's `QuantWeight` (uint8
-   planes; row views are plane slices), direct objects typed tensors in their logical shape (row
-   views are row slices);
+   streamed from the artifact's mmap (per object: torch.frombuffer over the mmap span -> device; a
+   GPU stages it in pinned buffers, device.py). Row-split objects become the kernel library's
+   `QuantWeight` (uint8 planes; row views are plane slices), direct objects typed tensors in their
+   logical shape (row views are row slices);
 4. allocate the activation arena and the per-slot state buffers (KV caches, GDN conv/recurrent);
 5. import PLAN/kernels as a uniquely named package and bind every extent's launches (on the torch
    path nothing imports triton); on a GPU,
@@ -138,7 +138,7 @@ class Engine:
         # weights
         self._objects: dict[str, Any] = {}
         self._weights: dict[tuple, Any] = {}
-        from .weight_shards import weight_refs
+        from .weight_shards import upload_shards, weight_refs
 
         used, self._shard_refs = weight_refs(self.plan)  # whole objects; (object, shard) copies of a --tp rank
         if self.verify_weights:
@@ -152,10 +152,13 @@ class Engine:
         setup = self._kernel_setup = self.backend.start_kernel_binaries(self.source, self.kernel_package)
         t_kern = time.perf_counter() - t_kern
         t_up = time.perf_counter()
-        self._upload(used, progress)
-        from .weight_shards import upload_shards
-
-        self._shards = upload_shards(self, _DIRECT, GROUPED)  # a --tp rank's copies (row / column ranges)
+        try:
+            self._upload(used, progress)
+            self._shards = upload_shards(self, _DIRECT, GROUPED)  # a --tp rank's copies (row / column ranges)
+        finally:
+            t_upload_wait = time.perf_counter()  # phase "upload_wait": until every queued copy is done,
+            self.backend.finish_uploads()  # before anything reads the weights
+            t_upload_wait = time.perf_counter() - t_upload_wait
         self.backend.synchronize()
         t_up = time.perf_counter() - t_up
         t_wait = time.perf_counter()
@@ -193,7 +196,7 @@ class Engine:
         # the phases inside "kernels" (binaries: triton_cache.PlanBinaries.phases) and the capture
         bg = " (bg)" if setup.background else ""
         binary_phases = self.binaries.phases if self.binaries is not None else {}
-        self.load_phases = {"import": t_import, **{k + bg: v for k, v in binary_phases.items()},
+        self.load_phases = {"import": t_import, "upload_wait": t_upload_wait, **{k + bg: v for k, v in binary_phases.items()},
                             **({"kernels (bg)": setup.seconds, "kernels_wait": t_wait} if bg else {}),
                             "binding": t_bind, "warmup": t_warm, "capture": t_cap}
         if self.tp is not None and self.tp.world > 1 and self.tp.rank == 0:
