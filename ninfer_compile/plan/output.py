@@ -255,4 +255,7 @@ def swap_into_place(tmp: Path, dest: Path) -> None:
             swapped = True
     finally:
         if swapped and old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+            # deferred: a signal another thread took during the swap has its handler run in this
+            # thread at some later bytecode; raised inside rmtree it would cut the removal short
+            with deferred():
+                shutil.rmtree(old, ignore_errors=True)
