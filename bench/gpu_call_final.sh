@@ -8,10 +8,8 @@
 # but call.log and gpu_tests.log comes back in results.tgz (at most 8 files come back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site wheels/*.whl wheels/serve/*.whl || exit 2
-export PYTHONPATH=/tmp/site:$PWD:$PWD/runtime PYTHONUNBUFFERED=1
-stamp() { echo "[$(date -u +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$OUT/call.log"; }
+source bench/gpu_call_common.sh
+gpu_call_start wheels/serve/*.whl
 ok=1
 if [ -n "${GPU_TESTS:-}" ]; then
   stamp "gpu tests: $GPU_TESTS"
@@ -39,8 +37,5 @@ for part in ${PARTS:-tune_new spec acceptance serve e2e}; do
             | grep "^decode\|^prefill\|^profile\|^load\|error" | head -n 20 ;;
   esac
 done
-stamp "packing"
 rm -f "$OUT/gpu.txt"
-tar -C "$OUT" -czf /tmp/results.tgz --exclude call.log --exclude gpu_tests.log . && mv /tmp/results.tgz "$OUT/results.tgz"
-find "$OUT" -mindepth 1 -maxdepth 1 ! -name call.log ! -name gpu_tests.log ! -name results.tgz -exec rm -rf {} +
-stamp done
+gpu_call_pack

@@ -13,13 +13,11 @@
 #   run: carry ["wheels"], command "OUT=$OUT bash bench/gpu_call_gemm.sh", timeout_s 600
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
+source bench/gpu_call_common.sh
 WALL_S=${WALL_S:-520}          # stop starting parts past this (the run's limit is 600 s)
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site wheels/*.whl || exit 2
+gpu_call_start
 python3 -c "import numpy" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
   wheels/numpy/*.whl || echo "numpy unavailable: gemlite will be skipped"
-export PYTHONPATH=/tmp/site:$PWD:$PWD/runtime PYTHONUNBUFFERED=1
-stamp() { echo "[$(date -u +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$OUT/call.log"; }
 left() { echo $(( WALL_S - SECONDS )); }
 stamp "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -n 1)"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" 2>&1 | tee -a "$OUT/call.log"
@@ -56,7 +54,4 @@ for part in ${PARTS:-tests large1 large2 rest}; do
     *) stamp "unknown part $part" ;;
   esac
 done
-stamp "packing"
-tar -C "$OUT" -czf /tmp/results.tgz --exclude call.log --exclude gpu_tests.log . && mv /tmp/results.tgz "$OUT/results.tgz"
-find "$OUT" -mindepth 1 -maxdepth 1 ! -name call.log ! -name gpu_tests.log ! -name results.tgz -exec rm -rf {} +
-stamp done
+gpu_call_pack

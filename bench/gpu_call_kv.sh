@@ -4,8 +4,8 @@
 # with SERVE=1, the server at a 32K shared prefix (stage serve). At most 8 files come back.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
-stamp() { echo "[$(date -u +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$OUT/call.log"; }
+source bench/gpu_call_common.sh
+mkdir -p "$OUT"
 if [ "${PROFILE:-1}" = 1 ]; then
   stamp "spec profile K=3"
   SPEC_K=3 SPEC_C=1,8 SPEC_FORCED_C="" SPEC_PROFILE=1,8 SPEC_BUDGET_S=200 bash bench/gpu_session.sh spec 2>&1 \

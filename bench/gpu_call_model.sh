@@ -20,10 +20,8 @@
 # Everything but call.log and gpu_tests.log comes back in results.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site wheels/*.whl || exit 2
-export PYTHONPATH=/tmp/site:$PWD:$PWD/runtime PYTHONUNBUFFERED=1
-stamp() { echo "[$(date -u +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$OUT/call.log"; }
+source bench/gpu_call_common.sh
+gpu_call_start
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv | tee -a "$OUT/call.log"
 case "${MODEL:=35b}" in
   35b) NAME=qwen3.6-35b-a3b; LABEL=35b-a3b; CONC=${CONC:-1,8}
@@ -96,7 +94,4 @@ for part in ${PARTS:-tests pack compile e2e moe spec load}; do
         --budget-s ${TUNE_S:-180} 2>&1 | tail -n 6 | tee -a "$OUT/call.log" ;;
   esac
 done
-stamp "packing"
-tar -C "$OUT" -czf /tmp/results.tgz --exclude call.log --exclude gpu_tests.log . && mv /tmp/results.tgz "$OUT/results.tgz"
-find "$OUT" -mindepth 1 -maxdepth 1 ! -name call.log ! -name gpu_tests.log ! -name results.tgz -exec rm -rf {} +
-stamp done
+gpu_call_pack

@@ -11,10 +11,8 @@
 # PARTS picks parts; GPU_TESTS the test paths of part tests; SPEC_S / LOAD_S / TESTS_S bound parts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site wheels/*.whl || exit 2
-export PYTHONPATH=/tmp/site:$PWD:$PWD/runtime PYTHONUNBUFFERED=1
-stamp() { echo "[$(date -u +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$OUT/call.log"; }
+source bench/gpu_call_common.sh
+gpu_call_start
 stamp "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n 1)"
 for part in ${PARTS:-tests retune spec load}; do
   stamp "part $part"
@@ -37,8 +35,5 @@ for part in ${PARTS:-tests retune spec load}; do
         | tail -n 20 | tee -a "$OUT/call.log" ;;
   esac
 done
-stamp "packing"
 rm -f "$OUT/gpu.txt"
-tar -C "$OUT" -czf /tmp/results.tgz --exclude call.log --exclude gpu_tests.log . && mv /tmp/results.tgz "$OUT/results.tgz"
-find "$OUT" -mindepth 1 -maxdepth 1 ! -name call.log ! -name gpu_tests.log ! -name results.tgz -exec rm -rf {} +
-stamp done
+gpu_call_pack

@@ -5,10 +5,8 @@
 # the draft windows in $SPEC_K. Each part is bounded; timestamps go to $OUT/call.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site wheels/*.whl || exit 2
-export PYTHONPATH=/tmp/site:$PWD:$PWD/runtime PYTHONUNBUFFERED=1
-stamp() { echo "[$(date -u +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$OUT/call.log"; }
+source bench/gpu_call_common.sh
+gpu_call_start
 stamp "gpu tests (speculative + runtime e2e)"
 timeout ${SPEC_TESTS_TIMEOUT_S:-150} python3 -m pytest -q -m gpu tests/runtime/test_speculative_e2e.py \
   tests/runtime/test_runtime_e2e.py -p no:cacheprovider -rf > "$OUT/spec_gpu_tests.log" 2>&1
