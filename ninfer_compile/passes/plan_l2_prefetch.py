@@ -11,8 +11,11 @@ Requires: fusion done (the ops left are the launches the runtime will run); weig
 Guarantees: for every linear op L whose nearest preceding family ops (non-family ops are views and
   launch nothing) are not linears, one `l2_prefetch` op named `<L>.l2_prefetch`, with `weight` = L's
   weight and `after` = the run's first op's column operand (its producer comes before the prefetch;
-  the prefetch never reads it), ordered right before that first op. Nothing else changes; the IR
-  executor's results are unchanged (the op has no value). `graph.meta["l2_prefetch"]` counts them.
+  the prefetch never reads it), ordered right before that first op — or, when the selected row says
+  `FOLD: true` and that first op's family takes a `prefetch` operand (rmsnorm), no new op: the first
+  op gets `prefetch` = L's weight and `prefetch_bytes` = the row's BYTES and issues it itself (no
+  extra launch in the PDL chain). Nothing else changes; the IR executor's results are unchanged (a
+  hint has no value). `graph.meta["l2_prefetch"]` counts the ops added and the prefetches folded.
   Applies only when the table has an `l2_prefetch` section (pipeline.APPLIES): other plans are as
   before the pass existed.
 """
@@ -45,7 +48,7 @@ def _column_operand(op: Op) -> str:
 def run(graph: Graph, ctx: PassContext) -> Graph:
     out = graph.copy()
     order = [op for op in graph.ops() if op.is_family]
-    added = 0
+    added = folded = 0
     for i, lin in enumerate(order):
         if lin.kind not in STREAMING or "weight" not in lin.inputs:
             continue
@@ -60,9 +63,21 @@ def run(graph: Graph, ctx: PassContext) -> Graph:
         seq = (prev_seq + first.seq) / 2 if prev_seq < first.seq else math.nextafter(first.seq, -math.inf)
         op = Op(name=out.fresh_name(f"{lin.name}.{FAMILY}"), kind=FAMILY, seq=seq,
                 inputs={"after": after, "weight": lin.inputs["weight"]})
-        if not table_selects(ctx, FAMILY, op_t(out, op), op_match(out, op)):
+        t, match = op_t(out, op), op_match(out, op)
+        if not table_selects(ctx, FAMILY, t, match):
+            continue
+        params = ctx.table.select(FAMILY, t, dict(match)).params if ctx.table is not None else {}
+        if params.get("FOLD") and _takes_prefetch(first) and "prefetch" not in first.inputs:
+            out.replace_op(first.model_copy(update={
+                "inputs": {**first.inputs, "prefetch": lin.inputs["weight"]},
+                "attrs": {**first.attrs, "prefetch_bytes": int(params.get("BYTES", 1 << 24))}}))
+            folded += 1
             continue
         out.add_op(op)
         added += 1
-    out.meta[FAMILY] = {"ops": added}
+    out.meta[FAMILY] = {"ops": added, "folded": folded}
     return out
+
+
+def _takes_prefetch(op: Op) -> bool:
+    return any(o.name == "prefetch" for o in family_spec(op.kind).operands)

@@ -127,7 +127,7 @@ from triton.compiler import ASTSource
 from ninfer_compile.kernels.norms.kernels import rmsnorm_rows_kernel as fn
 out = {}
 for arch, on in ((90, True), (90, False), (86, False)):
-    consts = dict(MODE=0, BLOCK=1024, PDL=on)
+    consts = dict(MODE=0, BLOCK=1024, PREFETCH=False, LANES=32, PDL=on)
     names = fn.arg_names
     sig = {n: ('constexpr' if n in consts else ('*bf16' if n.endswith('_ptr') else ('fp32' if n == 'eps' else 'i32')))
            for n in names}

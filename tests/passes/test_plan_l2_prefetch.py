@@ -16,15 +16,15 @@ SECTION = """
 l2_prefetch:
   - match: {phase: decode}
     routes:
-      - {t: [1, 64], route: l2_prefetch_bulk, params: {BYTES: 4194304}}
+      - {t: [1, 64], route: l2_prefetch_bulk, params: {BYTES: 4194304%s}}
       - {t: [65, max], unsupported: 'decode steps only'}
 """
 
 
-def prefetch_table(d: Path) -> Path:
-    """routes/sm90.yaml plus an l2_prefetch section (decode extents)."""
-    t = d / "sm90_l2_prefetch.yaml"
-    t.write_text((REPO / "routes" / "sm90.yaml").read_text() + SECTION)
+def prefetch_table(d: Path, fold: bool = False) -> Path:
+    """routes/sm90.yaml plus an l2_prefetch section (decode extents; FOLD true: folded where it can)."""
+    t = d / f"sm90_l2_prefetch{'_fold' if fold else ''}.yaml"
+    t.write_text((REPO / "routes" / "sm90.yaml").read_text() + SECTION % (", FOLD: true" if fold else ""))
     return t
 
 
@@ -34,13 +34,16 @@ def plans(tmp_path_factory):
     art = d / "tiny.ninfer"
     pack_synthetic("tiny-qwen3.5", art, progress=False)
     out = {}
-    for name, extra in (("plain", []), ("prefetch", ["--routes", str(prefetch_table(d))])):
+    for name, extra in (("plain", []), ("prefetch", ["--routes", str(prefetch_table(d))]),
+                        ("fold", ["--routes", str(prefetch_table(d, fold=True))])):
         plan = d / f"{name}.plan"
         assert cli(["compile", str(art), "--sm", "90", "--no-binaries", "-q", "--concurrency", "1,2",
                     "-o", str(plan), *extra]) == 0
         out[name] = json.loads((plan / "plan.json").read_text())
         out[name + "_dir"] = plan
     out["artifact"] = art
+    with load_plan(out["plain_dir"], art) as eng:
+        out["plain_tokens"] = eng.generate([[1, 2, 3, 4, 5]], max_new_tokens=6, greedy=True)
     return out
 
 
@@ -73,7 +76,37 @@ def test_each_linear_after_small_launches_gets_its_weight_prefetched_at_the_run_
                     assert all(k != "linear" for k in kinds[j + 1:i]), (name, l["op"])
                     assert j == 0 or kinds[j - 1] == "linear" or kinds[j - 1] == "l2_prefetch"
                     assert mine[0]["args"]["weight"] == l["args"]["weight"]
-        assert all(p["params"] == {"BYTES": 4194304, "PIECE": 1 << 20} for p in pre)
+        assert all(p["params"] == {"BYTES": 4194304, "PIECE": 1 << 20, "FOLD": False} for p in pre)
+
+
+def test_fold_hands_the_prefetch_to_the_norm_that_heads_the_run(plans):
+    sep, fold = plans["prefetch"], plans["fold"]
+    for name, ext in fold["extents"].items():
+        if ext["phase"] != "decode":
+            continue
+        by_op = {l["op"]: l for l in ext["launches"]}
+        sep_pre = [l for l in sep["extents"][name]["launches"] if l["kind"] == "l2_prefetch"]
+        folded = 0
+        for p in sep_pre:
+            launches = sep["extents"][name]["launches"]
+            head = launches[launches.index(p) + 1]  # the run's first op
+            if head["kind"] == "rmsnorm":
+                assert p["op"] not in by_op  # no launch: the norm issues it
+                got = by_op[head["op"]]
+                assert got["args"]["prefetch"] == p["args"]["weight"]
+                assert {"arg": "prefetch_bytes", "scalar": 4194304} in got["bind"]
+                folded += 1
+            else:  # a run headed by another family (embedding, GDN gating) keeps its own launch
+                assert by_op[p["op"]]["kind"] == "l2_prefetch"
+        assert folded and len(ext["launches"]) == len(sep["extents"][name]["launches"]) - folded
+    with load_plan(plans["fold_dir"], plans["artifact"]) as eng:
+        assert eng.generate([[1, 2, 3, 4, 5]], max_new_tokens=6, greedy=True) == plans["plain_tokens"]
+
+
+def load_plan(plan, artifact):
+    from ninfer_runtime import load
+
+    return load(plan, artifact, progress=False)
 
 
 def test_a_table_without_the_section_gets_no_pass(plans):
@@ -83,10 +116,5 @@ def test_a_table_without_the_section_gets_no_pass(plans):
 
 
 def test_the_plan_with_prefetches_runs_to_the_same_tokens_on_the_cpu(plans):
-    from ninfer_runtime import load
-
-    toks = []
-    for name in ("plain", "prefetch"):
-        with load(plans[name + "_dir"], plans["artifact"], progress=False) as eng:
-            toks.append(eng.generate([[1, 2, 3, 4, 5]], max_new_tokens=6, greedy=True))
-    assert toks[0] == toks[1]
+    with load_plan(plans["prefetch_dir"], plans["artifact"]) as eng:
+        assert eng.generate([[1, 2, 3, 4, 5]], max_new_tokens=6, greedy=True) == plans["plain_tokens"]

@@ -19,13 +19,23 @@ PREFETCH_L2 = tl.constexpr("{ .reg .pred p; setp.gt.s32 p, $2, 0; "
 
 
 @triton.jit
-def _span(addr, start, nbytes, g, SUB: tl.constexpr):
-    """Prefetch this lane's share [g, g + SUB) of the span that starts at byte `start` of the whole."""
+def _span(addr, start, nbytes, g, sub):
+    """Prefetch each lane's share [g, g + sub) of the span that starts at byte `start` of the whole."""
     lo = tl.maximum(g, start)
-    hi = tl.minimum(g + SUB, start + nbytes)
+    hi = tl.minimum(g + sub, start + nbytes)
     size = tl.where(hi > lo, hi - lo, 0).to(tl.int32)
     a = addr + tl.where(hi > lo, lo - start, 0)
     tl.inline_asm_elementwise(PREFETCH_L2, "=r,l,r", [a, size], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def issue_l2_prefetch(a0, n0, a1, n1, a2, n2, g, sub):
+    """The three spans laid end to end; lane i of `g` (int64 byte offsets into the whole) issues
+    [g_i, g_i + sub). Shared by this family's kernel and the kernels that carry a folded prefetch
+    (rmsnorm: `prefetch` operand, see plan_l2_prefetch)."""
+    _span(a0.to(tl.int64), 0, n0.to(tl.int64), g, sub)
+    _span(a1.to(tl.int64), n0.to(tl.int64), n1.to(tl.int64), g, sub)
+    _span(a2.to(tl.int64), (n0 + n1).to(tl.int64), n2.to(tl.int64), g, sub)
 
 
 @triton.jit
@@ -33,7 +43,5 @@ def l2_prefetch_kernel(a0, n0, a1, n1, a2, n2, PIECE: tl.constexpr, PDL: tl.cons
     pdl_release_first(PDL)
     SUB: tl.constexpr = PIECE // 32
     g = tl.program_id(0).to(tl.int64) * PIECE + tl.arange(0, 32).to(tl.int64) * SUB
-    _span(a0.to(tl.int64), 0, n0.to(tl.int64), g, SUB)
-    _span(a1.to(tl.int64), n0.to(tl.int64), n1.to(tl.int64), g, SUB)
-    _span(a2.to(tl.int64), (n0 + n1).to(tl.int64), n2.to(tl.int64), g, SUB)
+    issue_l2_prefetch(a0, n0, a1, n1, a2, n2, g, SUB)
     pdl_wait_last(PDL)

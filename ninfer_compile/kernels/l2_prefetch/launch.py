@@ -1,6 +1,7 @@
 """Launcher of `l2_prefetch`.
 
-    l2_prefetch(after, weight, *, BYTES=1<<24, PIECE=1<<20)
+    l2_prefetch(after, weight, *, BYTES=1<<24, PIECE=1<<20, FOLD=False)
+    folded_prefetch_args(weight, nbytes, lanes)   # for kernels that carry a folded prefetch
 
 `weight`: a `QuantWeight` (row-split planes, maybe a row view) or a 2-D tensor (bf16 rows). The
 first rows of every plane, as many as BYTES covers in all (`prefetch_spans`), go to L2. Launched
@@ -52,16 +53,33 @@ def prefetch_spans(weight, nbytes: int) -> list[tuple[int, int]]:
     return [(first if a is None else a, n) for a, n in out]  # an empty span keeps a real address: one signature
 
 
+def folded_prefetch_args(weight, nbytes: int, lanes: int) -> tuple[tuple[int, ...], bool]:
+    """For a kernel that carries a folded prefetch (one program's `lanes` threads issue it): the
+    kernel arguments (a0, n0, a1, n1, a2, n2, sub) and whether to issue at all (an sm_90+ CUDA
+    device outside the interpreter; else zeros and False: the hint is dropped)."""
+    if weight is None or nbytes is None or not issues_on(_device(weight)):
+        return (0, 0, 0, 0, 0, 0, ALIGN), False
+    spans = prefetch_spans(weight, int(nbytes))
+    total = sum(n for _, n in spans)
+    sub = max(ALIGN, -(-total // lanes // ALIGN) * ALIGN)
+    return (*[v for s in spans for v in s], sub), total > 0
+
+
+def issues_on(dev: torch.device) -> bool:
+    """The bulk L2 prefetch can be issued: a CUDA device of sm_90+, not the interpreter."""
+    return not interpreting() and dev.type == "cuda" and torch.cuda.get_device_capability(dev) >= (9, 0)
+
+
 def _device(weight) -> torch.device:
     return weight.device if isinstance(weight, torch.Tensor) else weight.base.device
 
 
-def l2_prefetch(after, weight, BYTES: int = 1 << 24, PIECE: int = 1 << 20) -> None:
+def l2_prefetch(after, weight, BYTES: int = 1 << 24, PIECE: int = 1 << 20, FOLD: bool = False) -> None:
+    """FOLD is the pass's (a site it could not fold launches here all the same)."""
     if PIECE % (32 * ALIGN) or PIECE < 32 * ALIGN:
         raise RouteError(f"l2_prefetch: PIECE must be a multiple of {32 * ALIGN}, got {PIECE}")
     spans = prefetch_spans(weight, int(BYTES))
-    dev = _device(weight)
-    if interpreting() or dev.type != "cuda" or torch.cuda.get_device_capability(dev) < (9, 0):
+    if not issues_on(_device(weight)):
         return
     total = sum(n for _, n in spans)
     if total == 0:

@@ -12,6 +12,9 @@ register(Route(
                            "at most the whole weight)"),
         "PIECE": ParamSpec("PIECE", (1 << 19, 1 << 20, 1 << 21), 1 << 20,
                            "bytes per program: 32 lanes, one cp.async.bulk.prefetch.L2 each"),
+        "FOLD": ParamSpec("FOLD", (False, True), False,
+                          "plan_l2_prefetch hands the prefetch to the run's first op when its family takes "
+                          "a `prefetch` operand (rmsnorm) instead of adding a launch; read by the pass"),
     },
     reference=f"{_M}.reference:l2_prefetch", launcher=f"{_M}.launch:l2_prefetch",
     kernels=(f"{_M}.kernels:l2_prefetch_kernel",),

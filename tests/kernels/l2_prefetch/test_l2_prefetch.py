@@ -87,3 +87,33 @@ def test_launch_on_the_gpu_reads_and_writes_nothing():
     l2_prefetch(x, torch.randn(33, 17, device="cuda").bfloat16()[1:], BYTES=100)
     torch.cuda.synchronize()
     assert all(torch.equal(a, b) for a, b in zip(copies, (w.base, w.high, w.scale)))
+
+
+def _norm_with_and_without_prefetch(device: str):
+    from ninfer_compile.kernels.norms.launch import rmsnorm
+
+    x = torch.randn(3, 5120, device=device).bfloat16()
+    w = (0.1 * torch.randn(5120, device=device)).bfloat16()
+    outs = [torch.empty_like(x) for _ in range(2)]
+    nxt = _quant("Q4G64_F16S", 4096, 5120, device=device)
+    rmsnorm(x, w, outs[0], 1e-6)
+    rmsnorm(x, w, outs[1], 1e-6, prefetch=nxt, prefetch_bytes=1 << 22)
+    return outs
+
+
+def test_rmsnorm_with_a_folded_prefetch_computes_the_same_norm_under_the_interpreter():
+    plain, folded = _norm_with_and_without_prefetch("cpu")
+    assert torch.equal(plain, folded)
+    from ninfer_compile.kernels.norms.launch import rmsnorm
+
+    with pytest.raises(RouteError, match="come together"):
+        rmsnorm(plain, torch.zeros(5120, dtype=torch.bfloat16), folded, prefetch=_quant("Q4G64_F16S", 4, 5120))
+
+
+@pytest.mark.gpu
+def test_rmsnorm_with_a_folded_prefetch_computes_the_same_norm_on_the_gpu():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("needs an sm_90+ GPU")
+    plain, folded = _norm_with_and_without_prefetch("cuda")
+    torch.cuda.synchronize()
+    assert torch.equal(plain, folded)
