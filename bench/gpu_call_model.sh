@@ -11,7 +11,7 @@
 #   spec    bench_spec: the K = 3 round at C = 1 and 8 against the plain step, forced acceptance at C = 1
 #   load    load_phases: $LOAD_RUNS (2) fresh processes (LOAD_ENV="K=V K=V": alternating child environments) to their first token (before e2e in $PARTS: the
 #           first one is the machine's first load)
-#   prefetch issue 30's L2 weight prefetch: for each BYTES in $PF_BYTES, the table + an l2_prefetch section,
+#   prefetch issue 30's L2 weight prefetch: for each BYTES[:fold] in $PF_BYTES, the table + an l2_prefetch section,
 #           compiled and timed like e2e's decode rows (A/B against e2e's rows in the same call)
 #   tune    the MoE families' rows measured by the tuner (-> $OUT/sm90_moe.yaml)
 #   nocs    issue 31's --no-column-specialization: the plan compiled with it, prefill 1024 / 4096 (A/B
@@ -80,12 +80,13 @@ for part in ${PARTS:-tests pack compile e2e moe spec load}; do
       timeout ${NOCS_S:-90} python3 bench/bench_e2e.py --plan /tmp/m${MODEL}_nocs.plan --artifact "$A" --out "$OUT" \
         --label $LABEL-nocs --prefill 1024,4096 --concurrency "" 2>&1 | grep "^prefill\|rror" | tee -a "$OUT/call.log" ;;
     prefetch)
-      for b in ${PF_BYTES-16777216 67108864}; do
-        { cat "$ROUTES"; printf '\nl2_prefetch:\n  - match: {phase: decode}\n    routes:\n      - {t: [1, 64], route: l2_prefetch_bulk, params: {BYTES: %s}}\n      - {t: [65, max], unsupported: decode steps only}\n' "$b"; } > /tmp/sm90_pf$b.yaml
-        python3 -m ninfer_compile.cli "$A" --sm 90 --routes /tmp/sm90_pf$b.yaml --concurrency $CONC --draft-tokens 3 \
-          --max-context 4608 -o /tmp/m${MODEL}_pf$b.plan 2>&1 | tail -n 2 | tee -a "$OUT/call.log"
-        timeout ${PF_S:-150} python3 bench/bench_e2e.py --plan /tmp/m${MODEL}_pf$b.plan --artifact "$A" --out "$OUT" \
-          --label $LABEL-pf$b ${PF_ARGS:---prefill "" --concurrency $CONC --context 4096 --profile 1,8} 2>&1 \
+      for v in ${PF_BYTES-16777216 16777216:fold}; do  # BYTES, or BYTES:fold (FOLD: true)
+        b=${v%%:*}; fold=""; [ "$v" = "$b:fold" ] && fold=", FOLD: true"
+        { cat "$ROUTES"; printf '\nl2_prefetch:\n  - match: {phase: decode}\n    routes:\n      - {t: [1, 64], route: l2_prefetch_bulk, params: {BYTES: %s%s}}\n      - {t: [65, max], unsupported: decode steps only}\n' "$b" "$fold"; } > /tmp/sm90_pf${v/:/_}.yaml
+        python3 -m ninfer_compile.cli "$A" --sm 90 --routes /tmp/sm90_pf${v/:/_}.yaml --concurrency $CONC --draft-tokens 3 \
+          --max-context 4608 -o /tmp/m${MODEL}_pf${v/:/_}.plan 2>&1 | tail -n 2 | tee -a "$OUT/call.log"
+        timeout ${PF_S:-150} python3 bench/bench_e2e.py --plan /tmp/m${MODEL}_pf${v/:/_}.plan --artifact "$A" --out "$OUT" \
+          --label $LABEL-pf${v/:/_} ${PF_ARGS:---prefill "" --concurrency $CONC --context 4096 --profile 1,8} 2>&1 \
           | grep "^streaming\|^decode\|^profile\|rror" | tee -a "$OUT/call.log"
       done ;;
     tune)

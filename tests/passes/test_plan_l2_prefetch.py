@@ -79,7 +79,7 @@ def test_each_linear_after_small_launches_gets_its_weight_prefetched_at_the_run_
         assert all(p["params"] == {"BYTES": 4194304, "PIECE": 1 << 20, "FOLD": False} for p in pre)
 
 
-def test_fold_hands_the_prefetch_to_the_norm_that_heads_the_run(plans):
+def test_fold_hands_the_prefetch_to_the_op_that_heads_the_run(plans):
     sep, fold = plans["prefetch"], plans["fold"]
     for name, ext in fold["extents"].items():
         if ext["phase"] != "decode":
@@ -90,13 +90,13 @@ def test_fold_hands_the_prefetch_to_the_norm_that_heads_the_run(plans):
         for p in sep_pre:
             launches = sep["extents"][name]["launches"]
             head = launches[launches.index(p) + 1]  # the run's first op
-            if head["kind"] == "rmsnorm":
+            if head["kind"] in ("rmsnorm", "gdn_gating_proj"):  # the families that take a prefetch
                 assert p["op"] not in by_op  # no launch: the norm issues it
                 got = by_op[head["op"]]
                 assert got["args"]["prefetch"] == p["args"]["weight"]
                 assert {"arg": "prefetch_bytes", "scalar": 4194304} in got["bind"]
                 folded += 1
-            else:  # a run headed by another family (embedding, GDN gating) keeps its own launch
+            else:  # a run headed by another family (embedding, qk_norm_rope) keeps its own launch
                 assert by_op[p["op"]]["kind"] == "l2_prefetch"
         assert folded and len(ext["launches"]) == len(sep["extents"][name]["launches"]) - folded
     with load_plan(plans["fold_dir"], plans["artifact"]) as eng:

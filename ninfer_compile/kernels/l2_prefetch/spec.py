@@ -8,8 +8,15 @@ activation the run's first op reads: it orders the prefetch after that tensor's 
 prefetch never reads it) and gives the op its column count T.
 """
 
-from ..family import FamilySpec, OpView, Operand
+from ..family import Attr, FamilySpec, OpView, Operand
 from ..spec_util import VALUE
+
+# The folded form (passes/plan_l2_prefetch.py, row param FOLD): a family whose kernel can issue the
+# prefetch itself declares these two (rmsnorm, gdn_gating_proj); the pass sets both or neither.
+PREFETCH_OPERAND = Operand("prefetch", roles=("weight",), rank=2, optional=True,
+                           doc="the next linear's weight: its first prefetch_bytes issued to L2 (a hint, not read)")
+PREFETCH_BYTES_ATTR = Attr("prefetch_bytes", (int,), default=None, optional=True,
+                           doc="bytes of `prefetch` issued to L2 (set with the operand)")
 
 
 def _match(v: OpView) -> dict:

@@ -1,15 +1,12 @@
 """Family specs of the norms: rmsnorm, head_rmsnorm, gated_rmsnorm (no torch / triton imports)."""
 
 from ..family import Attr, FamilySpec, OpView, Operand
+from ..l2_prefetch.spec import PREFETCH_BYTES_ATTR, PREFETCH_OPERAND
 from ..spec_util import VALUE, checker, eq, numel
 
 _REF = "ninfer_compile.kernels.norms.reference"
 _EPS = Attr("eps", (float, int), doc="added to mean(x^2) under the square root")
-# a folded L2 prefetch (passes/plan_l2_prefetch.py, l2_prefetch FOLD): the next linear's weight
-_PREFETCH = Operand("prefetch", roles=("weight",), rank=2, optional=True,
-                    doc="the next linear's weight: its first prefetch_bytes issued to L2 (a hint, not read)")
-_PREFETCH_BYTES = Attr("prefetch_bytes", (int,), default=None, optional=True,
-                       doc="bytes of `prefetch` issued to L2 (set with the operand)")
+
 
 
 def _match(v: OpView) -> dict:
@@ -43,10 +40,10 @@ SPECS = (
         operands=(
             Operand("x", roles=VALUE, doc="[T, H]"),
             Operand("weight", roles=("weight",), rank=1, doc="[H] (1 + w scaling)"),
-            _PREFETCH,
+            PREFETCH_OPERAND,
             Operand("out", io="out", roles=VALUE, doc="like x"),
         ),
-        attrs=(_EPS, _PREFETCH_BYTES),
+        attrs=(_EPS, PREFETCH_BYTES_ATTR),
         t_operand="x", match=_match, check=_check_rmsnorm, reference=f"{_REF}:rmsnorm",
         torch_impl="ninfer_compile.kernels.norms.torch_impl:rmsnorm",
         doc="zero-centred RMSNorm over the last axis",

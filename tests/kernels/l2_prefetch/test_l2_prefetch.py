@@ -117,3 +117,32 @@ def test_rmsnorm_with_a_folded_prefetch_computes_the_same_norm_on_the_gpu():
     plain, folded = _norm_with_and_without_prefetch("cuda")
     torch.cuda.synchronize()
     assert torch.equal(plain, folded)
+
+
+def _gating_with_and_without_prefetch(device: str):
+    from ninfer_compile.kernels.gdn.launch import gdn_gating_proj
+
+    T, Hv, K = 2, 48, 5120
+    x = torch.randn(T, K, device=device).bfloat16()
+    wa, wb = (0.05 * torch.randn(Hv, K, device=device)).bfloat16(), (0.05 * torch.randn(Hv, K, device=device)).bfloat16()
+    a_log, dt = torch.randn(Hv, device=device), torch.randn(Hv, device=device)
+    outs = []
+    for extra in ({}, {"prefetch": _quant("Q5G64_F16S", 1024, K, device=device), "prefetch_bytes": 1 << 22}):
+        g, beta = torch.empty(T, Hv, device=device), torch.empty(T, Hv, device=device)
+        gdn_gating_proj(x, wa, wb, a_log, dt, g, beta, BLOCK_K=8192, num_warps=16, **extra)
+        outs.append((g, beta))
+    return outs
+
+
+def test_gating_proj_with_a_folded_prefetch_computes_the_same_gates_under_the_interpreter():
+    (g0, b0), (g1, b1) = _gating_with_and_without_prefetch("cpu")
+    assert torch.equal(g0, g1) and torch.equal(b0, b1)
+
+
+@pytest.mark.gpu
+def test_gating_proj_with_a_folded_prefetch_computes_the_same_gates_on_the_gpu():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("needs an sm_90+ GPU")
+    (g0, b0), (g1, b1) = _gating_with_and_without_prefetch("cuda")
+    torch.cuda.synchronize()
+    assert torch.equal(g0, g1) and torch.equal(b0, b1)
