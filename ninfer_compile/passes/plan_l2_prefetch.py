@@ -12,9 +12,9 @@ Guarantees: for every linear op L whose nearest preceding family ops (non-family
   launch nothing) are not linears, one `l2_prefetch` op named `<L>.l2_prefetch`, with `weight` = L's
   weight and `after` = the run's first op's column operand (its producer comes before the prefetch;
   the prefetch never reads it), ordered right before that first op — or, when the selected row says
-  `FOLD: true` and that first op's family takes a `prefetch` operand (rmsnorm, gdn_gating_proj), no new op: the first
-  op gets `prefetch` = L's weight and `prefetch_bytes` = the row's BYTES and issues it itself (no
-  extra launch in the PDL chain). Nothing else changes; the IR executor's results are unchanged (a
+  `FOLD: true` and that first op's family takes a `prefetch` operand (rmsnorm, gdn_gating_proj), no
+  new op: the first op gets `prefetch` = L's weight and `prefetch_bytes` = the row's BYTES and issues
+  it itself (no extra launch in the PDL chain). Nothing else changes; the IR executor's results are unchanged (a
   hint has no value). `graph.meta["l2_prefetch"]` counts the ops added and the prefetches folded.
   Applies only when the table has an `l2_prefetch` section (pipeline.APPLIES): other plans are as
   before the pass existed.
