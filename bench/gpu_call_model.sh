@@ -11,8 +11,6 @@
 #   spec    bench_spec: the K = 3 round at C = 1 and 8 against the plain step, forced acceptance at C = 1
 #   load    load_phases: $LOAD_RUNS (2) fresh processes (LOAD_ENV="K=V K=V": alternating child environments) to their first token (before e2e in $PARTS: the
 #           first one is the machine's first load)
-#   prefetch issue 30's L2 weight prefetch: for each BYTES[:fold] in $PF_BYTES, the table + an l2_prefetch section,
-#           compiled and timed like e2e's decode rows (A/B against e2e's rows in the same call)
 #   tune    the MoE families' rows measured by the tuner (-> $OUT/sm90_moe.yaml)
 #   nocs    issue 31's --no-column-specialization: the plan compiled with it, prefill 1024 / 4096 (A/B
 #           against e2e's prefill rows of the default plan in the same call)
@@ -27,7 +25,7 @@ case "${MODEL:=35b}" in
   35b) NAME=qwen3.6-35b-a3b; LABEL=35b-a3b; CONC=${CONC:-1,8}
        DEFAULT_TESTS="tests/kernels/moe tests/runtime/test_moe_e2e.py" ;;
   27b) NAME=qwen3.6-27b; LABEL=27b; CONC=${CONC:-1,2,4,8}
-       DEFAULT_TESTS="tests/runtime/test_pinned_upload.py tests/kernels/l2_prefetch" ;;
+       DEFAULT_TESTS="tests/runtime/test_pinned_upload.py" ;;
   *) echo "error: MODEL=$MODEL: 35b or 27b"; exit 2 ;;
 esac
 A=/tmp/m$MODEL.ninfer
@@ -45,9 +43,9 @@ for part in ${PARTS:-tests pack compile e2e moe spec load}; do
       if [ "$ok" = 0 ] && [ "$MODEL" = 35b ]; then  # go on with the routes measured before this round's launch savings
         sed -e 's/COMBINE: fused/COMBINE: kernel/' "$ROUTES" > /tmp/sm90_safe.yaml && ROUTES=/tmp/sm90_safe.yaml && ok=1
         echo "GPU tests failed: the timed parts use $ROUTES (no fused combine)" | tee -a "$OUT/call.log"
-      elif [ "$ok" = 0 ]; then  # 27b: the new upload and prefetch are what the tests cover: time without them
-        export NINFER_PINNED_UPLOAD=0; PF_BYTES=""; ok=1
-        echo "GPU tests failed: pageable upload, no prefetch A/B" | tee -a "$OUT/call.log"
+      elif [ "$ok" = 0 ]; then  # 27b: the pinned upload is what the tests cover: time without it
+        export NINFER_PINNED_UPLOAD=0; ok=1
+        echo "GPU tests failed: pageable upload" | tee -a "$OUT/call.log"
       fi ;;
     pack)
       [ -f "$A" ] || python3 -m ninfer_compile.cli pack --synthetic $NAME -o "$A" --seed 0 -q 2>&1 | tail -n 2
@@ -79,16 +77,6 @@ for part in ${PARTS:-tests pack compile e2e moe spec load}; do
         -o /tmp/m${MODEL}_nocs.plan 2>&1 | tail -n 2 | tee -a "$OUT/call.log"
       timeout ${NOCS_S:-90} python3 bench/bench_e2e.py --plan /tmp/m${MODEL}_nocs.plan --artifact "$A" --out "$OUT" \
         --label $LABEL-nocs --prefill 1024,4096 --concurrency "" 2>&1 | grep "^prefill\|rror" | tee -a "$OUT/call.log" ;;
-    prefetch)
-      for v in ${PF_BYTES-16777216 16777216:fold}; do  # BYTES, or BYTES:fold (FOLD: true)
-        b=${v%%:*}; fold=""; [ "$v" = "$b:fold" ] && fold=", FOLD: true"
-        { cat "$ROUTES"; printf '\nl2_prefetch:\n  - match: {phase: decode}\n    routes:\n      - {t: [1, 64], route: l2_prefetch_bulk, params: {BYTES: %s%s}}\n      - {t: [65, max], unsupported: decode steps only}\n' "$b" "$fold"; } > /tmp/sm90_pf${v/:/_}.yaml
-        python3 -m ninfer_compile.cli "$A" --sm 90 --routes /tmp/sm90_pf${v/:/_}.yaml --concurrency $CONC --draft-tokens 3 \
-          --max-context 4608 -o /tmp/m${MODEL}_pf${v/:/_}.plan 2>&1 | tail -n 2 | tee -a "$OUT/call.log"
-        timeout ${PF_S:-150} python3 bench/bench_e2e.py --plan /tmp/m${MODEL}_pf${v/:/_}.plan --artifact "$A" --out "$OUT" \
-          --label $LABEL-pf${v/:/_} ${PF_ARGS:---prefill "" --concurrency $CONC --context 4096 --profile 1,8} 2>&1 \
-          | grep "^streaming\|^decode\|^profile\|rror" | tee -a "$OUT/call.log"
-      done ;;
     tune)
       timeout ${TUNE_S:-180} python3 -m ninfer_compile.cli tune --sm 90 --families moe_router,moe_experts \
         --contract $NAME --base "$ROUTES" -o "$OUT/sm90_moe.yaml" --report "$OUT/sm90_moe.md" \

@@ -8,10 +8,7 @@ is visible, so the launch latency and the block scheduling overlap the first gri
 
 Contract (checked by tests/kernels/test_pdl.py over every kernel of the package):
   * a kernel that can be launched with PDL declares `PDL: tl.constexpr = False` as its last
-    parameter and calls `pdl_enter(PDL)` as its first statement, before any memory access; or, a
-    kernel that reads no tensor of the step (listed in the test: the L2 weight prefetch, which
-    issues hints on launch-constant weights and reads nothing), `pdl_release_first(PDL)` first and
-    `pdl_wait_last(PDL)` last;
+    parameter and calls `pdl_enter(PDL)` as its first statement, before any memory access;
   * a launcher passes `**pdl_launch(kernel)`: `{"PDL": True, "launch_pdl": True}` only for such
     kernels, on sm_90+ outside the interpreter, while the caller allows it (`allow`, set by the
     runtime per launch from the plan's `dependent_launch` decision: CUDA-graph decode extents),
@@ -50,23 +47,6 @@ def pdl_enter(PDL: tl.constexpr):
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
-
-
-@triton.jit
-def pdl_release_first(PDL: tl.constexpr):
-    """First statement of a kernel that reads no tensor of the step (only launch-constant bytes, e.g.
-    the L2 weight prefetch): the next grid may launch at once. Its last statement is
-    `pdl_wait_last(PDL)`, so this grid still completes after the previous one."""
-    if PDL:
-        gdc_launch_dependents()
-
-
-@triton.jit
-def pdl_wait_last(PDL: tl.constexpr):
-    """Last statement of a `pdl_release_first` kernel: wait for the previous grid before completing
-    (a later grid that waits on this one then also waits on every grid before it)."""
-    if PDL:
-        gdc_wait()
 
 
 def enabled() -> bool:

@@ -10,8 +10,8 @@ from pathlib import Path
 from ..errors import CompileError
 from ..ir.graph import Graph
 from ..ir.verify import verify
-from . import (bind_weights, fuse, plan_cuda_graphs, plan_dependent_launch, plan_l2_prefetch, plan_memory,
-               select_routes, shard_tensor_parallel)
+from . import (bind_weights, fuse, plan_cuda_graphs, plan_dependent_launch, plan_memory, select_routes,
+               shard_tensor_parallel)
 from .context import PassContext
 
 PassFn = Callable[[Graph, PassContext], Graph]
@@ -20,7 +20,6 @@ PIPELINE: list[tuple[str, PassFn]] = [
     ("bind_weights", bind_weights.run),
     ("shard_tensor_parallel", shard_tensor_parallel.run),  # --tp N: rank r's graph (N = 1: unchanged)
     ("fuse", fuse.run),
-    ("plan_l2_prefetch", plan_l2_prefetch.run),  # only with an l2_prefetch section in the route table
     ("select_routes", select_routes.run),
     ("plan_memory", plan_memory.run),
     ("plan_cuda_graphs", plan_cuda_graphs.run),
@@ -30,8 +29,7 @@ PIPELINE: list[tuple[str, PassFn]] = [
 PASS_NAMES = tuple(name for name, _ in PIPELINE)
 # Passes that apply only to some compiles: skipped (not run, numbered, dumped or listed) elsewhere,
 # so a compile without tensor parallelism is what it was before the pass existed.
-APPLIES: dict[str, Callable[[PassContext], bool]] = {"shard_tensor_parallel": shard_tensor_parallel.applies,
-                                                      "plan_l2_prefetch": plan_l2_prefetch.applies}
+APPLIES: dict[str, Callable[[PassContext], bool]] = {"shard_tensor_parallel": shard_tensor_parallel.applies}
 
 
 def applicable(ctx: PassContext) -> tuple[str, ...]:

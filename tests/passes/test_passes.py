@@ -171,12 +171,11 @@ def test_plan_dependent_launch_before_after(ctx):
 
 
 def test_pipeline_order_off_switch_and_dump(ctx, tmp_path):
-    assert PASS_NAMES == ("bind_weights", "shard_tensor_parallel", "fuse", "plan_l2_prefetch", "select_routes",
-                          "plan_memory", "plan_cuda_graphs", "plan_dependent_launch")
+    assert PASS_NAMES == ("bind_weights", "shard_tensor_parallel", "fuse", "select_routes", "plan_memory",
+                          "plan_cuda_graphs", "plan_dependent_launch")
     full = run_pipeline(hand_graph(), ctx, dump_dir=tmp_path / "dump")
-    # shard_tensor_parallel applies to --tp N > 1 compiles only, plan_l2_prefetch to tables with an
-    # l2_prefetch section: skipped there, not numbered
-    assert full.meta["passes"] == [p for p in PASS_NAMES if p not in ("shard_tensor_parallel", "plan_l2_prefetch")]
+    # shard_tensor_parallel applies to --tp N > 1 compiles only: skipped there, not numbered
+    assert full.meta["passes"] == [p for p in PASS_NAMES if p != "shard_tensor_parallel"]
     files = sorted(p.name for p in (tmp_path / "dump" / "hand_t4").iterdir())
     assert files[:3] == ["00-lower.dot", "00-lower.txt", "00-lower.yaml"]
     assert "02-fuse.txt" in files and "05-plan_cuda_graphs.yaml" in files and "06-plan_dependent_launch.txt" in files

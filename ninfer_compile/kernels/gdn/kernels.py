@@ -28,7 +28,6 @@ gdn_chunk_state_kernel  phase 2, grid (Hv, cdiv(Dv, BV)), sequential over chunks
 
 import triton
 import triton.language as tl
-from ..l2_prefetch.kernels import issue_l2_prefetch
 from ..pdl import pdl_enter
 
 
@@ -54,14 +53,10 @@ def gdn_gating_kernel(a_ptr, b_ptr, alog_ptr, dtb_ptr, g_ptr, beta_ptr, n, Hv, s
 
 @triton.jit
 def gdn_gating_proj_kernel(x_ptr, wa_ptr, wb_ptr, alog_ptr, dtb_ptr, g_ptr, beta_ptr, T, Hv, K,
-                           stride_xt, stride_wa, stride_wb, pa0, pn0, pa1, pn1, pa2, pn2, psub,
+                           stride_xt, stride_wa, stride_wb,
                            BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
-                           PREFETCH: tl.constexpr = False, LANES: tl.constexpr = 32,
                            PDL: tl.constexpr = False):
     pdl_enter(PDL)
-    if PREFETCH:  # program (0, 0)'s LANES threads issue the next linear's weight to L2 (plan_l2_prefetch)
-        if tl.program_id(0) + tl.program_id(1) == 0:
-            issue_l2_prefetch(pa0, pn0, pa1, pn1, pa2, pn2, tl.arange(0, LANES).to(tl.int64) * psub, psub)
     offs_h = tl.program_id(0) * BLOCK_H + tl.arange(0, BLOCK_H)
     offs_t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
     hm = offs_h < Hv

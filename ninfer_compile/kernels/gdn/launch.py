@@ -26,7 +26,6 @@ from ninfer_compile.errors import RouteError
 
 from .kernels import (gdn_chunk_prep_kernel, gdn_chunk_state_kernel, gdn_decode_kernel, gdn_gating_kernel,
                       gdn_gating_proj_kernel, gdn_verify_kernel)
-from ..l2_prefetch.launch import folded_prefetch_args
 from ..pdl import pdl_launch
 from .routes import chunked_workspace_numel  # noqa: F401  (the route's sizing; the launcher checks it)
 
@@ -58,15 +57,12 @@ def gdn_gating(a, b, a_log, dt_bias, g, beta) -> None:
     )
 
 
-def gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias, g, beta, prefetch=None, prefetch_bytes=None,
-                    BLOCK_H: int = 1, BLOCK_T: int = 1, BLOCK_K: int = 2048, num_warps: int = 8) -> None:
+def gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias, g, beta, BLOCK_H: int = 1, BLOCK_T: int = 1, BLOCK_K: int = 2048, num_warps: int = 8) -> None:
     """g, beta [T,Hv] f32 = gdn_gating(x @ a_weight^T, x @ b_weight^T, a_log, dt_bias), one launch.
 
     x: [T, K] (contiguous last axis); a_weight, b_weight: bf16 [Hv, K] (contiguous last axis);
     a_log, dt_bias: [Hv] f32; g, beta: contiguous [T, Hv] f32. a / b stay fp32 (never rounded).
     Grid (cdiv(Hv, BLOCK_H), cdiv(T, BLOCK_T)); every program reduces all of K in registers.
-    `prefetch` / `prefetch_bytes`: a folded L2 prefetch of the next linear's weight (kernels/l2_prefetch/),
-    issued by program (0, 0) after its PDL wait; dropped off the sm_90+ GPU.
     """
     name = "gdn_gating_proj"
     if x.dim() != 2 or a_weight.dim() != 2:
@@ -88,13 +84,10 @@ def gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias, g, beta, prefetch=Non
         raise RouteError(f"{name}: x, a_weight and b_weight must have a contiguous last axis")
     if not (a_log.is_contiguous() and dt_bias.is_contiguous()):
         raise RouteError(f"{name}: a_log and dt_bias must be contiguous")
-    if (prefetch is None) != (prefetch_bytes is None):
-        raise RouteError(f"{name}: prefetch and prefetch_bytes come together")
-    pf, issue = folded_prefetch_args(prefetch, prefetch_bytes, 32 * num_warps)
     grid = (triton.cdiv(Hv, BLOCK_H), triton.cdiv(T, BLOCK_T))
     gdn_gating_proj_kernel[grid](
         x, a_weight, b_weight, a_log, dt_bias, g, beta, T, Hv, K,
-        x.stride(0), a_weight.stride(0), b_weight.stride(0), *pf, PREFETCH=issue, LANES=32 * num_warps,
+        x.stride(0), a_weight.stride(0), b_weight.stride(0),
         BLOCK_T=BLOCK_T, BLOCK_H=BLOCK_H, BLOCK_K=BLOCK_K, num_warps=num_warps,
         **pdl_launch(gdn_gating_proj_kernel),
     )

@@ -2,7 +2,6 @@
 triton imports)."""
 
 from ..family import Attr, FamilySpec, OpView, Operand
-from ..l2_prefetch.spec import PREFETCH_BYTES_ATTR, PREFETCH_OPERAND
 from ..kv_cache.spec import POSITIONS, SLOTS
 from ..spec_util import VALUE, Bad, checker, eq
 
@@ -114,10 +113,9 @@ SPECS = (
             Operand("x", roles=VALUE, rank=2, doc="[T, K] the layer's normed input"),
             Operand("a_weight", roles=("weight",), rank=2, doc="[Hv, K]"),
             Operand("b_weight", roles=("weight",), rank=2, doc="[Hv, K]"),
-            PREFETCH_OPERAND,
             *_GATE_PARAMS, *_GATES_OUT,
         ),
-        attrs=(_MERGED, PREFETCH_BYTES_ATTR),
+        attrs=(_MERGED,),
         t_operand="x", match=gating_proj_match, check=_check_gating_proj, reference=f"{_REF}:gdn_gating_proj",
         torch_impl="ninfer_compile.kernels.gdn.torch_impl:gdn_gating_proj",
         match_keys=("phase",), layer_kind="gdn",

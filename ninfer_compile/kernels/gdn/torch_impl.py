@@ -41,10 +41,8 @@ def gdn_gating(a, b, a_log, dt_bias, g, beta, workspace=None, **params) -> None:
     beta.copy_(bv)
 
 
-def gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias, g, beta, prefetch=None, prefetch_bytes=None,
-                    workspace=None, **params) -> None:
-    """g, beta = gdn_gating(x @ a_weight^T, x @ b_weight^T, ...) with fp32 a / b (never rounded).
-    `prefetch`: the GPU's L2 hint, no-op here."""
+def gdn_gating_proj(x, a_weight, b_weight, a_log, dt_bias, g, beta, workspace=None, **params) -> None:
+    """g, beta = gdn_gating(x @ a_weight^T, x @ b_weight^T, ...) with fp32 a / b (never rounded)."""
     wa, wb = fp32_weight(a_weight), fp32_weight(b_weight)
     if fused_gating_proj(x, wa, wb, derived(a_log, "neg_exp_f32", lambda t: -torch.exp(t.float())),
                          derived(dt_bias, "f32", lambda t: t.float()), g, beta):

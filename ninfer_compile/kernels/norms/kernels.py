@@ -8,7 +8,6 @@ masked.
 
 import triton
 import triton.language as tl
-from ..l2_prefetch.kernels import issue_l2_prefetch
 from ..pdl import pdl_enter
 
 
@@ -16,18 +15,13 @@ from ..pdl import pdl_enter
 def rmsnorm_rows_kernel(
     x_ptr, w_ptr, out_ptr,
     heads, stride_xt, stride_xh, stride_ot, stride_oh,
-    N, eps, pa0, pn0, pa1, pn1, pa2, pn2, psub,
+    N, eps,
     MODE: tl.constexpr,  # 0: rms * (1 + w), 1: rms * w
     BLOCK: tl.constexpr,
-    PREFETCH: tl.constexpr = False,  # program 0's LANES threads issue the next linear's weight to L2
-    LANES: tl.constexpr = 32,
     PDL: tl.constexpr = False,
 ):
     pdl_enter(PDL)
     row = tl.program_id(0)
-    if PREFETCH:
-        if row == 0:
-            issue_l2_prefetch(pa0, pn0, pa1, pn1, pa2, pn2, tl.arange(0, LANES).to(tl.int64) * psub, psub)
     t = row // heads
     h = row % heads
     offs = tl.arange(0, BLOCK)

@@ -12,7 +12,6 @@ import triton
 from ninfer_compile.errors import RouteError
 
 from .kernels import gated_rmsnorm_kernel, rmsnorm_rows_kernel
-from ..l2_prefetch.launch import folded_prefetch_args
 from ..pdl import pdl_launch
 
 
@@ -25,12 +24,10 @@ def _num_warps(block: int) -> int:
     return 1 if block <= 256 else 4 if block <= 2048 else 8
 
 
-def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float = 1e-6, prefetch=None,
-            prefetch_bytes: int | None = None, num_warps="auto") -> None:
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float = 1e-6,
+            num_warps="auto") -> None:
     """out[T, H] = x[T, H] * rsqrt(mean(x^2) + eps) * (1 + weight[H]). bf16 in/out, fp32 math.
-    num_warps: "auto" (by the block size) or 1 / 2 / 4 / 8 / 16 (route param). `prefetch` /
-    `prefetch_bytes`: a folded L2 prefetch of the next linear's weight (kernels/l2_prefetch/), issued
-    by program 0 after its PDL wait; dropped off the sm_90+ GPU."""
+    num_warps: "auto" (by the block size) or 1 / 2 / 4 / 8 / 16 (route param)."""
     T, H = x.shape
     for n, t in (("x", x), ("out", out)):
         _check_last_contiguous(n, t)
@@ -39,13 +36,9 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: float
     block = triton.next_power_of_2(H)
     if num_warps != "auto" and num_warps not in (1, 2, 4, 8, 16):
         raise RouteError(f"rmsnorm: num_warps must be auto, 1, 2, 4, 8 or 16, got {num_warps!r}")
-    if (prefetch is None) != (prefetch_bytes is None):
-        raise RouteError("rmsnorm: prefetch and prefetch_bytes come together")
-    warps = _num_warps(block) if num_warps == "auto" else int(num_warps)
-    pf, issue = folded_prefetch_args(prefetch, prefetch_bytes, 32 * warps)
     rmsnorm_rows_kernel[(T,)](
-        x, weight, out, 1, x.stride(0), 0, out.stride(0), 0, H, eps, *pf,
-        MODE=0, BLOCK=block, PREFETCH=issue, LANES=32 * warps, num_warps=warps,
+        x, weight, out, 1, x.stride(0), 0, out.stride(0), 0, H, eps,
+        MODE=0, BLOCK=block, num_warps=_num_warps(block) if num_warps == "auto" else int(num_warps),
         **pdl_launch(rmsnorm_rows_kernel),
     )
 
@@ -59,7 +52,7 @@ def head_rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, eps: 
         raise RouteError(f"head_rmsnorm: shapes x{tuple(x.shape)} weight{tuple(weight.shape)} out{tuple(out.shape)}")
     block = triton.next_power_of_2(D)
     rmsnorm_rows_kernel[(T * heads,)](
-        x, weight, out, heads, x.stride(0), x.stride(1), out.stride(0), out.stride(1), D, eps, 0, 0, 0, 0, 0, 0, 16,
+        x, weight, out, heads, x.stride(0), x.stride(1), out.stride(0), out.stride(1), D, eps,
         MODE=0, BLOCK=block, num_warps=_num_warps(block),
         **pdl_launch(rmsnorm_rows_kernel),
     )

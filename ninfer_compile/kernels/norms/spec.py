@@ -1,12 +1,10 @@
 """Family specs of the norms: rmsnorm, head_rmsnorm, gated_rmsnorm (no torch / triton imports)."""
 
 from ..family import Attr, FamilySpec, OpView, Operand
-from ..l2_prefetch.spec import PREFETCH_BYTES_ATTR, PREFETCH_OPERAND
 from ..spec_util import VALUE, checker, eq, numel
 
 _REF = "ninfer_compile.kernels.norms.reference"
 _EPS = Attr("eps", (float, int), doc="added to mean(x^2) under the square root")
-
 
 
 def _match(v: OpView) -> dict:
@@ -40,10 +38,9 @@ SPECS = (
         operands=(
             Operand("x", roles=VALUE, doc="[T, H]"),
             Operand("weight", roles=("weight",), rank=1, doc="[H] (1 + w scaling)"),
-            PREFETCH_OPERAND,
             Operand("out", io="out", roles=VALUE, doc="like x"),
         ),
-        attrs=(_EPS, PREFETCH_BYTES_ATTR),
+        attrs=(_EPS,),
         t_operand="x", match=_match, check=_check_rmsnorm, reference=f"{_REF}:rmsnorm",
         torch_impl="ninfer_compile.kernels.norms.torch_impl:rmsnorm",
         doc="zero-centred RMSNorm over the last axis",

@@ -19,9 +19,8 @@ def _one_plus(w: torch.Tensor) -> torch.Tensor:
     return derived(w, "norm_1p", lambda t: t.float() + 1.0)
 
 
-def rmsnorm(x, weight, out, eps: float = 1e-6, prefetch=None, prefetch_bytes=None, workspace=None,
-            **params) -> None:
-    """out[T, H] = x * rsqrt(mean(x^2) + eps) * (1 + weight[H]). `prefetch`: the GPU's L2 hint, no-op here."""
+def rmsnorm(x, weight, out, eps: float = 1e-6, workspace=None, **params) -> None:
+    """out[T, H] = x * rsqrt(mean(x^2) + eps) * (1 + weight[H])."""
     w = _one_plus(weight)
     if not fused_rmsnorm(x, w, out, float(eps)):
         out.copy_(F.rms_norm(x.float(), (x.shape[-1],), w, float(eps)))
