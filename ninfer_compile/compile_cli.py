@@ -75,11 +75,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="prefill head rows: last (the chunk's last column, for generation) or all (every "
                              "column: ninfer-run --perplexity needs it)")
     parser.add_argument("--no-column-specialization", action="store_true",
-                        help="CHANGES THE GPU CODE (off by default; its speed effect is unmeasured): leave the "
-                             "kernels' column-count arguments (T, chunk counts: those whose == 1 / divisible-by-16 "
-                             "class changes with a prefill's column count) unspecialised, @triton.jit("
-                             "do_not_specialize=...) in the emitted source; fewer binaries and about half the "
-                             "cold binary compile time on the 27B (codegen/column_specialization.py)")
+                        help="leave the column-count arguments (T, chunk counts) of the kernels only prefill "
+                             "extents launch unspecialised (@triton.jit(do_not_specialize=...) in the emitted "
+                             "source; a decode or verify step's kernels are untouched): on the 27B 45 binaries "
+                             "instead of 70, a cold compile ~20 s instead of ~30 s on 2 cores, but every compile "
+                             "reproduces the launches once more (+4 s: a repeat 3.3 -> 7.2 s); prefill speed "
+                             "unchanged on an H100 (codegen/column_specialization.py)")
     parser.add_argument("--no-binaries", action="store_true",
                         help="emit kernel source only: skip the ahead-of-time cubins (kernels/bin/); the "
                              "runtime then JIT-compiles every kernel at load")
@@ -147,7 +148,7 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
     `progress(line)` is told each phase and count ("lowering 5 extents", "passes: extent 3/5", ...).
     `auto_context`: opts.max_context is only the first probe; the plan gets the largest context per
     slot whose plan fits `budget_gib` (`_fit_context`). `column_specialization=False`:
-    --no-column-specialization (codegen/column_specialization.py; changes the GPU code)."""
+    --no-column-specialization (codegen/column_specialization.py; changes the prefill-only kernels' code)."""
     say = progress or (lambda line: None)
     from .artifact import Artifact
     from .contracts import check_artifact, find_contract

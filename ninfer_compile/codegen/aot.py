@@ -351,8 +351,9 @@ def _forget_package(root: str, importer: MemoryImporter) -> None:
 
 def column_parameters(plan: Mapping[str, Any], kernel_files: Mapping[str, str], objects: Mapping[str, Any],
                       sm: int) -> dict[str, list[str]]:
-    """--no-column-specialization: the launches reproduced (nothing compiled) and, per kernel, the
-    integer parameters whose specialisation class varies between them (column_specialization.py)."""
+    """--no-column-specialization: the launches reproduced (nothing compiled) and, per kernel launched
+    by prefill extents only, the integer parameters whose specialisation class varies between them
+    (column_specialization.py)."""
     from .column_specialization import OPTION, varying_parameters
 
     problem = toolchain_problem(sm)
@@ -368,10 +369,19 @@ def column_parameters(plan: Mapping[str, Any], kernel_files: Mapping[str, str], 
                            int(sm), fake_tensors())
             finally:
                 _leave_meta_path(importer)
-        return varying_parameters(session.captures.values(), root)
+        return varying_parameters(session.captures.values(), root, keep=steady_kernels(plan, kernel_files))
     finally:
         _forget_package(root, importer)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def steady_kernels(plan: Mapping[str, Any], kernel_files: Mapping[str, str]) -> set[str]:
+    """The kernels ("module:kernel", emitted package path) a decode or verify extent launches: their
+    column counts stay specialised (their code is the default plan's; only prefill-only kernels change)."""
+    routes = json.loads(kernel_files["kernels/manifest.json"])["routes"]
+    return {k for ext in plan["extents"].values() if ext.get("phase") != "prefill"
+            for launch in ext["launches"] if launch.get("route") in routes
+            for k in routes[launch["route"]]["kernels"]}
 
 
 def _leave_meta_path(importer) -> None:

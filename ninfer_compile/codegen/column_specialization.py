@@ -1,5 +1,6 @@
-"""`ninfer-compile --no-column-specialization`: the kernels' column-count arguments compiled
-unspecialised. Off by default: it CHANGES THE GPU CODE.
+"""`ninfer-compile --no-column-specialization`: the column-count arguments of the kernels only
+prefill extents launch, compiled unspecialised. Off by default (it costs every compile a second
+reproduction of the launches: on the sparse 27B, 2 cores, a repeat compile 3.3 -> 7.2 s).
 
 Triton specialises every integer argument of a kernel on `== 1` (the value becomes a constant) and
 on divisibility by 16 (an alignment hint). A prefill extent runs its kernels at every column count
@@ -10,12 +11,19 @@ tensor-core prefill kernels), about half of a cold compile's CPU time. With the 
 arguments whose class differs between the captured launches of one kernel are named in that
 kernel's `@triton.jit(do_not_specialize=[...])` in the emitted source, so the compile and the
 runtime (which imports that source) both treat them as plain integers: one binary per remaining
-variant, and the tail chunk runs the general code (no `T == 1` constant, no `T % 16` hint). Whether
-that costs prefill speed is unmeasured (no GPU where it was written); measure before relying on it.
+variant, and the tail chunk runs the general code (no `T == 1` constant, no `T % 16` hint). Kernels
+a decode or verify extent also launches (the decode GEMVs run the prefill tails too) keep their
+specialisation, so a decode step's code is the default plan's. Measured (H100, 2026-12-07,
+bench/results/compile_load_h100_2026-12-07/): prefill 4096 8,288 tok/s against 8,317 for the
+default plan in the same call (1024: 8,361); cold compile of the sparse 27B on 2 cores 19.3-20.5 s
+(45 binaries) against 30.0-30.5 s (70).
 
-- `varying_parameters(captures, root)`: {"module:kernel" (emitted package path): [parameter names]}
-  for every kernel with an integer argument whose class (== 1 / divisible by 16 / neither) varies
-  across its captured specialisations (aot_capture.Capture); sorted, deterministic.
+- `varying_parameters(captures, root, keep)`: {"module:kernel" (emitted package path): [parameter
+  names]} for every kernel not in `keep` with an integer argument whose class (== 1 / divisible by 16
+  / neither) varies across its captured specialisations (aot_capture.Capture); sorted,
+  deterministic. `keep`: the kernels a decode or verify extent launches (`aot.steady_kernels`): a
+  decode step's code is never changed by the option (the decode GEMVs also run the prefill tails,
+  so their T varies too).
 - `unspecialize(source, kernels)`: the module's source with each named kernel's bare `@triton.jit`
   decorator given `do_not_specialize=[...]` (any other decorator form is refused, one line).
 """
@@ -49,12 +57,16 @@ def _spec_classes(jf, spec_text: str) -> dict[str, str]:
     return out
 
 
-def varying_parameters(captures: Iterable, root: str) -> dict[str, list[str]]:
+def varying_parameters(captures: Iterable, root: str, keep: Iterable[str] = ()) -> dict[str, list[str]]:
     from .aot_binaries import entry_kernel_ref
 
+    keep = set(keep)
     seen: dict[str, dict[str, set[str]]] = {}
     for rec in captures:
-        per = seen.setdefault(entry_kernel_ref(rec.jf, root), {})
+        ref = entry_kernel_ref(rec.jf, root)
+        if ref in keep:
+            continue
+        per = seen.setdefault(ref, {})
         for name, cls in _spec_classes(rec.jf, rec.spec).items():
             per.setdefault(name, set()).add(cls)
     out = {}

@@ -149,6 +149,7 @@ def test_varying_parameters_names_only_integers_whose_class_changes():
     assert varying_parameters(caps[:1], "_root") == {}
     assert varying_parameters([_Cap(jf, _spec("i32", True, stride_hint=False)), _Cap(jf, _spec("i32", True))],
                               "_root") == {"fam.kernels:k": ["stride"]}
+    assert varying_parameters(caps, "_root", keep={"fam.kernels:k"}) == {}  # a kernel a decode step launches
 
 
 SOURCE = '''import triton
@@ -209,3 +210,9 @@ def test_no_column_specialization_plan(aot, aot_columns):
             assert spec["signature"][param] != "constexpr" and param not in hinted, (e["kernel"], param)
             checked += 1
     assert checked
+    # a kernel a decode (or verify) extent launches keeps its specialisation: the decode step's code
+    # is the default plan's
+    routes = json.loads((plan / "kernels" / "manifest.json").read_text())["routes"]
+    steady = {k for ext in json.loads((plan / "plan.json").read_text())["extents"].values()
+              if ext["phase"] != "prefill" for launch in ext["launches"] for k in routes[launch["route"]]["kernels"]}
+    assert steady and not steady & set(named), sorted(steady & set(named))
