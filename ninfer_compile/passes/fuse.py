@@ -38,7 +38,6 @@ from ..ir.graph import Graph
 from ..ir.types import Op, RowView
 from ..yaml_lines import YamlInputError, read_yaml_text, safe_load
 from .context import PassContext
-from .select_routes import family_routes, table_selects
 
 NAME = "fuse"
 RULES_PATH = Path(__file__).with_name("fuse_rules.yaml")
@@ -210,8 +209,25 @@ def _epilogue(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
     return n
 
 
+def _family_routes(ctx: PassContext, family: str) -> list | None:
+    """The registered routes of `family` (the context's registry, else the default one); None when
+    no registry is importable or the family is unknown."""
+    reg = ctx.registry
+    if reg is None:
+        try:
+            from ..kernels import registry as reg_mod
+
+            reg = reg_mod.default_registry
+        except ImportError:
+            return None
+    try:
+        return reg.routes_for(family)
+    except Exception:
+        return None
+
+
 def _route_supports(ctx: PassContext, req: Mapping[str, Any]) -> bool:
-    routes = family_routes(ctx, req["family"])
+    routes = _family_routes(ctx, req["family"])
     return bool(routes)
 
 
@@ -251,6 +267,22 @@ def _norm_rope_pair(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
     return n
 
 
+def _fused_route_ok(ctx: PassContext, family: str, t: int, match: Mapping[str, Any]) -> bool:
+    """A registered route of `family` covers (t, match), and the context's table (if any) selects one."""
+    routes = _family_routes(ctx, family)
+    if routes is None:
+        return False
+    if not any(r.covers(t, t, match) is None for r in routes):
+        return False
+    if ctx.table is None:
+        return True
+    try:
+        sel = ctx.table.select(family, t, dict(match))
+    except Exception:  # no section / unsupported range / miss: keep the unfused ops
+        return False
+    return not getattr(sel, "nearest", None)
+
+
 def _projections_into(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
     from .select_routes import op_match, op_t
 
@@ -278,7 +310,7 @@ def _projections_into(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> in
                            f"{b_op}_weight": lb.inputs["weight"],
                            **{k: v for k, v in op.inputs.items() if k not in (a_op, b_op)}},
                    outputs=dict(op.outputs), attrs={**op.attrs, "merged": [la.name, lb.name, op.name]})
-        if not table_selects(ctx, fam, op_t(g, fused), op_match(g, fused)):
+        if not _fused_route_ok(ctx, fam, op_t(g, fused), op_match(g, fused)):
             continue
         for o in (la, lb, op):
             g.remove_op(o.name)
@@ -294,7 +326,7 @@ def _launchers_take(ctx: PassContext, family: str, names: list[str]) -> bool:
     from ..kernels.family import family_specs
 
     spec = family_specs().get(family)
-    routes = family_routes(ctx, family)
+    routes = _family_routes(ctx, family)
     if spec is None or not routes or any(r.launcher is None for r in routes):
         return False
     for n in names:

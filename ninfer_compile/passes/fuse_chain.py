@@ -11,8 +11,7 @@ from ..errors import CompileError
 from ..ir.graph import Graph
 from ..ir.types import Op
 from .context import PassContext
-from .fuse import RULES_PATH, _common_prefix
-from .select_routes import table_selects
+from .fuse import RULES_PATH, _common_prefix, _fused_route_ok
 
 
 def _ref_parts(ref: str) -> tuple[str, str, int | None]:
@@ -169,7 +168,7 @@ def chain_into(g: Graph, rule: Mapping[str, Any], ctx: PassContext) -> int:
                    kind=fam, inputs=inputs, outputs=outputs, attrs={**attrs, "merged": merged}, seq=last.seq)
         if spec.check is not None and spec.check(op_view(g, fused, spec)) is not None:
             continue
-        if not table_selects(ctx, fam, op_t(g, fused), op_match(g, fused)):
+        if not _fused_route_ok(ctx, fam, op_t(g, fused), op_match(g, fused)):
             continue
         for o in [*members.values(), *views.values()]:
             g.remove_op(o.name)

@@ -11,7 +11,6 @@ Guarantees: every family op carries `route` = RouteChoice(route, params, source 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from ..errors import CompileError, RouteError
@@ -36,40 +35,6 @@ def op_match(graph: Graph, op: Op) -> dict[str, Any]:
     "Route tables")."""
     spec = family_spec(op.kind)
     return spec.match(op_view(graph, op, spec))
-
-
-def family_routes(ctx: PassContext, family: str) -> list | None:
-    """The registered routes of `family` (the context's registry, else the default one); None when
-    no registry is importable or the family is unknown."""
-    reg = ctx.registry
-    if reg is None:
-        try:
-            from ..kernels import registry as reg_mod
-
-            reg = reg_mod.default_registry
-        except ImportError:
-            return None
-    try:
-        return reg.routes_for(family)
-    except Exception:
-        return None
-
-
-def table_selects(ctx: PassContext, family: str, t: int, match: Mapping[str, Any]) -> bool:
-    """A registered route of `family` covers (t, match), and the context's table (if any) selects one
-    (not a `miss: nearest` fallback): the test of a pass that adds an op only where it can run."""
-    routes = family_routes(ctx, family)
-    if routes is None:
-        return False
-    if not any(r.covers(t, t, match) is None for r in routes):
-        return False
-    if ctx.table is None:
-        return True
-    try:
-        sel = ctx.table.select(family, t, dict(match))
-    except Exception:  # no section / unsupported range / miss: the op is not added
-        return False
-    return not getattr(sel, "nearest", None)
 
 
 def run(graph: Graph, ctx: PassContext) -> Graph:
