@@ -12,7 +12,7 @@
 #   load    load_phases: $LOAD_RUNS (2) fresh processes (LOAD_ENV="K=V K=V": alternating child environments) to their first token (before e2e in $PARTS: the
 #           first one is the machine's first load)
 #   tune    the MoE families' rows measured by the tuner (-> $OUT/sm90_moe.yaml)
-#   nocs    issue 31's --no-column-specialization: the plan compiled with it, prefill 1024 / 4096 (A/B
+#   nocs    issue 31's column specialisation A/B: the plan compiled with --no-column-specialization, prefill 1024 / 4096 (A/B
 #           against e2e's prefill rows of the default plan in the same call)
 # TEST_PATHS / E2E_ARGS override the tests' paths and bench_e2e's measurement arguments (a short call).
 # Everything but call.log and gpu_tests.log comes back in results.tgz.

@@ -74,13 +74,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefill-logits", choices=("last", "all"), default="last",
                         help="prefill head rows: last (the chunk's last column, for generation) or all (every "
                              "column: ninfer-run --perplexity needs it)")
-    parser.add_argument("--no-column-specialization", action="store_true",
-                        help="leave the column-count arguments (T, chunk counts) of the kernels only prefill "
-                             "extents launch unspecialised (@triton.jit(do_not_specialize=...) in the emitted "
-                             "source; a decode or verify step's kernels are untouched): on the 27B 45 binaries "
-                             "instead of 70, a cold compile ~20 s instead of ~30 s on 2 cores, but every compile "
-                             "reproduces the launches once more (+4 s: a repeat 3.3 -> 7.2 s); prefill speed "
-                             "unchanged on an H100 (codegen/column_specialization.py)")
+    columns = parser.add_mutually_exclusive_group()
+    columns.add_argument("--column-specialization", dest="column_specialization", action="store_const",
+                         const="on", default="auto",
+                         help="keep Triton's specialisation of every kernel's column-count arguments (more "
+                              "binaries: on the 27B 70 instead of 45, a cold compile ~30 s instead of ~20 s on 2 "
+                              "cores). Default: when binaries are built, the column counts (T, chunk counts) of "
+                              "the kernels only prefill extents launch are left unspecialised "
+                              "(@triton.jit(do_not_specialize=...) in the emitted source; a decode or verify "
+                              "step's kernels are untouched; prefill speed unchanged on an H100; "
+                              "codegen/column_specialization.py)")
+    columns.add_argument("--no-column-specialization", dest="column_specialization", action="store_const",
+                         const="off", help="leave those column counts unspecialised also with --no-binaries "
+                                           "(an error where the launches cannot be reproduced)")
     parser.add_argument("--no-binaries", action="store_true",
                         help="emit kernel source only: skip the ahead-of-time cubins (kernels/bin/); the "
                              "runtime then JIT-compiles every kernel at load")
@@ -137,18 +143,29 @@ class Compiled:
 EMIT_KERNELS = True
 
 
+def _can_reproduce(sm) -> bool:
+    """Triton can target `sm` here (the cheap check: no runtime import): the default unspecialises
+    the prefill-only kernels' column counts only then (and keeps them when the launches turn out not
+    to be reproducible: `aot.column_parameters(required=False)`)."""
+    from .codegen.aot import toolchain_problem
+
+    return toolchain_problem(sm, runtime=False) is None
+
+
 def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None, contract: Path | None = None,
                      opts: LowerOptions, budget_gib: float | None = None, disabled: list[str] = (),
                      dump_dir: Path | None = None, binaries: bool = True,
                      progress: Callable[[str], None] | None = None, auto_context: bool = False,
-                     tp: int = 1, cache=None, column_specialization: bool = True) -> Compiled:
+                     tp: int = 1, cache=None, column_specialization: str = "on") -> Compiled:
     """Compile an artifact for `sm`. `binaries`: also compile every launched kernel ahead of time
     into kernels/bin/ (codegen/aot.py; problems are recorded in the kernel manifest, fatal only
     under NINFER_AOT_STRICT=1). `cache`: the binary cache (codegen/binary_cache.py; None: none).
     `progress(line)` is told each phase and count ("lowering 5 extents", "passes: extent 3/5", ...).
     `auto_context`: opts.max_context is only the first probe; the plan gets the largest context per
-    slot whose plan fits `budget_gib` (`_fit_context`). `column_specialization=False`:
-    --no-column-specialization (codegen/column_specialization.py; changes the prefill-only kernels' code)."""
+    slot whose plan fits `budget_gib` (`_fit_context`). `column_specialization`: "on" keeps Triton's
+    specialisation everywhere; "off" leaves the prefill-only kernels' column counts unspecialised
+    (codegen/column_specialization.py); "auto" (the CLI default) is "off" when binaries are built and
+    the launches can be reproduced here, else "on"."""
     say = progress or (lambda line: None)
     from .artifact import Artifact
     from .contracts import check_artifact, find_contract
@@ -204,7 +221,11 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
                "prefill_chunk": opts.prefill_chunk, "max_context": opts.max_context, "kv_dtype": opts.kv_dtype,
                "memory_budget_gib": budget_gib, "prefill_logits": opts.prefill_logits,
                "slots": opts.slots}
-    if not column_specialization:  # (absent by default: those plans stay byte-identical to before)
+    if column_specialization not in ("on", "off", "auto"):
+        raise CompileError(f"column_specialization must be on, off or auto, got {column_specialization!r}")
+    unspecialize = column_specialization == "off" or (
+        column_specialization == "auto" and binaries and EMIT_KERNELS and _can_reproduce(sm))
+    if unspecialize:  # (absent with --column-specialization: those plans are as before the option)
         options["column_specialization"] = False
     if opts.draft_tokens > 0:  # (absent at K = 0: those plans stay byte-identical to before)
         mtp = any(g.extent.graph == "mtp" for g in graphs)
@@ -236,10 +257,10 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
         say("emitting kernels")
         launches = [L for m in manifests for L in launches_from_manifest(m, registry=ctx.registry)]
         files, _ = kernel_files(launches)
-        if not column_specialization:  # the launches reproduced once to find the column-count arguments
+        if unspecialize:  # the launches reproduced once to find the column-count arguments
             say("finding the kernels' column-count arguments")
-            files, _ = kernel_files(launches, unspecialized=aot.column_parameters(rank_view(manifest, 0), files,
-                                                                                 objects, sm))
+            files, _ = kernel_files(launches, unspecialized=aot.column_parameters(
+                rank_view(manifest, 0), files, objects, sm, cache=cache, required=column_specialization == "off"))
         # ahead-of-time binaries for the plan's sm (needs the kernel source just rendered; the ranks'
         # launches have the same shapes, so rank 0's specialisations are every rank's)
         result = (aot.precompile(rank_view(manifest, 0), files, objects, sm, progress=progress, cache=cache)
@@ -379,7 +400,7 @@ def run(args) -> int:
         compiled = compile_artifact(args.artifact, args.sm, routes=args.routes, contract=args.contract, opts=opts,
                                     budget_gib=args.memory_budget, disabled=args.disable_pass, dump_dir=dump_tmp,
                                     binaries=not args.no_binaries, progress=progress, auto_context=auto,
-                                    tp=args.tp, cache=cache, column_specialization=not args.no_column_specialization)
+                                    tp=args.tp, cache=cache, column_specialization=args.column_specialization)
         if args.weight_digests:
             from .plan.integrity import add_weight_digests, weight_digests
 

@@ -350,29 +350,56 @@ def _forget_package(root: str, importer: MemoryImporter) -> None:
 
 
 def column_parameters(plan: Mapping[str, Any], kernel_files: Mapping[str, str], objects: Mapping[str, Any],
-                      sm: int) -> dict[str, list[str]]:
-    """--no-column-specialization: the launches reproduced (nothing compiled) and, per kernel launched
+                      sm: int, cache: binary_cache.BinaryCache | None = None,
+                      required: bool = True) -> dict[str, list[str]]:
+    """The column-count discovery (the default with binaries; codegen/column_specialization.py): the
+    launches reproduced (nothing compiled) and, per kernel launched
     by prefill extents only, the integer parameters whose specialisation class varies between them
-    (column_specialization.py)."""
+    (column_specialization.py). With a binary cache the answer is kept (`columns-v1`, keyed like a
+    whole result: a repeat compile skips the reproduction) and remembered launches replay (`launch-v1`,
+    the entries the default compile of the same source writes). `required` (--no-column-specialization):
+    where the launches cannot be reproduced, an error; else ({}) every specialisation is kept."""
     from .column_specialization import OPTION, varying_parameters
 
+    key = None
+    if cache is not None:  # before the toolchain check, which imports the runtime (and torch)
+        try:
+            key = result_key(plan, kernel_files, objects, int(sm), cache)
+            got = cache.get_json("columns-v1", key)
+        except OSError:
+            got = None
+        if isinstance(got, dict) and isinstance(got.get("kernels"), dict):
+            return {str(k): [str(p) for p in v] for k, v in got["kernels"].items()}
     problem = toolchain_problem(sm)
     if problem:
+        if not required:  # the default: keep every specialisation
+            return {}
         raise CompileError(f"{OPTION} needs the launches reproduced, which cannot be done here: {problem}")
     root = _root_name(kernel_files)
     importer, session = MemoryImporter(root, kernel_files), Session(root)
     work = tempfile.mkdtemp(prefix=f"ninfer-aot-{os.getpid()}-")
     try:
+        memo = LaunchMemo(cache, launch_context(kernel_files, int(sm), cache), root) if cache is not None else None
         with environment(int(sm), work, session.hook):
             try:
                 _reproduce(plan, json.loads(kernel_files["kernels/manifest.json"]), importer, session, objects,
-                           int(sm), fake_tensors())
+                           int(sm), fake_tensors(), memo=memo)
             finally:
                 _leave_meta_path(importer)
-        return varying_parameters(session.captures.values(), root, keep=steady_kernels(plan, kernel_files))
+        out = varying_parameters(session.captures.values(), root, keep=steady_kernels(plan, kernel_files))
+    except Exception as exc:  # noqa: BLE001 - the default keeps every specialisation; the binary
+        if not required:      # compile that follows meets (and reports) the same failure
+            return {}
+        raise CompileError(f"{OPTION}: reproducing the launches failed: {one_line(exc)}") from None
     finally:
         _forget_package(root, importer)
         shutil.rmtree(work, ignore_errors=True)
+    if cache is not None and key is not None:
+        try:
+            cache.put_json("columns-v1", key, {"kernels": out})
+        except OSError:
+            pass
+    return out
 
 
 def steady_kernels(plan: Mapping[str, Any], kernel_files: Mapping[str, str]) -> set[str]:

@@ -4,6 +4,8 @@ kept between `ninfer-compile` runs in a user cache directory.
 Layout (`root` = --cache-dir, else $XDG_CACHE_HOME/ninfer-compile, else ~/.cache/ninfer-compile):
   root/bin-v1/<k[:2]>/<k>       one kernel binary: Triton's metadata (.json) and .cubin
   root/results-v1/<k[:2]>/<k>   one binary-compile result: kernels/bin/manifest.json minus the bytes
+  root/columns-v1/<k[:2]>/<k>   one column-count discovery (codegen/column_specialization.py): the parameters
+                                left unspecialised (aot.column_parameters), keyed like a result
   root/launch-v1/<k[:2]>/<k>    one reproduced launch: the kernels its launcher launched, specialised
                                 (codegen/aot_capture.py's LaunchMemo)
 Every entry is ONE immutable file: a magic line, a JSON header naming each member with its size
@@ -39,7 +41,7 @@ from typing import Any
 
 STORE_FORMAT = "ninfer-binary-cache-v1"
 MAGIC = b"ninfer-cache-entry-v1\n"
-KINDS = ("bin-v1", "results-v1", "launch-v1")
+KINDS = ("bin-v1", "results-v1", "launch-v1", "columns-v1")
 DEFAULT_MAX_BYTES = 2 << 30  # 2 GiB
 TRIM_TO = 0.8  # trim() deletes down to this fraction of the cap
 STALE_TMP_S = 3600  # temporary files older than this are leftovers of killed compiles

@@ -1,6 +1,8 @@
-"""`ninfer-compile --no-column-specialization`: the column-count arguments of the kernels only
-prefill extents launch, compiled unspecialised. Off by default (it costs every compile a second
-reproduction of the launches: on the sparse 27B, 2 cores, a repeat compile 3.3 -> 7.2 s).
+"""The column-count arguments of the kernels only prefill extents launch, compiled unspecialised:
+`ninfer-compile`'s default when it builds binaries (`--column-specialization` keeps them
+specialised; `--no-column-specialization` asks for it also with `--no-binaries`). It costs a compile
+one more reproduction of the launches, kept in the binary cache (`columns-v1`) with the launch memo
+replaying: on the sparse 27B, 2 cores, a repeat compile 3.15 s as before.
 
 Triton specialises every integer argument of a kernel on `== 1` (the value becomes a constant) and
 on divisibility by 16 (an alignment hint). A prefill extent runs its kernels at every column count
@@ -15,8 +17,8 @@ variant, and the tail chunk runs the general code (no `T == 1` constant, no `T %
 a decode or verify extent also launches (the decode GEMVs run the prefill tails too) keep their
 specialisation, so a decode step's code is the default plan's. Measured (H100, 2026-12-07,
 bench/results/compile_load_h100_2026-12-07/): prefill 4096 8,288 tok/s against 8,317 for the
-default plan in the same call (1024: 8,361); cold compile of the sparse 27B on 2 cores 19.3-20.5 s
-(45 binaries) against 30.0-30.5 s (70).
+fully specialised plan in the same call (1024: 8,361); cold compile of the sparse 27B on 2 cores
+19.3-20.5 s (45 binaries) against 30.0-30.5 s (70).
 
 - `varying_parameters(captures, root, keep)`: {"module:kernel" (emitted package path): [parameter
   names]} for every kernel not in `keep` with an integer argument whose class (== 1 / divisible by 16

@@ -35,6 +35,7 @@ of time for the plan's sm into `kernels/bin/` (aot.py), or why there are none.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib.util
 import json
@@ -130,6 +131,7 @@ def _resolve_from(mod: str, is_pkg: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+@functools.lru_cache(maxsize=512)  # a compile renders the package twice (column_specialization.py)
 def _imports(mod: str, source: str, is_pkg: bool) -> list[_Import]:
     try:
         tree = parse(source)

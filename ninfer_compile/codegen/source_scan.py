@@ -30,6 +30,7 @@ def defines_name(source: str, name: str) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=512)
 def triton_import_line(source: str) -> int | None:
     """The line of the first `import triton...` / `from triton... import` of a module, or None."""
     for node in ast.walk(parse(source)):

@@ -180,22 +180,23 @@ def test_unspecialize_names_the_parameters_in_the_decorator_only():
                      "fam.kernels")
 
 
-def test_no_column_specialization_plan(aot, aot_columns):
-    """The tiny plan with --no-column-specialization: the prefill kernels' column count is named in
-    their emitted decorator, each remaining specialisation is compiled (strict, no failure), there
-    are fewer binaries, and the plan says it was compiled so; the default plan is unmarked."""
+def test_default_plan_leaves_prefill_column_counts_unspecialised(aot, aot_columns):
+    """The tiny plan compiled by default (binaries built): the prefill-only kernels' column count is
+    named in their emitted decorator, each remaining specialisation is compiled (strict, no failure),
+    there are fewer binaries than with --column-specialization, and the plan says it was compiled
+    so; the --column-specialization plan is unmarked."""
     import json
 
-    plan, default = aot_columns["plan"], aot["plan"]
+    plan, specialised = aot["plan"], aot_columns["plan"]
     options = json.loads((plan / "plan.json").read_text())["options"]
     assert options["column_specialization"] is False
-    assert "column_specialization" not in json.loads((default / "plan.json").read_text())["options"]
+    assert "column_specialization" not in json.loads((specialised / "plan.json").read_text())["options"]
     marked = [p for p in (plan / "kernels").rglob("*.py") if "do_not_specialize=" in p.read_text()]
-    assert marked and not [p for p in (default / "kernels").rglob("*.py") if "do_not_specialize=" in p.read_text()]
+    assert marked and not [p for p in (specialised / "kernels").rglob("*.py") if "do_not_specialize=" in p.read_text()]
     man = json.loads((plan / "kernels" / "bin" / "manifest.json").read_text())
-    man_default = json.loads((default / "kernels" / "bin" / "manifest.json").read_text())
+    man_specialised = json.loads((specialised / "kernels" / "bin" / "manifest.json").read_text())
     assert man["failed"] == [] and man["unbound"] == []
-    assert 0 < len(man["entries"]) < len(man_default["entries"])
+    assert 0 < len(man["entries"]) < len(man_specialised["entries"])
     named = {}  # "module:kernel" -> the parameters its decorator leaves unspecialised
     for p in marked:
         module = p.relative_to(plan / "kernels").with_suffix("").as_posix().replace("/", ".")
