@@ -259,8 +259,13 @@ def compile_artifact(artifact_path: Path, sm: int, *, routes: Path | None = None
         files, _ = kernel_files(launches)
         if unspecialize:  # the launches reproduced once to find the column-count arguments
             say("finding the kernels' column-count arguments")
-            files, _ = kernel_files(launches, unspecialized=aot.column_parameters(
-                rank_view(manifest, 0), files, objects, sm, cache=cache, required=column_specialization == "off"))
+            columns = aot.column_parameters(rank_view(manifest, 0), files, objects, sm, cache=cache,
+                                            required=column_specialization == "off")
+            if columns:
+                files, _ = kernel_files(launches, unspecialized=columns)
+            elif column_specialization == "auto":  # nothing left unspecialised: the plan says so
+                for m in {id(x): x for x in (manifest, *manifests)}.values():
+                    m.get("options", {}).pop("column_specialization", None)
         # ahead-of-time binaries for the plan's sm (needs the kernel source just rendered; the ranks'
         # launches have the same shapes, so rank 0's specialisations are every rank's)
         result = (aot.precompile(rank_view(manifest, 0), files, objects, sm, progress=progress, cache=cache)
