@@ -16,8 +16,7 @@ to run a plan without importing `ninfer_compile`. Emission makes the kernels sel
   the default `vendor=`). Any other import of `ninfer_compile` outside `kernels/` makes emission
   fail with an `EmitError` naming the module and the import: the route library stays
   self-contained, so a plan runs without the compiler installed.
-- The emitted root `kernels/__init__.py` is generated (docstring only): the library's own root
-  imports the registry, which the runtime never needs.
+- The emitted root `kernels/__init__.py` is generated (docstring only; the library's own imports the registry).
 - `kernels/manifest.json`: format, Triton version at compile time, the files (path -> sha256),
   and per route: family, launcher `"family.module:function"`, kernels, declared T domain, the
   params used (defaults overlaid, one entry per distinct set), the sha256 of its modules, and
