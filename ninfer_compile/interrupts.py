@@ -68,12 +68,16 @@ def _take_blocked() -> None:
 @contextmanager
 def deferred():
     """A section no SIGINT/SIGTERM interrupts: one arriving meanwhile is raised when it ends."""
-    try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, set(SIGNALS))
-    except (AttributeError, OSError, ValueError):
-        old = None
+    # the section counts (depth) before the mask changes: a handler that runs in between (a signal
+    # another thread took earlier has its handler run here at any bytecode) only records, and the
+    # mask is restored below whatever happens after the block
     _state["depth"] += 1
+    old = None
     try:
+        try:
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, set(SIGNALS))
+        except (AttributeError, OSError, ValueError):
+            old = None
         yield
     finally:
         # The section still counts (depth) until the mask is back: `handler` can run at any bytecode

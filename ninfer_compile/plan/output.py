@@ -234,28 +234,24 @@ def swap_into_place(tmp: Path, dest: Path) -> None:
     removes the leftover."""
     tmp, dest = Path(tmp), Path(dest)
     os.chmod(tmp, 0o755)
-    old = None
-    swapped = False
-    try:
-        with deferred():  # SIGINT/SIGTERM wait until both renames are done
-            if os.path.lexists(dest):
-                if USE_EXCHANGE and _exchange(tmp, dest):
-                    old = tmp  # now holds the previous tree, under a tmp- name of this (live) process
-                else:
-                    old = make_temp_dir(dest, "old")
-                    os.rmdir(old)
-                    os.rename(dest, old)
-                    try:
-                        os.rename(tmp, dest)
-                    except BaseException:
-                        os.rename(old, dest)
-                        raise
+    # SIGINT/SIGTERM wait until both renames and the previous tree's removal are done (a signal
+    # another thread took has its handler run in this thread at some later bytecode: outside the
+    # section it could cut the removal short)
+    with deferred():
+        old = None
+        if os.path.lexists(dest):
+            if USE_EXCHANGE and _exchange(tmp, dest):
+                old = tmp  # now holds the previous tree, under a tmp- name of this (live) process
             else:
-                os.rename(tmp, dest)
-            swapped = True
-    finally:
-        if swapped and old is not None:
-            # deferred: a signal another thread took during the swap has its handler run in this
-            # thread at some later bytecode; raised inside rmtree it would cut the removal short
-            with deferred():
-                shutil.rmtree(old, ignore_errors=True)
+                old = make_temp_dir(dest, "old")
+                os.rmdir(old)
+                os.rename(dest, old)
+                try:
+                    os.rename(tmp, dest)
+                except BaseException:
+                    os.rename(old, dest)
+                    raise
+        else:
+            os.rename(tmp, dest)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
