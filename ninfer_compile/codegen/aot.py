@@ -353,12 +353,11 @@ def column_parameters(plan: Mapping[str, Any], kernel_files: Mapping[str, str], 
                       sm: int, cache: binary_cache.BinaryCache | None = None,
                       required: bool = True) -> dict[str, list[str]]:
     """The column-count discovery (the default with binaries; codegen/column_specialization.py): the
-    launches reproduced (nothing compiled) and, per kernel launched
-    by prefill extents only, the integer parameters whose specialisation class varies between them
-    (column_specialization.py). With a binary cache the answer is kept (`columns-v1`, keyed like a
-    whole result: a repeat compile skips the reproduction) and remembered launches replay (`launch-v1`,
-    the entries the default compile of the same source writes). `required` (--no-column-specialization):
-    where the launches cannot be reproduced, an error; else ({}) every specialisation is kept."""
+    launches reproduced (nothing compiled) and, per kernel only prefill extents launch, the integer
+    parameters whose specialisation class varies between them. With a binary cache the answer is
+    kept (`columns-v1`, keyed like a whole result: a repeat compile skips the reproduction) and
+    remembered launches replay (`launch-v1`). `required` (--no-column-specialization): where the
+    launches cannot be reproduced, an error; else ({}) every specialisation is kept."""
     from .column_specialization import OPTION, varying_parameters
 
     key = None
