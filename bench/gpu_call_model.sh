@@ -11,6 +11,8 @@
 #   spec    bench_spec: the K = 3 round at C = 1 and 8 against the plain step, forced acceptance at C = 1
 #   load    load_phases: $LOAD_RUNS (2) fresh processes (LOAD_ENV="K=V K=V": alternating child environments) to their first token (before e2e in $PARTS: the
 #           first one is the machine's first load)
+#   stream  weight_stream_bench: the weight stream's GB/s by readers and buffer size, against the
+#           pinned host->device copy measured in the same run (issue 31)
 #   tune    the MoE families' rows measured by the tuner (-> $OUT/sm90_moe.yaml)
 #   nocs    issue 31's column specialisation A/B: the plan compiled with --no-column-specialization, prefill 1024 / 4096 (A/B
 #           against e2e's prefill rows of the default plan in the same call)
@@ -25,7 +27,7 @@ case "${MODEL:=35b}" in
   35b) NAME=qwen3.6-35b-a3b; LABEL=35b-a3b; CONC=${CONC:-1,8}
        DEFAULT_TESTS="tests/kernels/moe tests/runtime/test_moe_e2e.py" ;;
   27b) NAME=qwen3.6-27b; LABEL=27b; CONC=${CONC:-1,2,4,8}
-       DEFAULT_TESTS="tests/runtime/test_pinned_upload.py" ;;
+       DEFAULT_TESTS="tests/runtime/test_pinned_upload.py tests/runtime/test_weight_stream.py" ;;
   *) echo "error: MODEL=$MODEL: 35b or 27b"; exit 2 ;;
 esac
 A=/tmp/m$MODEL.ninfer
@@ -71,6 +73,9 @@ for part in ${PARTS:-tests pack compile e2e moe spec load}; do
     load)
       timeout ${LOAD_S:-120} python3 bench/load_phases.py --model $NAME --artifact "$A" --sm 90 --runs ${LOAD_RUNS:-2} ${LOAD_ENV:+$(printf -- '--env %s ' $LOAD_ENV)} \
         2>&1 | tee "$OUT/load_phases.log" | tail -n 6 | tee -a "$OUT/call.log" ;;
+    stream)
+      timeout ${STREAM_S:-120} python3 bench/weight_stream_bench.py --plan "$P" --artifact "$A" 2>&1 \
+        | tee "$OUT/weight_stream.log" | grep -v "^json" | tee -a "$OUT/call.log" ;;
     nocs)
       /usr/bin/time -f "compile (no column specialization) wall %e s, cpu %U+%S s" python3 -m ninfer_compile.cli "$A" \
         --sm 90 --routes "$ROUTES" --concurrency $CONC --draft-tokens 3 --max-context 4608 --no-column-specialization \

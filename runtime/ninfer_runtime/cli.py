@@ -220,6 +220,10 @@ def _main(argv: list[str] | None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     try:
         check_args(args)
+        if args.kernels is None:  # a GPU run: the weights stream to it while torch is being imported
+            from .weight_stream import prestart
+
+            prestart(args.plan, args.artifact, args.device)
         args.argv = list(sys.argv[1:] if argv is None else argv)
         from .tensor_parallel import run_cli_ranks
 

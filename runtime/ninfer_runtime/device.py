@@ -17,10 +17,12 @@ no memory, so it binds the plan's launches exactly as a load does without a GPU.
 
 Requires: torch (triton only for "triton" / "interpret"). Guarantees (`TorchDevice`): `check`
 refuses a plan compiled for another sm (one line, PlanMismatch); `prepare_kernels` turns the
-interpreter on before triton is imported ("interpret" only; "torch" never needs it); `upload`
-copies one host uint8 buffer to the device: on a GPU queued through a ring of pinned staging buffers
-(pinned_upload.py; the pageable copy with NINFER_PINNED_UPLOAD=0 or when pinning fails, one `note:`
-line), done once `finish_uploads` returned; on the CPU no host copy at all;
+interpreter on before triton is imported ("interpret" only; "torch" never needs it);
+`stream_weights` hands a GPU's whole objects to the weight stream (weight_stream.py: the one that
+`prestart` began, or a new one; None with NINFER_PINNED_UPLOAD=0, or after one `note:` line when the
+stream cannot start); `upload` copies one host uint8 buffer to the device: on a GPU queued through a
+ring of pinned staging buffers (pinned_upload.py; the pageable copy with NINFER_PINNED_UPLOAD=0 or
+when pinning fails, one `note:` line), done once `finish_uploads` returned; on the CPU no host copy;
 `zeros` allocates zero-filled device memory (the caching allocator's alignment); `warm` and
 `capture_graphs` are true on a CUDA device only; `start_kernel_binaries` runs the plan binaries'
 check, hashing, preload and module loads in a background thread on a GPU (`KernelSetup`), inline
@@ -38,7 +40,7 @@ from typing import Any, Callable
 import torch
 
 from .errors import PlanError, PlanMismatch
-from .pinned_upload import pinned_upload_enabled
+from .weight_stream import pinned_upload_enabled
 
 
 class DeviceBackend:
@@ -67,6 +69,11 @@ class DeviceBackend:
     def start_kernel_binaries(self, source, package: str) -> "KernelSetup":
         """`kernel_binaries`, started: here run at once (`KernelSetup.join()` gives its result)."""
         return KernelSetup(lambda: self.kernel_binaries(source, package), background=False)
+
+    def stream_weights(self, artifact, names: list[str]):
+        """A started `weight_stream.WeightStream` carrying the objects `names` whole from the
+        artifact's file, or None: the engine uploads them one by one (`upload`)."""
+        return None
 
     def upload(self, read: Callable[[], torch.Tensor], nbytes: int) -> torch.Tensor:
         """A 1-D uint8 device tensor of `nbytes` with the bytes of `read()` (a host uint8 tensor;
@@ -254,6 +261,24 @@ class TorchDevice(DeviceBackend):
         # sha256, canonical hashing, preload, module loads) overlaps the weight upload in a thread
         background = (self.kernels == "triton" and not self._interpreting() and source.binaries_dir is not None)
         return KernelSetup(lambda: self.kernel_binaries(source, package), background=background)
+
+    def stream_weights(self, artifact, names: list[str]):
+        base, path = getattr(artifact, "payload_offset", None), getattr(artifact, "path", None)
+        if not self._pinned_upload or base is None or path is None:
+            return None
+        from . import weight_stream
+        from .cuda_driver import CudaDriver
+
+        stream = weight_stream.take(path, names, self.device.index)
+        if stream is None:
+            try:
+                objects = [(n, base + artifact.objects[n].offset, artifact.objects[n].bytes) for n in names]
+                stream = weight_stream.WeightStream(CudaDriver.open(self.device.index), path, objects).start()
+            except (RuntimeError, OSError) as exc:  # no driver, pinning refused, ...
+                print(f"note: the weight stream cannot start ({str(exc).strip().splitlines()[0][:200]}); "
+                      f"uploading object by object", file=sys.stderr, flush=True)
+                return None
+        return stream
 
     def upload(self, read: Callable[[], torch.Tensor], nbytes: int) -> torch.Tensor:
         if self._pinned_upload and self._uploader is None:

@@ -141,14 +141,7 @@ def verify_weights(plan: dict, artifact, names: list[str], progress: bool = True
     if missing:
         raise PlanMismatch(f"--verify-weights: the plan's payload digests do not cover object {missing[0]!r}")
     total = sum(artifact.objects[n].bytes for n in names if n in artifact.objects)
-    bar = None
-    if progress:
-        try:
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, unit="B", unit_scale=True, desc="verify weights", file=sys.stderr, leave=False)
-        except ImportError:
-            bar = None
+    bar = byte_bar(total, "verify weights") if progress else None
     try:
         for n in sorted(names):
             if n not in artifact.objects:
@@ -164,3 +157,12 @@ def verify_weights(plan: dict, artifact, names: list[str], progress: bool = True
         if bar is not None:
             bar.close()
     return total
+
+
+def byte_bar(total: int, desc: str):
+    """A tqdm progress bar of `total` bytes on stderr, gone when closed (None: tqdm is missing)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, unit="B", unit_scale=True, desc=desc, file=sys.stderr, leave=False)

@@ -11,9 +11,9 @@
    kernels/manifest.json; a family without one is refused in one line naming it and the route)
    or, on request, its Triton kernels under the interpreter (`kernels="interpret"`, slow);
 3. with `verify_weights=True`, hash the payload of every bound object against the digests the
-   compiler recorded (integrity.verify_weights); then upload the weights the launches reference,
-   streamed from the artifact's mmap (per object: torch.frombuffer over the mmap span -> device; a
-   GPU stages it in pinned buffers, device.py). Row-split objects become the kernel library's
+   compiler recorded (integrity.verify_weights); then upload the weights the launches reference: on
+   a GPU the weight stream (weight_stream.py; begun at process start by `prestart`, if called), else
+   per object from the artifact's mmap (device.py). Row-split objects become the kernel library's
    `QuantWeight` (uint8 planes; row views are plane slices), direct objects typed tensors in their
    logical shape (row views are row slices);
 4. allocate the activation arena and the per-slot state buffers (KV caches, GDN conv/recurrent);
@@ -36,7 +36,8 @@ caller (the compiler's ahead-of-time pass injects a fake device and a plan held 
 constructs this same Engine). `Engine.load_times` = {"upload": s, "kernels": s, "capture": s,
 "total": s}; "kernels" is its critical path: the import, the wait for the background binaries
 (else their setup), binding and the warm-up run. `Engine.load_phases` names each part; the
-background's own phases end in " (bg)" ("kernels (bg)": its whole run, "kernels_wait": the join).
+background's own phases end in " (bg)" ("kernels (bg)": its whole run, "kernels_wait": the join;
+"upload (bg)": the weight stream's run from its start, maybe before the load began).
 """
 
 from __future__ import annotations
@@ -52,9 +53,10 @@ import torch
 from .artifact_view import GROUPED, ArtifactView, ArtifactViewError
 from .device import DeviceBackend, TorchDevice, check_device  # noqa: F401 - check_device: public here too
 from .errors import NinferRuntimeError, PlanError, PlanMismatch
-from .integrity import verify_weights
+from .integrity import byte_bar, verify_weights
 from .plan_source import (KERNELS_FORMAT, PLAN_FORMAT, PlanDir, PlanInMemory, check_artifact,  # noqa: F401
                           check_kernel_files, import_kernels, read_plan, used_weights)
+from .weight_stream import discard
 
 _DIRECT = {"BF16": torch.bfloat16, "FP32": torch.float32, "I32": torch.int32}
 MAX_DRAFT_TOKENS = 8
@@ -127,78 +129,68 @@ class Engine:
                 self._kernel_setup.abandon()
             if self.binaries is not None:
                 self.binaries.release()
+            discard(getattr(self.artifact, "path", None))  # a stream prestarted for it, not taken
             self.artifact.close()
             raise
 
     # ------------------------------------------------------------------------- construction
     def _init(self, progress: bool, t0: float) -> None:
         from .frontend import Frontend
-
-        self._read_options()
-        # weights
-        self._objects: dict[str, Any] = {}
-        self._weights: dict[tuple, Any] = {}
+        from .graphs import capture_decode_graphs, warm_kernels, warmup_needed
         from .weight_shards import upload_shards, weight_refs
 
+        self._read_options()
+        self._objects: dict[str, Any] = {}
+        self._weights: dict[tuple, Any] = {}
+        self.stream_seconds = None  # the weight stream's run (weight_stream.py), when it carried the upload
         used, self._shard_refs = weight_refs(self.plan)  # whole objects; (object, shard) copies of a --tp rank
         if self.verify_weights:
             verify_weights(self.plan, self.artifact, sorted(set(used) | {n for n, _ in self._shard_refs}), progress)
         self.backend.prepare_kernels()
-        t_kern = time.perf_counter()
-        self.kernel_package = self.source.import_kernels()
-        t_import = time.perf_counter() - t_kern
+        ph: dict[str, float] = {}  # Engine.load_phases, the main thread's
+
+        def timed(name: str, fn, *args):
+            t = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                ph[name] = time.perf_counter() - t
+
+        self.kernel_package = timed("import", self.source.import_kernels)
         self._launchers: dict[str, Any] = {}
         self._quant_weight_cls = None
-        setup = self._kernel_setup = self.backend.start_kernel_binaries(self.source, self.kernel_package)
-        t_kern = time.perf_counter() - t_kern
+        setup = self._kernel_setup = timed("kernels_start", self.backend.start_kernel_binaries, self.source,
+                                           self.kernel_package)
         t_up = time.perf_counter()
         try:
             self._upload(used, progress)
             self._shards = upload_shards(self, _DIRECT, GROUPED)  # a --tp rank's copies (row / column ranges)
-        finally:
-            t_upload_wait = time.perf_counter()  # phase "upload_wait": until every queued copy is done,
-            self.backend.finish_uploads()  # before anything reads the weights
-            t_upload_wait = time.perf_counter() - t_upload_wait
+        finally:  # until every queued copy is done, before anything reads the weights
+            timed("upload_wait", self.backend.finish_uploads)
         self.backend.synchronize()
         t_up = time.perf_counter() - t_up
-        t_wait = time.perf_counter()
-        self.binaries, self.kernel_note = setup.join()  # raises the background's error, if any
-        t_wait = time.perf_counter() - t_wait
-        t_kern += t_wait
-        try:
-            self._allocate()
-        except (RuntimeError, ValueError, OverflowError, TypeError) as exc:  # an absurd (edited) size
-            msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-            raise PlanError(f"buffers: cannot allocate the plan's arena / state: {msg}") from None
-        t_bind = time.perf_counter()
-        self._bind_extents()
-        t_warm = time.perf_counter()
-        from .graphs import capture_decode_graphs, warm_kernels, warmup_needed
-
+        timed("allocate", self._allocate)  # these two beside the background binaries' setup
+        self.frontend = timed("frontend", Frontend.from_artifact, self.artifact)  # tokenizer, template, stop ids
+        self.binaries, self.kernel_note = timed("kernels_wait", setup.join)  # raises the background's error
+        timed("binding", self._bind_extents)
         self.warmed = warmup_needed(self)
-        if self.warmed:
-            warm_kernels(self)
-        t_kern += time.perf_counter() - t_bind
-        t_warm, t_bind = time.perf_counter() - t_warm, t_warm - t_bind
+        timed("warmup", warm_kernels if self.warmed else (lambda engine: None), self)
         if self.binaries is not None:
             self.kernel_note = self.binaries.note() + ("" if self.warmed else "; no warm-up run (nothing to load)")
         self.device_note = f"{self.device_note}; {self.kernel_note}{self._pdl_note()}"
-        # frontend (tokenizer, chat template, stop ids) from the artifact's resources
-        self.frontend = Frontend.from_artifact(self.artifact)
-        # CUDA graphs
-        t_cap = time.perf_counter()
-        self.graphs = {}
-        if self.backend.capture_graphs:
-            self.graphs = capture_decode_graphs(self)  # decode, verify and MTP extents (graphs.py)
-        t_cap = time.perf_counter() - t_cap
-        self.load_times = {"upload": t_up, "kernels": t_kern, "capture": t_cap,
+        # CUDA graphs: decode, verify and MTP extents (graphs.py)
+        self.graphs = timed("capture", capture_decode_graphs if self.backend.capture_graphs else (lambda e: {}), self)
+        t_kern = sum(ph[k] for k in ("import", "kernels_start", "kernels_wait", "binding", "warmup"))
+        self.load_times = {"upload": t_up, "kernels": t_kern, "capture": ph["capture"],
                            "total": time.perf_counter() - t0}
-        # the phases inside "kernels" (binaries: triton_cache.PlanBinaries.phases) and the capture
+        # the background's phases (binaries: triton_cache.PlanBinaries.phases; the weight stream's run)
         bg = " (bg)" if setup.background else ""
+        if not bg:  # the setup ran inline: its time is the join's
+            ph.pop("kernels_wait")
         binary_phases = self.binaries.phases if self.binaries is not None else {}
-        self.load_phases = {"import": t_import, "upload_wait": t_upload_wait, **{k + bg: v for k, v in binary_phases.items()},
-                            **({"kernels (bg)": setup.seconds, "kernels_wait": t_wait} if bg else {}),
-                            "binding": t_bind, "warmup": t_warm, "capture": t_cap}
+        self.load_phases = {**ph, **{k + bg: v for k, v in binary_phases.items()},
+                            **({"kernels (bg)": setup.seconds} if bg else {}),
+                            **({"upload (bg)": self.stream_seconds} if self.stream_seconds is not None else {})}
         if self.tp is not None and self.tp.world > 1 and self.tp.rank == 0:
             from .tensor_parallel import Lockstep
 
@@ -217,6 +209,15 @@ class Engine:
 
     def _allocate(self) -> None:
         """The activation arena and the per-slot state buffers, on `self.device`."""
+        try:
+            self._allocate_buffers()
+        except NinferRuntimeError:
+            raise
+        except (RuntimeError, ValueError, OverflowError, TypeError) as exc:  # an absurd (edited) size
+            msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            raise PlanError(f"buffers: cannot allocate the plan's arena / state: {msg}") from None
+
+    def _allocate_buffers(self) -> None:
         arena_bytes = int(self.plan["buffers"]["arena"]["bytes"])
         need = max([int(x.get("arena_bytes") or 0) for x in self.plan["extents"].values()] + [arena_bytes, 256])
         self.arena = self.backend.zeros((need + 255) // 256 * 256, torch.uint8)
@@ -329,28 +330,23 @@ class Engine:
                             *self.mtp_decode_runners, *self.mtp_verify_runners) if r.capture]
 
     def _upload(self, names: list[str], progress: bool) -> None:
-        total = 0
-        for n in names:
-            e = self.artifact.objects.get(n)
+        entries = [self.artifact.objects.get(n) for n in names]
+        for n, e in zip(names, entries):
             if e is None or e.kind != "tensor":
                 raise PlanMismatch(f"plan references object {n!r}, absent from artifact {self.artifact.path.name}")
-            total += e.bytes
-        bar = None
-        if progress:
-            try:
-                from tqdm import tqdm
-
-                bar = tqdm(total=total, unit="B", unit_scale=True, desc="upload weights", file=sys.stderr,
-                           leave=False)
-            except ImportError:
-                bar = None
+        total = sum(e.bytes for e in entries)
+        bar = byte_bar(total, "upload weights") if progress else None
         try:
-            for n in names:
-                e = self.artifact.objects[n]
-                dev = self.backend.upload(lambda n=n: torch.frombuffer(self.artifact.span(n), dtype=torch.uint8),
-                                          int(e.bytes))
-                self._objects[n] = self._bind_object(e, dev)
-                if bar is not None:
+            stream = self.backend.stream_weights(self.artifact, names)  # weight_stream.py (a GPU)
+            if stream is not None:
+                stream.wait(None if bar is None else lambda done: bar.update(done - bar.n))
+                self.stream_seconds = stream.seconds
+                device = stream.adopt(torch)
+            for e in entries:
+                dev = device[e.name] if stream is not None else self.backend.upload(
+                    lambda n=e.name: torch.frombuffer(self.artifact.span(n), dtype=torch.uint8), int(e.bytes))
+                self._objects[e.name] = self._bind_object(e, dev)
+                if bar is not None and stream is None:
                     bar.update(e.bytes)
         finally:
             if bar is not None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import torch
-
 from .errors import PlanError
+
+# torch is imported where a copy is made: `weight_refs` runs before torch is imported (weight_stream.prestart)
 
 
 def weight_refs(plan: dict) -> tuple[list[str], set[tuple]]:
@@ -46,6 +46,8 @@ def upload_shards(engine, direct: dict, grouped) -> dict[tuple, Any]:
     the artifact's mmap at upload through the engine's backend; adds their bytes to weight_bytes."""
     import sys
     from types import SimpleNamespace
+
+    import torch
 
     from .errors import PlanMismatch
 
@@ -93,6 +95,8 @@ def shard_copy(name: str, fmt: str, shape: tuple[int, ...], raw: torch.Tensor, k
     """(shape, uint8 bytes) of a rank's copy of one object. `raw`: the object's payload (uint8);
     `direct`: format -> torch dtype of the direct formats; `geometry(format, n, k)`: the row-split
     plane geometry (grouped formats)."""
+    import torch
+
     rows, cols = key
     _check_ranges(name, "rows", rows, shape[0])
     _check_ranges(name, "columns", cols, shape[1] if len(shape) > 1 else 0)

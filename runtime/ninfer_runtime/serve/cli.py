@@ -131,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     log = None
     try:
         _check(args)
+        if args.kernels is None:  # a GPU run: the weights stream to it while torch is being imported
+            from ..weight_stream import prestart
+
+            prestart(args.plan, args.artifact, args.device)
         from ..tensor_parallel import serve_ranks
 
         rc = serve_ranks(args, sys.argv[1:] if argv is None else argv)  # a --tp N plan: N rank processes
