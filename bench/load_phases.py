@@ -23,6 +23,7 @@ added to this process's); each of the --runs runs once per --env, alternating, e
 pageable copy; the weight stream started by the load; the weight stream started at process start,
 before `import torch`, as ninfer-run and ninfer-serve do: the default). The upload is load_times'
 "upload" (the main thread's wait for it); "upload (bg)" is the weight stream's own run.
+LOAD_PHASES_PROFILE=1 in an --env: that child's first generation runs under cProfile (printed).
 --importtime: the children run under `python -X importtime`; each prints the imports that cost most
 (`imports ...`: self time and cumulative, ms), e.g. what the torch import is made of.
 --dry-run (no GPU): the tiny synthetic model, compiled with binaries, loaded under the Triton
@@ -66,11 +67,22 @@ t_import = time.perf_counter() - t0
 t = time.perf_counter()
 eng = ninfer_runtime.load(plan, art, progress=False)
 t_load = time.perf_counter() - t
+profiler = None
+if os.environ.get("LOAD_PHASES_PROFILE") == "1":  # where the first token's one-time work goes
+    import cProfile
+    profiler = cProfile.Profile()
+    profiler.enable()
 t = time.perf_counter()
 r = eng.generate([1, 2, 3, 4], max_new_tokens=1, greedy=True, ignore_eos=True)
 if torch.cuda.is_available():
     torch.cuda.synchronize()
 t_first = time.perf_counter() - t
+if profiler is not None:
+    import io, pstats
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(25)
+    print("profile of the first token:\n" + text.getvalue(), file=sys.stderr, flush=True)
 t = time.perf_counter()  # the same request again: what of the first one was one-time work
 eng.generate([1, 2, 3, 4], max_new_tokens=1, greedy=True, ignore_eos=True)
 if torch.cuda.is_available():
@@ -174,6 +186,8 @@ def main(argv=None) -> int:
             print(f"env {label} {line}", flush=True)
             for note in (ln for ln in p.stderr.splitlines() if ln.startswith("note: ")):  # e.g. pinning refused
                 print(f"env {label} {note}", flush=True)
+            if "profile of the first token:" in p.stderr:
+                print(p.stderr[p.stderr.index("profile of the first token:"):], flush=True)
             if args.importtime:
                 print("imports " + costliest_imports(p.stderr), flush=True)
             rows.append((label, json.loads(line[len("phases "):])))

@@ -1,9 +1,9 @@
 """The weight stream's bandwidth (runtime/ninfer_runtime/weight_stream.py) against its limits, on a GPU.
 
-    python bench/weight_stream_bench.py --plan P --artifact A [--readers 1,2,4,8] [--buffer-mib 8,32]
+    python bench/weight_stream_bench.py --plan P --artifact A [--readers 4,8,12] [--chunk-mib 4,8,16]
                                         [--repeat 2]
 
-For each (readers, buffer size): a fresh `WeightStream` carries every object the plan uses from the
+For each (readers, chunk size; two staging buffers a reader): a fresh `WeightStream` carries every object the plan uses from the
 artifact file to the GPU (the artifact should be in the page cache: run it once first or after
 `pack`), timed from `start()` to the end of `wait()`, then closed. Printed beside it, measured in the
 same run: the host-to-device copy of one 1 GiB pinned buffer (torch, the PCIe limit the stream can
@@ -38,8 +38,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--plan", type=Path, required=True)
     ap.add_argument("--artifact", type=Path, required=True)
-    ap.add_argument("--readers", default="1,2,4,8")
-    ap.add_argument("--buffer-mib", default="8,32")
+    ap.add_argument("--readers", default="4,8,12")
+    ap.add_argument("--chunk-mib", default="4,8,16")
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args(argv)
     import torch
@@ -75,17 +75,17 @@ def main(argv=None) -> int:
     print(f"{torch.cuda.get_device_name(dev)}: {len(objects)} objects, {total / 1e9:.2f} GB; host->device pinned "
           f"copy {max(h2d):.1f} GB/s (limit); mmap->pinned, one torch copy_ {mmap_gbs:.1f} GB/s", flush=True)
     rows = []
-    for mib in (int(x) for x in args.buffer_mib.split(",")):
+    for mib in (int(x) for x in args.chunk_mib.split(",")):
         for readers in (int(x) for x in args.readers.split(",")):
             for rep in range(args.repeat):
                 s = WeightStream(driver, args.artifact, objects, readers=readers, buffers=max(2 * readers, 4),
-                                 buffer_bytes=mib << 20)
+                                 chunk_bytes=mib << 20)
                 t = time.perf_counter()
                 s.start().wait()
                 dt = time.perf_counter() - t
                 s.close()
                 gbs = total / dt / 1e9
-                rows.append({"readers": readers, "buffer_mib": mib, "run": rep + 1, "s": dt, "GB/s": gbs,
+                rows.append({"readers": readers, "chunk_mib": mib, "run": rep + 1, "s": dt, "GB/s": gbs,
                              "of_limit": gbs / max(h2d)})
                 print(f"readers {readers}, buffers {max(2 * readers, 4)} x {mib} MiB, run {rep + 1}: {dt:.3f} s, "
                       f"{gbs:.1f} GB/s ({100 * gbs / max(h2d):.0f}% of the pinned copy)", flush=True)

@@ -98,6 +98,7 @@ class Engine:
         self.source = plan_dir if isinstance(plan_dir, (PlanDir, PlanInMemory)) else PlanDir(plan_dir)
         self.plan_dir = self.source.plan_dir
         self.plan, self.kernel_manifest = self.source.plan, self.source.kernels
+        self._before_init = {"plan": time.perf_counter() - t0}  # load phases before _init (read, device, check)
         from .tensor_parallel import TensorParallel, degree, rank_view
 
         self.tp = tp if tp is not None else TensorParallel.current()
@@ -114,6 +115,7 @@ class Engine:
         if kernels is not None and kernels != self.kernels:
             raise PlanError(f"--kernels {kernels}: the injected device runs {self.kernels} kernels")
         self.device_note = self.backend.check(self.plan)
+        self._before_init["device"] = time.perf_counter() - t0 - self._before_init["plan"]
         self.binaries = self._kernel_setup = None
         if isinstance(artifact, (str, os.PathLike)):
             try:
@@ -122,7 +124,9 @@ class Engine:
                 raise PlanMismatch(str(exc)) from None
         self.artifact = artifact
         try:
+            t = time.perf_counter()
             self.source.check(self.artifact)
+            self._before_init["plan_check"] = time.perf_counter() - t
             self._init(progress, t0)
         except BaseException:
             if self._kernel_setup is not None:  # joins its thread, releases what it registered
@@ -147,7 +151,7 @@ class Engine:
         if self.verify_weights:
             verify_weights(self.plan, self.artifact, sorted(set(used) | {n for n, _ in self._shard_refs}), progress)
         self.backend.prepare_kernels()
-        ph: dict[str, float] = {}  # Engine.load_phases, the main thread's
+        ph: dict[str, float] = dict(self._before_init)  # Engine.load_phases, the main thread's
 
         def timed(name: str, fn, *args):
             t = time.perf_counter()

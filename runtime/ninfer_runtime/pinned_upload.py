@@ -1,6 +1,6 @@
 """One object at a time to a CUDA device through a ring of pinned host staging buffers: the upload
-of what the weight stream (weight_stream.py, whole objects read from the artifact file) does not
-carry: a --tp rank's shard copies, objects of an artifact that is not a file.
+of what the weight stream (weight_stream.py: whole objects read from the artifact file) does not
+carry: a --tp rank's shard copies, the objects of an artifact that is not a file.
 
 A copy from pageable memory (the artifact's mmap) is staged by the driver through its own small
 pinned buffers, synchronously, one object at a time (~8 GB/s measured on an H200). Here the upload
@@ -10,7 +10,8 @@ dedicated stream and goes on with the next piece, so the CPU copy of piece i+1 o
 piece i. Objects larger than a buffer are split into pieces; small ones share a buffer. A CUDA event
 per buffer (recorded after each copy out of it) guards the buffer's reuse.
 
-- The staging schedule is weight_stream.py's `StagingRing`.
+- `StagingRing(buffer_bytes, buffers).place(nbytes)`: where the next object's bytes are staged, as
+  `Piece`s (pure; `staging_schedule(sizes, ...)` is the whole schedule of a list of objects).
 - `PinnedUploader(device)`: pins the ring (`PinningFailed`, one line, when the host refuses);
   `upload(host, nbytes)` -> the object's 1-D uint8 device tensor, its copies queued, not done;
   `finish()` waits for every queued copy (call it before anything reads the weights, also when a
@@ -19,15 +20,62 @@ per buffer (recorded after each copy out of it) guards the buffer's reuse.
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
-from .weight_stream import StagingRing
+import torch
 
 # Large enough that each piece's DMA runs at full bandwidth and its CPU copy spreads over all torch
 # threads; small enough that pinning the ring takes milliseconds.
 STAGING_BUFFER_BYTES = 64 << 20
 # One buffer being filled by the CPU, one in DMA, one queued: the CPU waits only when the DMA falls behind.
 STAGING_BUFFERS = 3
+# Pieces start on the device allocator's alignment in the staging buffer (aligned CPU copy and DMA source).
+STAGING_ALIGN = 512
+
+@dataclass(frozen=True)
+class Piece:
+    """`nbytes` of an object from `src_offset` on, staged in buffer `buffer` at `buffer_offset`
+    (a piece at buffer_offset 0 is the first one in that buffer since the ring came back to it)."""
+
+    src_offset: int
+    nbytes: int
+    buffer: int
+    buffer_offset: int
+
+
+class StagingRing:
+    """Places objects' bytes in a ring of `buffers` staging buffers of `buffer_bytes` each, in order:
+    each object fills the current buffer's free space (from the next aligned offset), then the next
+    buffers; a 0-byte object has no pieces."""
+
+    def __init__(self, buffer_bytes: int = STAGING_BUFFER_BYTES, buffers: int = STAGING_BUFFERS,
+                 align: int = STAGING_ALIGN):
+        if align <= 0 or buffer_bytes <= 0 or buffer_bytes % align:
+            raise ValueError(f"staging buffer of {buffer_bytes} bytes: must be a positive multiple of {align}")
+        if buffers < 1:
+            raise ValueError(f"staging ring of {buffers} buffers: needs at least one")
+        self.buffer_bytes, self.buffers, self.align = buffer_bytes, buffers, align
+        self._buffer, self._offset = 0, 0
+
+    def place(self, nbytes: int) -> list[Piece]:
+        if nbytes < 0:
+            raise ValueError(f"an object of {nbytes} bytes")
+        pieces, src = [], 0
+        while src < nbytes:
+            if self._offset >= self.buffer_bytes:
+                self._buffer, self._offset = (self._buffer + 1) % self.buffers, 0
+            n = min(nbytes - src, self.buffer_bytes - self._offset)
+            pieces.append(Piece(src, n, self._buffer, self._offset))
+            src += n
+            self._offset = -(-(self._offset + n) // self.align) * self.align
+        return pieces
+
+
+def staging_schedule(sizes, buffer_bytes: int = STAGING_BUFFER_BYTES, buffers: int = STAGING_BUFFERS,
+                     align: int = STAGING_ALIGN) -> list[tuple[int, Piece]]:
+    """(object index, piece) for objects of `sizes` bytes uploaded in order."""
+    ring = StagingRing(buffer_bytes, buffers, align)
+    return [(i, p) for i, n in enumerate(sizes) for p in ring.place(int(n))]
 
 
 class PinningFailed(RuntimeError):

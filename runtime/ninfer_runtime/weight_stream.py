@@ -1,25 +1,28 @@
-"""The weight stream: a plan's weights read from the artifact file by several threads into pinned
-staging buffers and copied to one device allocation, with the CUDA driver API (cuda_driver.py) and
-no torch, so that it can start with the process and run while `import torch` (~3 s) is going on.
+"""The weight stream: a plan's weights copied from the artifact file to one device allocation by
+several reader threads through pinned staging buffers, with the CUDA driver API (cuda_driver.py)
+and no torch, so that it can start with the process and run while `import torch` (3-5 s) goes on.
 
-Why: the upload from the artifact's mmap (pinned_upload.py, one thread faulting the mapping in page
-by page) ran at ~10 GB/s, 1.7 s of the 27B's 5.8 s to a first token on an H100 (2026-12-07). Here
-`READERS` threads `preadv` pieces of the file (no page faults) into a ring of `BUFFERS` pinned
-buffers, each thread queueing its buffer's copies on its own stream; an event per buffer guards its
-reuse. `prestart(plan, artifact, device)` begins all of it in a background thread before torch is
-imported (ninfer-run and ninfer-serve call it first thing); the loader then `take`s the stream and
-adopts the allocation as torch tensors (`WeightStream.adopt`), or starts one itself.
+Why: the object-by-object upload from the artifact's mmap (pinned_upload.py) took 1.7 s of the
+27B's 5.8 s to a first token on an H100 (2026-12-07), after `import torch`. Here the used objects,
+in file order, make runs of the file (gaps up to `GAP_BYTES` are carried along); the device
+allocation mirrors each run byte for byte (an object keeps its file alignment, the artifact's 256
+B), so a chunk of a run is one `preadv` into a pinned buffer (no page faults) and one host-to-device
+copy. `READERS` threads take chunks in order, each queueing its copies on its own stream; an event
+per buffer guards its reuse. While it runs, Python's switch interval is short: each reader needs
+the GIL back after every call, and the main thread (importing torch) would otherwise keep it 5 ms.
+`prestart(plan, artifact, device)` begins all of it in a background thread before torch is imported
+(ninfer-run and ninfer-serve call it first thing; it also imports triton and computes its build
+digest there, which the plan binaries' check needs); the loader then `take`s the stream and adopts
+the allocation as torch tensors (`WeightStream.adopt`), or starts one itself.
 
-- `device_layout(sizes)`: each object's offset in the device allocation (`DEVICE_ALIGN`, the torch
-  caching allocator's alignment, so kernels see the pointers they were specialised for) and the total.
-- `StagingRing` / `staging_schedule`: where each object's bytes are staged (pure); `batches(...)`
-  groups the pieces by buffer round: one batch fills one buffer once.
-- `WeightStream(driver, path, objects)` (`objects`: (name, file offset, bytes), upload order):
-  `start()`, `done_bytes`, `wait()` (raises `WeightStreamError`, one line naming the object),
-  `adopt(torch)` -> {name: 1-D uint8 CUDA tensor} viewing the allocation (freed with the last
-  view), `close()` (frees what `adopt` did not take). `seconds`: the stream's own wall time.
-- `prestart(...)` -> whether a stream was started; `take(path, names, ordinal)` -> the prestarted
-  stream for exactly these objects on that device (another one is closed), else None.
+- `stream_layout(objects, chunk_bytes)`: (each object's offset in the device allocation, the
+  allocation's bytes, the `Chunk`s: file range -> device offset) (pure).
+- `WeightStream(driver, path, objects)` (`objects`: (name, file offset, bytes)): `start()`,
+  `done_bytes` / `stream_bytes`, `wait(progress)` (raises `WeightStreamError`, one line naming the
+  file), `adopt(torch)` -> {name: 1-D uint8 CUDA tensor} viewing the allocation (freed with the last
+  view), `close()` (frees what `adopt` did not take). `seconds`: from `start()` to its last copy.
+- `prestart(...)` -> whether a thread was started; `take(path, names, ordinal)` -> the prestarted
+  stream for exactly these objects on that device (another one is closed), else None; `discard(path)`.
 - `pinned_upload_enabled()`: NINFER_PINNED_UPLOAD (unset or "1": pinned staging; "0": the pageable copy).
 """
 
@@ -27,17 +30,19 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
 
 from .errors import NinferRuntimeError, PlanError
 
-READERS = 4  # threads reading the file (page-cache copies run at ~5-10 GB/s a thread)
-BUFFERS = 8  # staging buffers: two a reader, so a reader never waits on its own last copy
-BUFFER_BYTES = 32 << 20  # a piece's DMA runs at full bandwidth; pinning the ring takes milliseconds
-STAGING_ALIGN = 512  # pieces start aligned in a staging buffer (aligned DMA source)
-DEVICE_ALIGN = 512  # the torch caching allocator's alignment
+READERS = 8  # threads reading the file: a page-cache copy runs at ~6 GB/s a thread (H100 host, 2026-12-07)
+BUFFERS = 16  # pinned staging buffers: two a reader, so a reader rarely waits on its own last copy
+CHUNK_BYTES = 8 << 20  # one read and one copy; 8 MiB chunks streamed faster than 32 MiB ones (same run)
+GAP_BYTES = 1 << 20  # unused bytes between two used objects carried along rather than starting a new run
+FILE_ALIGN = 4096  # a run's device offset is its file offset modulo this (objects keep their alignment)
+SWITCH_INTERVAL_S = 0.0002  # Python's switch interval while the readers run
 PINNED_UPLOAD_ENV = "NINFER_PINNED_UPLOAD"
 
 
@@ -50,71 +55,41 @@ def pinned_upload_enabled() -> bool:
 
 
 class WeightStreamError(NinferRuntimeError):
-    """The stream failed (a read, a driver call): one line naming the object."""
+    """The stream failed (a read, a driver call): one line naming the file."""
 
 
 @dataclass(frozen=True)
-class Piece:
-    """`nbytes` of an object from `src_offset` on, staged in buffer `buffer` at `buffer_offset`
-    (a piece at buffer_offset 0 is the first one in that buffer since the ring came back to it)."""
+class Chunk:
+    """`nbytes` of the file from `file_offset`, copied to the device allocation at `device_offset`."""
 
-    src_offset: int
+    file_offset: int
     nbytes: int
-    buffer: int
-    buffer_offset: int
+    device_offset: int
 
 
-class StagingRing:
-    """Places objects' bytes in a ring of `buffers` staging buffers of `buffer_bytes` each, in order:
-    each object fills the current buffer's free space (from the next aligned offset), then the next
-    buffers; a 0-byte object has no pieces."""
-
-    def __init__(self, buffer_bytes: int = BUFFER_BYTES, buffers: int = BUFFERS, align: int = STAGING_ALIGN):
-        if align <= 0 or buffer_bytes <= 0 or buffer_bytes % align:
-            raise ValueError(f"staging buffer of {buffer_bytes} bytes: must be a positive multiple of {align}")
-        if buffers < 1:
-            raise ValueError(f"staging ring of {buffers} buffers: needs at least one")
-        self.buffer_bytes, self.buffers, self.align = buffer_bytes, buffers, align
-        self._buffer, self._offset = 0, 0
-
-    def place(self, nbytes: int) -> list[Piece]:
-        if nbytes < 0:
-            raise ValueError(f"an object of {nbytes} bytes")
-        pieces, src = [], 0
-        while src < nbytes:
-            if self._offset >= self.buffer_bytes:
-                self._buffer, self._offset = (self._buffer + 1) % self.buffers, 0
-            n = min(nbytes - src, self.buffer_bytes - self._offset)
-            pieces.append(Piece(src, n, self._buffer, self._offset))
-            src += n
-            self._offset = -(-(self._offset + n) // self.align) * self.align
-        return pieces
-
-
-def staging_schedule(sizes, buffer_bytes: int = BUFFER_BYTES, buffers: int = BUFFERS,
-                     align: int = STAGING_ALIGN) -> list[tuple[int, Piece]]:
-    """(object index, piece) for objects of `sizes` bytes uploaded in order."""
-    ring = StagingRing(buffer_bytes, buffers, align)
-    return [(i, p) for i, n in enumerate(sizes) for p in ring.place(int(n))]
-
-
-def batches(schedule: list[tuple[int, Piece]]) -> list[list[tuple[int, Piece]]]:
-    """The schedule cut where the ring enters a buffer afresh: batch j fills buffer j % buffers."""
-    out: list[list[tuple[int, Piece]]] = []
-    for item in schedule:
-        if not out or item[1].buffer_offset == 0:
-            out.append([])
-        out[-1].append(item)
-    return out
-
-
-def device_layout(sizes, align: int = DEVICE_ALIGN) -> tuple[list[int], int]:
-    """(each object's offset in one device allocation, the allocation's bytes: at least `align`)."""
-    offsets, end = [], 0
-    for n in sizes:
-        offsets.append(end)
-        end = -(-(end + int(n)) // align) * align
-    return offsets, max(end, align)
+def stream_layout(objects, chunk_bytes: int = CHUNK_BYTES, gap: int = GAP_BYTES,
+                  align: int = FILE_ALIGN) -> tuple[dict[str, int], int, list[Chunk]]:
+    """`objects` [(name, file offset, bytes)] -> ({name: device offset}, allocation bytes, chunks).
+    In file order, an object starting at most `gap` bytes after the current run's end (or inside
+    it) extends the run; a run's device offset is the next one after the previous run congruent to
+    its file offset modulo `align`; chunks of at most `chunk_bytes` cover every run, in order."""
+    if chunk_bytes <= 0:
+        raise ValueError(f"weight stream: chunks of {chunk_bytes} bytes")
+    runs: list[list] = []  # [file start, file end, [names]]
+    for off, nb, name in sorted((int(o), int(n), str(m)) for m, o, n in objects if int(n) > 0):
+        if runs and off <= runs[-1][1] + gap:
+            runs[-1][1] = max(runs[-1][1], off + nb)
+            runs[-1][2].append((name, off))
+        else:
+            runs.append([off, off + nb, [(name, off)]])
+    offsets = {str(m): 0 for m, _, n in objects if int(n) == 0}
+    chunks, end = [], 0
+    for start, stop, names in runs:
+        base = end + (start - end) % align
+        offsets.update((name, base + off - start) for name, off in names)
+        chunks += [Chunk(a, min(chunk_bytes, stop - a), base + a - start) for a in range(start, stop, chunk_bytes)]
+        end = base + stop - start
+    return offsets, max(end, align), chunks
 
 
 class _DeviceMemory:
@@ -142,19 +117,19 @@ class _DeviceMemory:
 
 class WeightStream:
     def __init__(self, driver, path, objects, *, readers: int = READERS, buffers: int = BUFFERS,
-                 buffer_bytes: int = BUFFER_BYTES):
+                 chunk_bytes: int = CHUNK_BYTES):
         if buffers < readers + 1:
             raise ValueError(f"weight stream: {buffers} staging buffers for {readers} readers (needs more)")
         self.driver, self.path = driver, str(path)
         self.objects = [(str(n), int(off), int(nb)) for n, off, nb in objects]
         self.names = tuple(n for n, _, _ in self.objects)
-        sizes = [nb for _, _, nb in self.objects]
-        self.offsets, self.total = device_layout(sizes)
-        self._batches = batches(staging_schedule(sizes, buffer_bytes, buffers))
-        self._readers, self._buffers, self._buffer_bytes = max(1, min(readers, len(self._batches))), buffers, buffer_bytes
-        self._recorded = [threading.Event() for _ in self._batches]
-        self._lock, self._next, self._error = threading.Lock(), 0, None
-        self.done_bytes, self.seconds = 0, 0.0
+        self.offsets, self.total, self._chunks = stream_layout(self.objects, chunk_bytes)
+        self.stream_bytes = sum(c.nbytes for c in self._chunks)
+        self._readers = max(1, min(readers, len(self._chunks)))
+        self._buffers, self._chunk_bytes = buffers, chunk_bytes
+        self._recorded = [threading.Event() for _ in self._chunks]
+        self._lock, self._next, self._error, self._running = threading.Lock(), 0, None, 0
+        self.done_bytes, self.seconds, self._t0, self._switch = 0, 0.0, 0.0, None
         self._threads: list[threading.Thread] = []
         self._memory = self._host = None
         self._streams: list[int] = []
@@ -162,19 +137,22 @@ class WeightStream:
         self._fd = -1
 
     def start(self) -> "WeightStream":
-        t0 = time.perf_counter()
+        self._t0 = time.perf_counter()
         d = self.driver
-        d.bind_thread()
         try:
+            d.bind_thread()
             self._fd = os.open(self.path, os.O_RDONLY)
             self._memory = _DeviceMemory(d, d.alloc(self.total), self.total)
-            self._host = d.host_alloc(self._buffers * self._buffer_bytes)
+            self._host = d.host_alloc(self._buffers * self._chunk_bytes)
             self._events = [d.event() for _ in range(self._buffers)]
             self._streams = [d.stream() for _ in range(self._readers)]
         except BaseException:
             self.close()
             raise
-        self._t0 = t0
+        before = sys.getswitchinterval()
+        sys.setswitchinterval(min(before, SWITCH_INTERVAL_S))
+        self._switch = (before, sys.getswitchinterval())
+        self._running = self._readers
         self._threads = [threading.Thread(target=self._read, args=(r,), name=f"ninfer-weights-{r}", daemon=True)
                          for r in range(self._readers)]
         for t in self._threads:
@@ -188,24 +166,21 @@ class WeightStream:
             while self._error is None:
                 with self._lock:
                     j, self._next = self._next, self._next + 1
-                if j >= len(self._batches):
+                if j >= len(self._chunks):
                     break
                 slot = j % self._buffers
-                if j >= self._buffers:  # the buffer's previous round: recorded, then its copies done
+                if j >= self._buffers:  # the buffer's previous chunk: its copy queued, then done
                     while not self._recorded[j - self._buffers].wait(0.1):
                         if self._error is not None:
                             return
                     d.wait_event(self._events[slot])
-                base = self._host + slot * self._buffer_bytes
-                for i, p in self._batches[j]:
-                    self._fill(i, p, base + p.buffer_offset)
-                for i, p in self._batches[j]:
-                    d.copy_to_device(self._memory.ptr + self.offsets[i] + p.src_offset, base + p.buffer_offset,
-                                     p.nbytes, stream)
+                c, host = self._chunks[j], self._host + slot * self._chunk_bytes
+                self._fill(c, host)
+                d.copy_to_device(self._memory.ptr + c.device_offset, host, c.nbytes, stream)
                 d.record(self._events[slot], stream)
                 self._recorded[j].set()
                 with self._lock:
-                    self.done_bytes += sum(p.nbytes for _, p in self._batches[j])
+                    self.done_bytes += c.nbytes
             d.wait_stream(stream)
             with self._lock:
                 self.seconds = max(self.seconds, time.perf_counter() - self._t0)
@@ -213,19 +188,36 @@ class WeightStream:
             with self._lock:
                 if self._error is None:
                     self._error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        finally:
+            with self._lock:
+                self._running -= 1
+                last = self._running == 0
+            if last:
+                self._restore_switch()
 
-    def _fill(self, i: int, p: Piece, dst: int) -> None:
-        name, file_offset, _ = self.objects[i]
-        view = memoryview((ctypes.c_char * p.nbytes).from_address(dst)).cast("B")
+    def _restore_switch(self) -> None:
+        if self._switch is not None:
+            before, mine = self._switch
+            self._switch = None
+            if sys.getswitchinterval() == mine:  # unless someone else changed it meanwhile
+                sys.setswitchinterval(before)
+
+    def _fill(self, c: Chunk, dst: int) -> None:
+        view = memoryview((ctypes.c_char * c.nbytes).from_address(dst)).cast("B")
         got = 0
-        while got < p.nbytes:
+        while got < c.nbytes:
             try:
-                n = os.preadv(self._fd, [view[got:]], file_offset + p.src_offset + got)
+                n = os.preadv(self._fd, [view[got:]], c.file_offset + got)
             except OSError as exc:
-                raise WeightStreamError(f"object {name}: cannot read {self.path}: {exc.strerror or exc}") from None
+                raise WeightStreamError(f"{self._at(c.file_offset + got)}: cannot read it: {exc.strerror or exc}") from None
             if n <= 0:
-                raise WeightStreamError(f"object {name}: {self.path} ends before its last byte")
+                raise WeightStreamError(f"{self._at(c.file_offset + got)}: the file ends before its last byte")
             got += n
+
+    def _at(self, offset: int) -> str:
+        """The object holding file byte `offset`, for an error."""
+        names = [n for n, off, nb in self.objects if off <= offset < off + nb]
+        return f"object {names[0]}" if names else f"byte {offset}"
 
     def wait(self, progress=None) -> None:
         """Block until every byte is on the device; raises WeightStreamError (the stream is closed).
@@ -235,13 +227,6 @@ class WeightStream:
                 t.join(0.1)
                 if progress is not None:
                     progress(self.done_bytes)
-        try:
-            if self._error is None:
-                self.driver.bind_thread()
-                for s in self._streams:
-                    self.driver.wait_stream(s)
-        except Exception as exc:  # noqa: BLE001
-            self._error = str(exc).splitlines()[0]
         self._release_staging()
         if self._error is not None:
             error = self._error
@@ -252,7 +237,7 @@ class WeightStream:
         """{name: 1-D uint8 tensor on the device} viewing the allocation (after `wait`)."""
         whole = self.driver.as_tensor(torch, self._memory)
         self._memory = None  # the tensors hold it now
-        return {n: whole[off:off + nb] for (n, _, nb), off in zip(self.objects, self.offsets)}
+        return {n: whole[self.offsets[n]:self.offsets[n] + nb] for n, _, nb in self.objects}
 
     def _release_staging(self) -> None:
         d, self._threads = self.driver, []
@@ -278,6 +263,7 @@ class WeightStream:
         self._error = self._error or "closed"
         for t in self._threads:
             t.join()
+        self._restore_switch()
         self._release_staging()
         if self._memory is not None:
             self._memory.free()
@@ -321,6 +307,13 @@ def prestart(plan_dir, artifact, device=None) -> bool:
         return False
     key = (os.path.realpath(artifact), ordinal)
     if key not in _PRESTARTED:
+        from . import cuda_driver
+
+        if cuda_driver.present():  # the plan binaries' check imports triton: here, before torch, not beside it
+            try:
+                import triton  # noqa: F401
+            except ImportError:
+                pass
         job = _PRESTARTED[key] = _Prestart()
         threading.Thread(target=_prestart, args=(job, plan_dir, artifact, ordinal), name="ninfer-weights-prestart",
                          daemon=True).start()
@@ -332,22 +325,27 @@ def _prestart(job: _Prestart, plan_dir, artifact, ordinal: int) -> None:
         from pathlib import Path
 
         from .artifact_view import ArtifactView
-        from .cuda_driver import CudaDriver, present
+        from . import cuda_driver
         from .plan_source import read_plan
         from .weight_shards import weight_refs
 
-        if not present():  # a machine without a GPU: nothing to read
+        if not cuda_driver.present():  # a machine without a GPU: nothing to read
             return
         plan, _ = read_plan(Path(plan_dir))
         if plan.get("tensor_parallel"):  # its ranks are other processes: this one never touches CUDA
             return
-        driver = CudaDriver.open(ordinal)
+        driver = cuda_driver.CudaDriver.open(ordinal)
         if driver.compute_capability() != int(plan["sm"]):
             return
         names, _ = weight_refs(plan)
         with ArtifactView.open(artifact) as art:
             objects = [(n, art.payload_offset + art.objects[n].offset, art.objects[n].bytes) for n in names]
         job.stream = WeightStream(driver, artifact, objects).start()
+        if "triton" in sys.modules:  # its build digest and the backend's (triton_cache.binaries_for): cached
+            from .triton_cache import backend_digest, triton_build_digest
+
+            triton_build_digest()
+            backend_digest(int(plan["sm"]))
     except Exception:  # noqa: BLE001 - the loader uploads the usual way and reports any real problem
         job.stream = None
     finally:

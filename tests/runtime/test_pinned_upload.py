@@ -1,6 +1,6 @@
-"""The object-by-object pinned upload (pinned_upload.py): the loader waiting for the queued copies
-(also when the load fails), and on a GPU the uploaded bytes against the pageable copy's, byte for
-byte. (The staging schedule and the switch: test_weight_stream.py.)"""
+"""The object-by-object pinned upload (pinned_upload.py): the staging schedule on odd sizes (pure),
+the loader waiting for the queued copies (also when the load
+fails), and on a GPU the uploaded bytes against the pageable copy's, byte for byte."""
 
 from __future__ import annotations
 
@@ -10,6 +10,72 @@ import torch
 from ninfer_runtime.device import TorchDevice
 from ninfer_runtime.errors import PlanMismatch
 from ninfer_runtime.loader import Engine
+from ninfer_runtime.pinned_upload import Piece, StagingRing, staging_schedule
+
+B, N, A = 64, 3, 8  # a ring of 3 buffers of 64 bytes, pieces 8-byte aligned
+
+
+def _check_schedule(sizes, schedule, buffer_bytes=B, buffers=N, align=A):
+    """Every object's bytes staged once, in order; pieces inside their buffer and aligned; the ring
+    moves to the next buffer (at offset 0) or on in the current one, never back over staged bytes."""
+    covered = {i: 0 for i in range(len(sizes))}
+    prev = None
+    for i, p in schedule:
+        assert p.nbytes > 0 and p.src_offset == covered[i]
+        covered[i] += p.nbytes
+        assert 0 <= p.buffer < buffers and p.buffer_offset % align == 0
+        assert p.buffer_offset + p.nbytes <= buffer_bytes
+        if prev is None:
+            assert (p.buffer, p.buffer_offset) == (0, 0)
+        elif p.buffer == prev.buffer and p.buffer_offset > 0:
+            assert p.buffer_offset >= prev.buffer_offset + prev.nbytes
+        else:
+            assert p.buffer == (prev.buffer + 1) % buffers and p.buffer_offset == 0
+            assert prev.buffer_offset + prev.nbytes > buffer_bytes - align  # it moved on only when full
+        prev = p
+    assert [covered[i] for i in range(len(sizes))] == list(sizes)
+    assert [i for i, _ in schedule] == sorted(i for i, _ in schedule)
+
+
+def test_schedule_places_odd_sizes():
+    sizes = [0, B, 3 * B + 5, *([1] * 20), B - 1, 7, 0, 13, 2 * B]
+    schedule = staging_schedule(sizes, B, N, A)
+    _check_schedule(sizes, schedule)
+    by_object = {i: [p for j, p in schedule if j == i] for i in range(len(sizes))}
+    assert by_object[0] == [] and by_object[25] == []  # 0-byte objects: nothing staged
+    assert by_object[1] == [Piece(0, B, 0, 0)]  # exactly one buffer, from a fresh ring
+    assert by_object[2] == [Piece(0, B, 1, 0), Piece(B, B, 2, 0), Piece(2 * B, B, 0, 0), Piece(3 * B, 5, 1, 0)]
+    tiny = [p for i, p in schedule if 3 <= i < 23]  # they share buffers, each at the next aligned offset
+    assert [p.buffer for p in tiny] == [1] * 7 + [2] * 8 + [0] * 5
+    assert [p.buffer_offset for p in tiny] == [8 * k for k in range(1, 8)] + [8 * k for k in range(8)] + [
+        8 * k for k in range(5)]
+
+def test_schedule_splits_an_object_over_the_rest_of_a_buffer_and_the_next():
+    ring = StagingRing(B, N, A)
+    assert ring.place(10) == [Piece(0, 10, 0, 0)]
+    assert ring.place(100) == [Piece(0, 48, 0, 16), Piece(48, 52, 1, 0)]
+    assert ring.place(0) == []
+    assert ring.place(4 * B) == [Piece(0, 8, 1, 56), Piece(8, B, 2, 0), Piece(8 + B, B, 0, 0),
+                                 Piece(8 + 2 * B, B, 1, 0), Piece(8 + 3 * B, B - 8, 2, 0)]
+
+
+def test_schedule_with_one_buffer_and_many_random_sizes():
+    g = torch.Generator().manual_seed(0)
+    sizes = torch.randint(0, 3 * B, (200,), generator=g).tolist()
+    for buffers in (1, 2, 4):
+        _check_schedule(sizes, staging_schedule(sizes, B, buffers, A), buffers=buffers)
+
+
+@pytest.mark.parametrize("bad", [dict(buffer_bytes=60), dict(buffer_bytes=0), dict(buffers=0)])
+def test_schedule_refuses_a_bad_ring(bad):
+    with pytest.raises(ValueError, match="staging"):
+        StagingRing(**{"buffer_bytes": B, "buffers": N, "align": A, **bad})
+
+
+def test_schedule_refuses_a_negative_size():
+    with pytest.raises(ValueError, match="-1 bytes"):
+        StagingRing(B, N, A).place(-1)
+
 
 class CountingCpu(TorchDevice):
     """The CPU path, counting uploads and finish_uploads calls; `fail_at`: the upload that raises."""

@@ -1,5 +1,5 @@
-"""The weight stream (weight_stream.py): the staging schedule, batches and device layout on odd
-sizes (pure); the stream over a fake driver (fake_cuda_driver.py: copies run late, on their own
+"""The weight stream (weight_stream.py): its layout (runs, chunks, alignment) on odd objects (pure);
+the NINFER_PINNED_UPLOAD switch; the stream over a fake driver (fake_cuda_driver.py: copies run late, on their own
 threads) byte for byte, with 1-4 readers and small rings that wrap; its errors (one line, nothing
 left allocated); prestart / take / discard; the engine loading from it; no torch imported by a
 prestart; and on a GPU the real driver against the file, and a prestarted CLI run against a plain one."""
@@ -20,75 +20,60 @@ from ninfer_runtime.device import TorchDevice
 from ninfer_runtime.errors import PlanError
 from ninfer_runtime.loader import Engine
 from ninfer_runtime.weight_shards import weight_refs
-from ninfer_runtime.weight_stream import (Piece, StagingRing, WeightStream, WeightStreamError, batches, device_layout,
-                                          pinned_upload_enabled, staging_schedule)
+from ninfer_runtime.weight_stream import WeightStream, WeightStreamError, pinned_upload_enabled, stream_layout
 
 from .fake_cuda_driver import FakeDriver
 from .support import RUNTIME
 
-B, N, A = 64, 3, 8  # a ring of 3 buffers of 64 bytes, pieces 8-byte aligned
-
-
-def _check_schedule(sizes, schedule, buffer_bytes=B, buffers=N, align=A):
-    """Every object's bytes staged once, in order; pieces inside their buffer and aligned; the ring
-    moves to the next buffer (at offset 0) or on in the current one, never back over staged bytes."""
-    covered = {i: 0 for i in range(len(sizes))}
+def _check_layout(objects, offsets, total, chunks, chunk_bytes):
+    """Chunks in order, at most chunk_bytes, disjoint on the file and the device, each mapping file
+    bytes to device bytes by one shift per run; every object's bytes covered, at its device offset,
+    with its file alignment kept; nothing beyond the allocation."""
     prev = None
-    for i, p in schedule:
-        assert p.nbytes > 0 and p.src_offset == covered[i]
-        covered[i] += p.nbytes
-        assert 0 <= p.buffer < buffers and p.buffer_offset % align == 0
-        assert p.buffer_offset + p.nbytes <= buffer_bytes
-        if prev is None:
-            assert (p.buffer, p.buffer_offset) == (0, 0)
-        elif p.buffer == prev.buffer and p.buffer_offset > 0:
-            assert p.buffer_offset >= prev.buffer_offset + prev.nbytes
-        else:
-            assert p.buffer == (prev.buffer + 1) % buffers and p.buffer_offset == 0
-            assert prev.buffer_offset + prev.nbytes > buffer_bytes - align  # it moved on only when full
-        prev = p
-    assert [covered[i] for i in range(len(sizes))] == list(sizes)
-    assert [i for i, _ in schedule] == sorted(i for i, _ in schedule)
+    for c in chunks:
+        assert 0 < c.nbytes <= chunk_bytes and c.device_offset + c.nbytes <= total
+        if prev is not None:
+            assert c.file_offset >= prev.file_offset + prev.nbytes
+            assert c.device_offset >= prev.device_offset + prev.nbytes
+        assert (c.device_offset - c.file_offset) % 4096 == 0
+        prev = c
+    for name, off, nb in objects:
+        if nb == 0:
+            continue
+        shift = offsets[name] - off
+        assert shift % 4096 == 0
+        covered = sum(min(c.file_offset + c.nbytes, off + nb) - max(c.file_offset, off) for c in chunks
+                      if c.file_offset < off + nb and off < c.file_offset + c.nbytes
+                      and c.device_offset - c.file_offset == shift)
+        assert covered == nb, name
 
 
-def test_schedule_places_odd_sizes():
-    sizes = [0, B, 3 * B + 5, *([1] * 20), B - 1, 7, 0, 13, 2 * B]
-    schedule = staging_schedule(sizes, B, N, A)
-    _check_schedule(sizes, schedule)
-    by_object = {i: [p for j, p in schedule if j == i] for i in range(len(sizes))}
-    assert by_object[0] == [] and by_object[25] == []  # 0-byte objects: nothing staged
-    assert by_object[1] == [Piece(0, B, 0, 0)]  # exactly one buffer, from a fresh ring
-    assert by_object[2] == [Piece(0, B, 1, 0), Piece(B, B, 2, 0), Piece(2 * B, B, 0, 0), Piece(3 * B, 5, 1, 0)]
-    tiny = [p for i, p in schedule if 3 <= i < 23]  # they share buffers, each at the next aligned offset
-    assert [p.buffer for p in tiny] == [1] * 7 + [2] * 8 + [0] * 5
-    assert [p.buffer_offset for p in tiny] == [8 * k for k in range(1, 8)] + [8 * k for k in range(8)] + [
-        8 * k for k in range(5)]
-
-def test_schedule_splits_an_object_over_the_rest_of_a_buffer_and_the_next():
-    ring = StagingRing(B, N, A)
-    assert ring.place(10) == [Piece(0, 10, 0, 0)]
-    assert ring.place(100) == [Piece(0, 48, 0, 16), Piece(48, 52, 1, 0)]
-    assert ring.place(0) == []
-    assert ring.place(4 * B) == [Piece(0, 8, 1, 56), Piece(8, B, 2, 0), Piece(8 + B, B, 0, 0),
-                                 Piece(8 + 2 * B, B, 1, 0), Piece(8 + 3 * B, B - 8, 2, 0)]
+def test_layout_runs_chunks_and_alignment():
+    objects = [("a", 4096, 100), ("b", 4096 + 256, 5000), ("gap_small", 4096 + 256 + 5000 + 1000, 10),
+               ("far", 10 << 20, 3000), ("empty", 7, 0), ("alias", 4096, 100), ("before", 0, 256)]
+    offsets, total, chunks = stream_layout(objects, chunk_bytes=4096, gap=1 << 20)
+    _check_layout(objects, offsets, total, chunks, 4096)
+    assert offsets["empty"] == 0 and offsets["alias"] == offsets["a"]
+    assert offsets["b"] - offsets["a"] == 256  # one run: the file's own spacing
+    # "far" starts a run of its own (10 MiB > the gap): the allocation skips the hole
+    assert total < 64 << 10 and offsets["far"] % 4096 == (10 << 20) % 4096
+    assert stream_layout([], 4096) == ({}, 4096, [])
+    with pytest.raises(ValueError, match="chunks of 0 bytes"):
+        stream_layout(objects, chunk_bytes=0)
 
 
-def test_schedule_with_one_buffer_and_many_random_sizes():
+def test_layout_of_many_random_objects():
     g = torch.Generator().manual_seed(0)
-    sizes = torch.randint(0, 3 * B, (200,), generator=g).tolist()
-    for buffers in (1, 2, 4):
-        _check_schedule(sizes, staging_schedule(sizes, B, buffers, A), buffers=buffers)
-
-
-@pytest.mark.parametrize("bad", [dict(buffer_bytes=60), dict(buffer_bytes=0), dict(buffers=0)])
-def test_schedule_refuses_a_bad_ring(bad):
-    with pytest.raises(ValueError, match="staging"):
-        StagingRing(**{"buffer_bytes": B, "buffers": N, "align": A, **bad})
-
-
-def test_schedule_refuses_a_negative_size():
-    with pytest.raises(ValueError, match="-1 bytes"):
-        StagingRing(B, N, A).place(-1)
+    objects, at = [], 0
+    for k in range(300):
+        at += int(torch.randint(0, 3, (), generator=g)) * int(torch.randint(0, 1 << 14, (), generator=g)) // 256 * 256
+        nb = int(torch.randint(0, 20000, (), generator=g).item())
+        objects.append((f"o{k}", at, nb))
+        at += -(-nb // 256) * 256
+    for chunk in (512, 4096, 1 << 20):
+        for gap in (0, 8192):
+            offsets, total, chunks = stream_layout(objects[::-1], chunk_bytes=chunk, gap=gap)
+            _check_layout(objects, offsets, total, chunks, chunk)
 
 
 def test_switch(monkeypatch):
@@ -101,48 +86,36 @@ def test_switch(monkeypatch):
         pinned_upload_enabled()
 
 
-
-def test_batches_cut_where_a_buffer_is_entered_afresh():
-    schedule = staging_schedule([10, 100, 0, 4 * B], B, N, A)
-    got = batches(schedule)
-    assert [[(i, p.buffer) for i, p in b] for b in got] == [[(0, 0), (1, 0)], [(1, 1), (3, 1)], [(3, 2)], [(3, 0)],
-                                                             [(3, 1)], [(3, 2)]]
-    assert [x for b in got for x in b] == schedule and batches([]) == []
-
-
-def test_device_layout_aligns_every_object():
-    offsets, total = device_layout([0, 1, 512, 513, 7, 0], align=512)
-    assert offsets == [0, 0, 512, 1024, 2048, 2560] and total == 2560
-    assert device_layout([]) == ([], 512)
-
-
 def _file_with_objects(path: Path, sizes, seed: int = 0):
     """A file of random bytes; objects at odd offsets in it: [(name, offset, bytes)], the bytes."""
     g = torch.Generator().manual_seed(seed)
-    data = torch.randint(0, 256, (sum(sizes) + 7 * len(sizes) + 3,), dtype=torch.uint8, generator=g).numpy().tobytes()
-    path.write_bytes(data)
-    objects, at = [], 3
+    data = torch.randint(0, 256, (2 * sum(sizes) + 8192 * len(sizes),), dtype=torch.uint8, generator=g).numpy().tobytes()
+    objects, at = [], 256  # 256-aligned as in an artifact, with holes between some
     for k, n in enumerate(sizes):
         objects.append((f"w{k}", at, n))
-        at += n + 7
+        at += -(-n // 256) * 256 + (4096 if k % 3 == 0 else 0)
+    data = data[:at] + bytes(max(0, at - len(data)))
+    path.write_bytes(data)
     return objects, data
 
 
 SIZES = [0, 1, 511, 512, 513, 4096, 4097, 3 * 4096 + 17, 5, 9000, 1, 0, 20000]
 
 
-@pytest.mark.parametrize("readers,buffers,buffer_bytes", [(1, 2, 512), (2, 3, 4096), (4, 5, 1024), (4, 8, 1 << 20)])
-def test_stream_puts_every_byte_in_place(tmp_path, readers, buffers, buffer_bytes):
+@pytest.mark.parametrize("readers,buffers,chunk_bytes", [(1, 2, 512), (2, 3, 4096), (4, 5, 1024), (8, 16, 1 << 20)])
+def test_stream_puts_every_byte_in_place(tmp_path, readers, buffers, chunk_bytes):
     objects, data = _file_with_objects(tmp_path / "a.bin", SIZES, seed=readers)
     drv = FakeDriver(seed=buffers)
-    s = WeightStream(drv, tmp_path / "a.bin", objects, readers=readers, buffers=buffers, buffer_bytes=buffer_bytes)
+    s = WeightStream(drv, tmp_path / "a.bin", objects, readers=readers, buffers=buffers, chunk_bytes=chunk_bytes)
     seen = []
+    switch = sys.getswitchinterval()
     s.start().wait(progress=seen.append)
-    assert s.done_bytes == sum(SIZES) and s.seconds > 0 and all(a <= b for a, b in zip(seen, seen[1:]))
+    assert s.done_bytes == s.stream_bytes >= sum(SIZES) and s.seconds > 0 and all(a <= b for a, b in zip(seen, seen[1:]))
+    assert sys.getswitchinterval() == switch  # restored
     views = s.adopt(torch)
     assert list(views) == [n for n, _, _ in objects]
-    for (name, off, n), dev_off in zip(objects, s.offsets):
-        assert dev_off % 512 == 0 and views[name].numel() == n
+    for name, off, n in objects:
+        assert (n == 0 or (s.offsets[name] - off) % 4096 == 0) and views[name].numel() == n
         assert views[name].numpy().tobytes() == data[off:off + n], name
     assert len(drv.live) == 1 and not drv.streams and not drv.events  # the staging ring is gone; the views hold the rest
 
@@ -151,8 +124,8 @@ def test_stream_of_a_truncated_file_is_one_line_and_frees_everything(tmp_path):
     objects, data = _file_with_objects(tmp_path / "a.bin", SIZES)
     (tmp_path / "a.bin").write_bytes(data[:objects[9][1] + 100])  # w9 is cut short
     drv = FakeDriver()
-    s = WeightStream(drv, tmp_path / "a.bin", objects, readers=2, buffers=3, buffer_bytes=4096).start()
-    with pytest.raises(WeightStreamError, match=r"^weight upload from .*a\.bin: object w9: .*ends before its last byte$"):
+    s = WeightStream(drv, tmp_path / "a.bin", objects, readers=2, buffers=3, chunk_bytes=4096).start()
+    with pytest.raises(WeightStreamError, match=r"^weight upload from .*a\.bin: object w9: the file ends before its last byte$"):
         s.wait()
     assert not drv.live and not drv.streams
 
@@ -160,12 +133,12 @@ def test_stream_of_a_truncated_file_is_one_line_and_frees_everything(tmp_path):
 def test_stream_reports_a_failing_copy_and_close_stops_it(tmp_path):
     objects, _ = _file_with_objects(tmp_path / "a.bin", SIZES)
     drv = FakeDriver(fail_copy_at=3)
-    s = WeightStream(drv, tmp_path / "a.bin", objects, readers=3, buffers=4, buffer_bytes=512).start()
+    s = WeightStream(drv, tmp_path / "a.bin", objects, readers=3, buffers=4, chunk_bytes=512).start()
     with pytest.raises(WeightStreamError, match="cuMemcpyHtoDAsync_v2: CUDA_ERROR_ILLEGAL_ADDRESS"):
         s.wait()
     assert not drv.live
     drv = FakeDriver()
-    s = WeightStream(drv, tmp_path / "a.bin", objects, readers=2, buffers=3, buffer_bytes=512).start()
+    s = WeightStream(drv, tmp_path / "a.bin", objects, readers=2, buffers=3, chunk_bytes=512).start()
     s.close()
     assert not drv.live and not drv.streams and not any(t.is_alive() for t in s._threads)
 
@@ -241,7 +214,7 @@ class StreamingCpu(TorchDevice):
 
     def stream_weights(self, artifact, names):
         objects = [(n, artifact.payload_offset + artifact.objects[n].offset, artifact.objects[n].bytes) for n in names]
-        return WeightStream(self.driver, artifact.path, objects, readers=3, buffers=4, buffer_bytes=4096).start()
+        return WeightStream(self.driver, artifact.path, objects, readers=3, buffers=4, chunk_bytes=4096).start()
 
 
 def test_engine_loads_from_the_stream_and_generates_the_same_tokens(tiny_plan):
@@ -277,17 +250,17 @@ print("torch" in sys.modules)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("readers,buffers,buffer_bytes", [(1, 2, 4096), (4, 5, 4096), (4, 8, 32 << 20)])
-def test_gpu_stream_matches_the_file(tmp_path, readers, buffers, buffer_bytes):
-    sizes = SIZES + ([buffers * buffer_bytes + buffer_bytes // 2 + 3] if buffer_bytes > 4096 else [])
+@pytest.mark.parametrize("readers,buffers,chunk_bytes", [(1, 2, 4096), (4, 5, 4096), (8, 16, 8 << 20)])
+def test_gpu_stream_matches_the_file(tmp_path, readers, buffers, chunk_bytes):
+    sizes = SIZES + ([buffers * chunk_bytes + chunk_bytes // 2 + 3] if chunk_bytes > 4096 else [])
     objects, data = _file_with_objects(tmp_path / "a.bin", sizes)
     drv = cuda_driver.CudaDriver.open(torch.cuda.current_device())
-    s = WeightStream(drv, tmp_path / "a.bin", objects, readers=readers, buffers=buffers, buffer_bytes=buffer_bytes)
+    s = WeightStream(drv, tmp_path / "a.bin", objects, readers=readers, buffers=buffers, chunk_bytes=chunk_bytes)
     s.start().wait()
     views = s.adopt(torch)
     for name, off, n in objects:
         v = views[name]
-        assert v.is_cuda and v.dtype == torch.uint8 and v.data_ptr() % 512 == 0
+        assert v.is_cuda and v.dtype == torch.uint8 and (n == 0 or (v.data_ptr() - off) % 4096 == 0)
         assert v.cpu().numpy().tobytes() == data[off:off + n], name
 
 
