@@ -16,14 +16,15 @@ It is split along its seams (each file's docstring says what it requires and gua
   the runtime replays at load) into a private scratch cache, then `kernels/bin/<cache key>/` and
   `kernels/bin/manifest.json` (read by ninfer_runtime/triton_cache.py);
 - aot_stage_memo.py: specialisations whose LLVM IR is identical share their PTX and cubin;
+- aot_keys.py: the binary cache keys of a whole result and of remembered launches;
 - binary_cache.py: the user's content-addressed binary cache (kernel binaries and whole results);
 - this file: the entry point `precompile` (prerequisites, the cache, scratch directories,
   cleanup, status).
 
 With a binary cache (`cache`, the CLI's default; --no-cache: none), a compile whose inputs all
-equal an earlier one's (`result_key`: the plan, the emitted source, the artifact's object table,
-the sm, the toolchain, the capture code and the environment) takes that earlier result and its
-binaries from the cache without capturing anything; otherwise every kernel the cache holds is
+equal an earlier one's (`aot_keys.result_key`: the plan, the emitted source, the artifact's object
+table, the sm, the toolchain, the capture code and the environment) takes that earlier result and
+its binaries from the cache without capturing anything; otherwise every kernel the cache holds is
 taken from it and only the rest is compiled. Either way the binaries are copied into the plan,
 each checked against its sha256, and the plan's bytes are the same as a compile without cache.
 
@@ -55,10 +56,11 @@ from . import binary_cache
 from .aot_binaries import ACTIVE, bin_manifest, compile_captures, harvest, publish, store_manager_class
 from .aot_capture import LaunchMemo, MemoryImporter, Session, one_line, prefill_columns, reproduce_launches
 from .aot_device import aot_engine, environment, fake_tensors
+from .aot_keys import launch_context, plan_json, result_key
 from .aot_stage_memo import shared_stages
 
-__all__ = ["AotFailure", "AotResult", "attach_binaries", "column_parameters", "disabled", "failure", "precompile",
-           "prefill_columns", "remove_stale_scratch", "toolchain_problem"]
+__all__ = ["AotFailure", "AotResult", "attach_binaries", "column_parameters", "disabled", "failure", "plan_json",
+           "precompile", "prefill_columns", "remove_stale_scratch", "toolchain_problem"]
 
 STRICT_ENV = "NINFER_AOT_STRICT"
 INTERPRETER_PROBLEM = ("triton was imported in interpreter mode (TRITON_INTERPRET=1): its library functions are "
@@ -165,20 +167,22 @@ def remove_stale_scratch(tmp: str | None = None) -> list[str]:
 
 
 def precompile(plan: Mapping[str, Any], kernel_files: Mapping[str, str], objects: Mapping[str, Any],
-               sm: int, progress=None, cache: binary_cache.BinaryCache | None = None) -> AotResult:
+               sm: int, progress=None, cache: binary_cache.BinaryCache | None = None,
+               plan_text: str | None = None) -> AotResult:
     """Compile every (kernel, specialisation) the runtime will launch for `plan` (plan.json as a
     dict) into binary files for the plan dir. Never raises for toolchain / kernel problems: the
     summary says what was skipped and why, unless NINFER_AOT_STRICT=1, where such a failure raises
     `AotFailure` (an interrupt — KeyboardInterrupt — is raised after the workers are killed and the
     scratch directory removed). `progress(line)`: phase and count. `cache`: the binary cache to
-    take binaries from and store new ones in (None: compile everything)."""
-    result = _precompile_or_skip(plan, kernel_files, objects, sm, progress, cache)
+    take binaries from and store new ones in (None: compile everything). `plan_text`: `plan_json(plan)`
+    where the caller has it (the result key without serialising the plan again)."""
+    result = _precompile_or_skip(plan, kernel_files, objects, sm, progress, cache, plan_text)
     if strict() and failure(result.summary) is not None:
         raise AotFailure(f"binaries failed ({STRICT_ENV}=1): {result.summary.get('reason')}")
     return result
 
 
-def _precompile_or_skip(plan, kernel_files, objects, sm, progress, cache) -> AotResult:
+def _precompile_or_skip(plan, kernel_files, objects, sm, progress, cache, plan_text) -> AotResult:
     problem = toolchain_problem(sm, runtime=False)
     if problem:
         return _skipped(problem)
@@ -188,7 +192,7 @@ def _precompile_or_skip(plan, kernel_files, objects, sm, progress, cache) -> Aot
     rkey = None
     if cache is not None:
         try:
-            rkey = result_key(plan, kernel_files, objects, int(sm), cache)
+            rkey = result_key(plan, kernel_files, objects, int(sm), cache, plan_text)
             hit = _cached_result(cache, rkey, int(sm), progress)
         except OSError:
             hit = None
@@ -231,69 +235,6 @@ def _precompile_or_skip(plan, kernel_files, objects, sm, progress, cache) -> Aot
 
 
 # ----------------------------------------------------------------------------- whole results from the cache
-
-# environment variables that cannot change a binary compile's output (everything else named
-# NINFER_* / TRITON_* enters the result key)
-_ENV_IGNORED = ("NINFER_AOT_JOBS", "NINFER_AOT_STRICT", "TRITON_CACHE_DIR", "TRITON_HOME", "NINFER_SIGNAL_TEST")
-
-
-_CODE_DIGESTS: dict[tuple, str] = {}  # the files' (path, size, mtime) -> their digest (read once per process)
-
-
-def _code_digest() -> str:
-    """sha256 of the code a capture runs: the runtime package and this compiler's aot*.py."""
-    import importlib.util
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    files = [os.path.join(here, n) for n in sorted(os.listdir(here)) if n.startswith(("aot", "binary_cache"))
-             and n.endswith(".py")]
-    spec = importlib.util.find_spec("ninfer_runtime")  # located, not imported (that would import torch)
-    rt = os.path.dirname(os.path.abspath(spec.origin))
-    for d, _, names in sorted(os.walk(rt)):
-        files += [os.path.join(d, n) for n in sorted(names) if n.endswith(".py")]
-    stamp = tuple((f, st.st_size, st.st_mtime_ns) for f in files for st in (os.stat(f),))
-    if stamp not in _CODE_DIGESTS:
-        h = hashlib.sha256()
-        for f in files:
-            with open(f, "rb") as fh:
-                h.update(os.path.relpath(f, os.path.dirname(rt)).encode() + b"\0" + fh.read() + b"\0")
-        _CODE_DIGESTS[stamp] = h.hexdigest()
-    return _CODE_DIGESTS[stamp]
-
-
-def _process_context(sm: int, cache) -> dict[str, Any]:
-    """What a capture reads besides the plan: the capture code, the toolchain, torch, sm, environment."""
-    from importlib import metadata
-
-    try:
-        torch_version = metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        torch_version = ""
-    env = {k: v for k, v in sorted(os.environ.items())
-           if k.startswith(("NINFER_", "TRITON_")) and k not in _ENV_IGNORED}
-    return {"format": binary_cache.STORE_FORMAT, "sm": sm, "identity": cache.identity(sm), "code": _code_digest(),
-            "torch": torch_version, "env": env}
-
-
-def _file_digests(kernel_files, python_only: bool = False) -> dict[str, str]:
-    return {rel: hashlib.sha256(t if isinstance(t, bytes) else t.encode("utf-8")).hexdigest()
-            for rel, t in sorted(kernel_files.items()) if not python_only or rel.endswith(".py")}
-
-
-def result_key(plan, kernel_files, objects, sm: int, cache) -> str:
-    """The key of a whole binary-compile result: everything the capture and the compile read."""
-    objs = sorted((name, repr(o)) for name, o in objects.items())
-    return binary_cache.digest({**_process_context(sm, cache), "what": "result", "plan": plan,
-                                "kernel_files": _file_digests(kernel_files), "objects": binary_cache.digest(objs)})
-
-
-def launch_context(kernel_files, sm: int, cache) -> str:
-    """The context of remembered launches (aot_capture.LaunchMemo): everything a launcher reads
-    besides its arguments, i.e. the kernel package's Python source and the process context (not
-    the plan, the route manifest or the artifact, which reach a launcher only through its arguments)."""
-    return binary_cache.digest({**_process_context(sm, cache), "what": "launch",
-                                "python": _file_digests(kernel_files, python_only=True)})
-
 
 def _cached_result(cache, rkey: str, sm: int, progress) -> AotResult | None:
     """The earlier result stored under `rkey`, its binaries taken from the cache and checked
@@ -350,20 +291,23 @@ def _forget_package(root: str, importer: MemoryImporter) -> None:
 
 
 def column_parameters(plan: Mapping[str, Any], kernel_files: Mapping[str, str], objects: Mapping[str, Any],
-                      sm: int, cache: binary_cache.BinaryCache | None = None,
-                      required: bool = True) -> dict[str, list[str]]:
+                      sm: int, cache: binary_cache.BinaryCache | None = None, required: bool = True,
+                      plan_text: str | None = None) -> dict[str, list[str]]:
     """The column-count discovery (the default with binaries; codegen/column_specialization.py): the
-    launches reproduced (nothing compiled) and, per kernel only prefill extents launch, the integer
-    parameters whose specialisation class varies between them. With a binary cache the answer is
-    kept (`columns-v1`, keyed like a whole result: a repeat compile skips the reproduction) and
-    remembered launches replay (`launch-v1`). `required` (--no-column-specialization): where the
-    launches cannot be reproduced, an error; else ({}) every specialisation is kept."""
+    prefill extents' launches reproduced (nothing compiled) and, per kernel only prefill extents
+    launch, the integer parameters whose specialisation class varies between them. The kernels a
+    decode or verify extent launches are read from the plan (`steady_kernels`) and keep their
+    specialisation, so those extents' launches are not reproduced. With a binary cache the answer is
+    kept (`columns-v1`, keyed like a whole result, by the whole plan: a repeat compile skips the
+    reproduction) and remembered launches replay (`launch-v1`). `required`
+    (--no-column-specialization): where the launches cannot be reproduced, an error; else ({}) every
+    specialisation is kept. `plan_text`: as `precompile`'s."""
     from .column_specialization import OPTION, varying_parameters
 
     key = None
     if cache is not None:  # before the toolchain check, which imports the runtime (and torch)
         try:
-            key = result_key(plan, kernel_files, objects, int(sm), cache)
+            key = result_key(plan, kernel_files, objects, int(sm), cache, plan_text)
             got = cache.get_json("columns-v1", key)
         except OSError:
             got = None
@@ -382,7 +326,7 @@ def column_parameters(plan: Mapping[str, Any], kernel_files: Mapping[str, str], 
         with environment(int(sm), work, session.hook):
             try:
                 _reproduce(plan, json.loads(kernel_files["kernels/manifest.json"]), importer, session, objects,
-                           int(sm), fake_tensors(), memo=memo)
+                           int(sm), fake_tensors(), memo=memo, phases={"prefill"})
             finally:
                 _leave_meta_path(importer)
         out = varying_parameters(session.captures.values(), root, keep=steady_kernels(plan, kernel_files))
@@ -415,10 +359,11 @@ def _leave_meta_path(importer) -> None:
         sys.meta_path.remove(importer)
 
 
-def _reproduce(plan, kernel_manifest, importer, session, objects, sm, fake, progress=None, memo=None):
-    """(engine, unbound launches): the kernel package imported fresh, every launch reproduced
-    (inside `environment`; the importer is left on sys.meta_path: the caller removes it,
-    `_leave_meta_path`, once nothing imports from the package any more)."""
+def _reproduce(plan, kernel_manifest, importer, session, objects, sm, fake, progress=None, memo=None, phases=None):
+    """(engine, unbound launches): the kernel package imported fresh, the launches of every extent
+    (`phases`: of the extents of those phases) reproduced (inside `environment`; the importer is left
+    on sys.meta_path: the caller removes it, `_leave_meta_path`, once nothing imports from the
+    package any more)."""
     from ninfer_runtime.triton_cache import hash_in_canonical_order, kernel_modules
 
     root = session.root
@@ -434,7 +379,7 @@ def _reproduce(plan, kernel_manifest, importer, session, objects, sm, fake, prog
         progress("binaries: reproducing the launches")
     with fake.AllocMode():
         engine = aot_engine(plan, kernel_manifest, root, objects, sm, fake)
-        return engine, reproduce_launches(engine, session, fake.AotTensor, memo)
+        return engine, reproduce_launches(engine, session, fake.AotTensor, memo, phases)
 
 
 def _precompile(plan, kernel_manifest, importer, session, objects, sm, scratch, worker_tmp,

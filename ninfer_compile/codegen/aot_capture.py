@@ -14,7 +14,8 @@ Guarantees:
   and skips the compile and the launch. Decode extents run at their T; the prefill extent at T
   and at `prefill_columns(T)`. Launches whose observable arguments are equal (`launch_signature`)
   are reproduced once and counted. Returns the launches that could not be reproduced, grouped by
-  (route, reason): they JIT at run time.
+  (route, reason): they JIT at run time. `phases` limits it to some extents (the column-count
+  discovery reproduces the prefill extents only).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import importlib.abc
 import importlib.util
 import io
 import linecache
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -273,11 +274,13 @@ def launch_classes(runner, bound: list, AotTensor) -> dict[int, list[int]]:
     return out
 
 
-def reproduce_launches(engine, session: Session, AotTensor, memo: LaunchMemo | None = None) -> dict[tuple, dict]:
+def reproduce_launches(engine, session: Session, AotTensor, memo: LaunchMemo | None = None,
+                       phases: Collection[str] | None = None) -> dict[tuple, dict]:
     """Reproduce every extent's launches (see the module docstring); returns the unbound ones.
     At T every launch is bound; at a prefill's other column counts only the first launch of each
     kind (`launch_classes`) is, and the others count as repeats of it. `memo`: launches remembered
-    from earlier compiles are replayed from it instead of run, new ones are stored in it."""
+    from earlier compiles are replayed from it instead of run, new ones are stored in it. `phases`:
+    only the extents of those phases (None: every extent)."""
     unbound: dict[tuple, dict] = {}
     seen: dict = {}  # launch signature -> capture keys it produced (or its failure)
 
@@ -321,6 +324,8 @@ def reproduce_launches(engine, session: Session, AotTensor, memo: LaunchMemo | N
         return done
 
     for name, runner in sorted(engine.extents.items()):
+        if phases is not None and runner.phase not in phases:
+            continue
         cols = [None] if runner.phase != "prefill" else [None] + [
             c for c in prefill_columns(runner.t) if c != runner.t]
         classes = None

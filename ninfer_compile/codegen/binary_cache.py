@@ -128,9 +128,14 @@ def identity(sm: int) -> dict[str, Any]:
             "triton_dir": triton_install()}
 
 
+def canonical_json(obj: Any) -> str:
+    """The JSON `digest` hashes: sorted keys, compact, unknown objects by str."""
+    return json.dumps(obj, sort_keys=True, default=str, separators=(",", ":"))
+
+
 def digest(obj: Any) -> str:
-    """sha256 of a JSON value (sorted keys; unknown objects by str)."""
-    return _sha256(json.dumps(obj, sort_keys=True, default=str, separators=(",", ":")).encode("utf-8"))
+    """sha256 of a JSON value (`canonical_json`)."""
+    return _sha256(canonical_json(obj).encode("utf-8"))
 
 
 def kernel_key(triton_dir_key: str, filename: str, ident: Mapping[str, Any]) -> str:

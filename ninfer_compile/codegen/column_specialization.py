@@ -1,8 +1,10 @@
 """The column-count arguments of the kernels only prefill extents launch, compiled unspecialised:
 `ninfer-compile`'s default when it builds binaries (`--column-specialization` keeps them
 specialised; `--no-column-specialization` asks for it also with `--no-binaries`). It costs a compile
-one more reproduction of the launches, kept in the binary cache (`columns-v1`) with the launch memo
-replaying: on the sparse 27B, 2 cores, a repeat compile 3.15 s as before.
+one more reproduction of the prefill extents' launches (aot.column_parameters; the decode and verify
+extents' kernels keep their specialisation, so their launches are not reproduced), kept in the
+binary cache (`columns-v1`) with the launch memo replaying: on the sparse 27B, 2 cores, a repeat
+compile 3.15 s as before.
 
 Triton specialises every integer argument of a kernel on `== 1` (the value becomes a constant) and
 on divisibility by 16 (an alignment hint). A prefill extent runs its kernels at every column count

@@ -365,7 +365,7 @@ def test_strict_aot_failure_fails_the_compile(aot, tmp_path, monkeypatch, capsys
 _FAILING_CAPTURE = """import sys
 from ninfer_compile.codegen import aot
 
-def boom(engine, session, AotTensor, memo=None):
+def boom(engine, session, AotTensor, memo=None, phases=None):
     assert type(engine).__name__ == "Engine" and engine.extents  # the real engine was built first
     raise RuntimeError("capture exploded")
 

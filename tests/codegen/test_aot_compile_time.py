@@ -180,6 +180,61 @@ def test_unspecialize_names_the_parameters_in_the_decorator_only():
                      "fam.kernels")
 
 
+# the discovery of a real compile run twice, without a cache: as shipped (prefill extents only) and
+# with every extent reproduced (as it was); the extent phases each run bound launches for
+_DISCOVERY = """import json, sys
+from ninfer_compile.codegen import aot
+from ninfer_runtime.executor import ExtentRunner
+
+bound, discover, reproduce = ExtentRunner.bound, aot.column_parameters, aot._reproduce
+seen, out = [], {}
+
+def logged(self, n=None):
+    seen.append(self.phase)
+    return bound(self, n)
+
+def both(*args, **kw):
+    out["prefill_only"] = discover(*args, **kw)
+    out["phases"], seen[:] = sorted(set(seen)), []
+    aot._reproduce = lambda *a, phases=None, **k: reproduce(*a, **k)
+    out["every_extent"] = discover(*args, **kw)
+    out["phases_every_extent"] = sorted(set(seen))
+    aot._reproduce = reproduce
+    return out["prefill_only"]
+
+ExtentRunner.bound, aot.column_parameters = logged, both
+from ninfer_compile.cli import main
+rc = main(sys.argv[1:])
+print(json.dumps(out))
+sys.exit(rc)
+"""
+
+
+def test_discovery_reproduces_only_prefill_extents_and_answers_as_every_extent_did(tmp_path):
+    """The column-count discovery binds no decode or verify launch (their kernels keep their
+    specialisation, read from the plan), and names the same parameters as the discovery that
+    reproduced every extent, on a plan with decode and verify extents (tiny model, no binaries)."""
+    import json
+    import subprocess
+    import sys
+
+    from ninfer_compile.convert.synthetic import pack_synthetic
+
+    from .aot_support import COMPILE_ARGS, REPO, SM, aot_env
+
+    art = tmp_path / "tiny.ninfer"
+    pack_synthetic("tiny-qwen3.5", art, progress=False)
+    p = subprocess.run([sys.executable, "-c", _DISCOVERY, str(art), "--sm", str(SM), "-o", str(tmp_path / "p.plan"),
+                        *COMPILE_ARGS, "--concurrency", "1,2", "--draft-tokens", "2", "--no-binaries",
+                        "--no-column-specialization", "--quiet"],
+                       capture_output=True, text=True, env=aot_env(tmp_path / "user-cache"), cwd=REPO, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["phases"] == ["prefill"]
+    assert got["phases_every_extent"] == ["decode", "prefill", "verify"]
+    assert got["prefill_only"] and got["prefill_only"] == got["every_extent"]
+
+
 def test_default_plan_leaves_prefill_column_counts_unspecialised(aot, aot_columns):
     """The tiny plan compiled by default (binaries built): the prefill-only kernels' column count is
     named in their emitted decorator, each remaining specialisation is compiled (strict, no failure),

@@ -132,6 +132,29 @@ def test_key_changes_with_every_identity_part(monkeypatch):
             assert bc.kernel_key("TRITONKEY", "k.json", bc.identity(90)) != k0, name
 
 
+def test_result_key_is_one_digest_of_every_input_and_takes_the_plan_text():
+    """The whole-result key is binary_cache.digest of the inputs (the format the cache's existing
+    results-v1 / columns-v1 entries were stored under), with or without the caller's plan text
+    (aot_keys.plan_json: a compile serialises its plan once for its two keys)."""
+    from types import SimpleNamespace
+
+    from ninfer_compile.codegen import aot_keys
+
+    cache = SimpleNamespace(identity=lambda sm: {"sm": sm, "triton": "test"})
+    plan = {"extents": {"prefill_t16": {"t": 16, "launches": [{"route": "r\u00e9", "scale": 0.5}]}},
+            "options": {"kv_dtype": "bf16", "column_specialization": False}, "notes": [None, True, 3]}
+    files = {"kernels/a.py": "x = 1\n", "kernels/manifest.json": "{}\n"}
+    objects = {"w": SimpleNamespace(shape=(2, 3)), "b": (1, 2)}
+    key = aot_keys.result_key(plan, files, objects, 90, cache)
+    assert key == bc.digest({**aot_keys._process_context(90, cache), "what": "result", "plan": plan,
+                             "kernel_files": aot_keys._file_digests(files),
+                             "objects": bc.digest(sorted((n, repr(o)) for n, o in objects.items()))})
+    assert aot_keys.result_key(plan, files, objects, 90, cache, aot_keys.plan_json(plan)) == key
+    other = {**plan, "options": {**plan["options"], "kv_dtype": "int8"}}
+    assert aot_keys.result_key(other, files, objects, 90, cache) != key
+    assert aot_keys.result_key(plan, files, objects, 90, cache, aot_keys.plan_json(other)) != key  # the text decides
+
+
 def test_default_dir_and_sizes(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert bc.default_dir() == tmp_path / "ninfer-compile"
@@ -151,7 +174,7 @@ def test_cli_flags_choose_the_cache(aot, tmp_path, monkeypatch, capsys):
 
     seen = []
 
-    def record(plan, files, objects, sm, progress=None, cache=None):
+    def record(plan, files, objects, sm, progress=None, cache=None, plan_text=None):
         seen.append(cache)
         return A.disabled("recorded")
 
