@@ -24,7 +24,7 @@ pageable copy; the weight stream started by the load; the weight stream started 
 before `import torch`, as ninfer-run and ninfer-serve do: the default). The upload is load_times'
 "upload" (the main thread's wait for it); "upload (bg)" is the weight stream's own run.
 LOAD_PHASES_PROFILE=1 in an --env: that child's first generation runs under cProfile (printed).
-LOAD_PHASES_READERS=N / LOAD_PHASES_TRITON=before|beside|no: the prestart's `readers` and `triton`.
+LOAD_PHASES_READERS=N: the prestart's `readers`.
 --importtime: the children run under `python -X importtime`; each prints the imports that cost most
 (`imports ...`: self time and cumulative, ms), e.g. what the torch import is made of.
 --dry-run (no GPU): the tiny synthetic model, compiled with binaries, loaded under the Triton
@@ -61,8 +61,7 @@ plan, art = sys.argv[1], sys.argv[2]
 if os.environ.get("LOAD_PHASES_PRESTART", "1") == "1":  # as ninfer-run / ninfer-serve do, before torch
     import ninfer_runtime
     from ninfer_runtime import weight_stream
-    ninfer_runtime.prestart(plan, art, readers=int(os.environ.get("LOAD_PHASES_READERS", weight_stream.READERS)),
-                            triton=os.environ.get("LOAD_PHASES_TRITON", "before"))
+    ninfer_runtime.prestart(plan, art, readers=int(os.environ.get("LOAD_PHASES_READERS", weight_stream.READERS)))
 import torch
 t_torch = time.perf_counter() - t0
 import ninfer_runtime

@@ -11,8 +11,7 @@ copy. `READERS` threads take chunks in order, each queueing its copies on its ow
 per buffer guards its reuse. While it runs, Python's switch interval is short: each reader needs
 the GIL back after every call, and the main thread (importing torch) would otherwise keep it 5 ms.
 `prestart(plan, artifact, device)` begins all of it in a background thread before torch is imported
-(ninfer-run and ninfer-serve call it first thing; it also imports triton and computes the build and
-backend digests the plan binaries' check needs); the loader then `take`s the stream and adopts
+(ninfer-run and ninfer-serve call it first thing); the loader then `take`s the stream and adopts
 the allocation as torch tensors (`WeightStream.adopt`), or starts one itself.
 
 - `stream_layout(objects, chunk_bytes)`: (each object's offset in the device allocation, the
@@ -292,20 +291,15 @@ def cuda_ordinal(device) -> int | None:
     return None
 
 
-TRITON_WARM = ("before", "beside", "no")
-
-
-def prestart(plan_dir, artifact, device=None, *, readers: int = READERS, triton: str = "before") -> bool:
+def prestart(plan_dir, artifact, device=None, *, readers: int = READERS) -> bool:
     """Start streaming the weights `plan_dir` uses from `artifact` to the GPU `device` (a torch
     device spec; None: the first GPU) with `readers` threads, in a background thread, before torch
-    is imported; the loader of that plan takes the stream (`take`). `triton`: when to import triton
-    and compute the build and backend digests the plan binaries' check needs: "before" (the import
-    here, the digests beside the stream), "beside" (both in the background thread), "no". Returns
-    whether a thread was started. Anything that keeps the stream from running (no driver or GPU,
-    another sm, a --tp plan, NINFER_PINNED_UPLOAD=0, a plan or artifact the load will refuse) only
-    means the loader uploads the usual way."""
-    if triton not in TRITON_WARM:
-        raise ValueError(f"prestart: triton must be one of {', '.join(TRITON_WARM)}, got {triton!r}")
+    is imported; the loader of that plan takes the stream (`take`). Returns whether a thread was
+    started. Anything that keeps the stream from running (no driver or GPU, another sm, a --tp
+    plan, NINFER_PINNED_UPLOAD=0, a plan or artifact the load will refuse) only means the loader
+    uploads the usual way. (Importing triton here too, before or beside torch, to take the plan
+    binaries' check off the load's critical path measured slower: it delays `import torch` more
+    than it saves; bench/results/weight_stream_2026-12-07/.)"""
     ordinal = cuda_ordinal(device)
     try:
         enabled = pinned_upload_enabled()
@@ -315,26 +309,13 @@ def prestart(plan_dir, artifact, device=None, *, readers: int = READERS, triton:
         return False
     key = (os.path.realpath(artifact), ordinal)
     if key not in _PRESTARTED:
-        from . import cuda_driver
-
-        if triton == "before" and cuda_driver.present():
-            _import_triton()
         job = _PRESTARTED[key] = _Prestart()
-        threading.Thread(target=_prestart, args=(job, plan_dir, artifact, ordinal, readers, triton != "no"),
+        threading.Thread(target=_prestart, args=(job, plan_dir, artifact, ordinal, readers),
                          name="ninfer-weights-prestart", daemon=True).start()
     return True
 
 
-def _import_triton() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _prestart(job: _Prestart, plan_dir, artifact, ordinal: int, readers: int, warm_triton: bool) -> None:
-    sm = None
+def _prestart(job: _Prestart, plan_dir, artifact, ordinal: int, readers: int) -> None:
     try:
         from pathlib import Path
 
@@ -355,19 +336,10 @@ def _prestart(job: _Prestart, plan_dir, artifact, ordinal: int, readers: int, wa
         with ArtifactView.open(artifact) as art:
             objects = [(n, art.payload_offset + art.objects[n].offset, art.objects[n].bytes) for n in names]
         job.stream = WeightStream(driver, artifact, objects, readers=readers, buffers=2 * readers).start()
-        sm = int(plan["sm"])
     except Exception:  # noqa: BLE001 - the loader uploads the usual way and reports any real problem
         job.stream = None
     finally:
         job.ready.set()
-    if sm is not None and warm_triton and _import_triton():  # cached for triton_cache.binaries_for
-        try:
-            from .triton_cache import backend_digest, triton_build_digest
-
-            triton_build_digest()
-            backend_digest(sm)
-        except Exception:  # noqa: BLE001 - the check computes (and reports) them itself
-            pass
 
 
 def take(path, names, ordinal: int) -> WeightStream | None:

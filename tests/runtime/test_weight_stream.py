@@ -199,8 +199,6 @@ def test_prestart_starts_nothing_without_a_gpu_or_when_switched_off(tiny_plan, m
     monkeypatch.setattr(cuda_driver.CudaDriver, "open", lambda ordinal: FakeDriver(sm=80))  # another sm
     assert weight_stream.prestart(plan_dir, art) is True and weight_stream.take(art, names, 0) is None
     assert weight_stream.prestart(plan_dir, art, "cpu") is False
-    with pytest.raises(ValueError, match="triton must be one of before, beside, no, got 'later'"):
-        weight_stream.prestart(plan_dir, art, triton="later")
     monkeypatch.setenv("NINFER_PINNED_UPLOAD", "0")
     assert weight_stream.prestart(plan_dir, art) is False
     monkeypatch.setenv("NINFER_PINNED_UPLOAD", "maybe")  # the loader refuses it, in one line
