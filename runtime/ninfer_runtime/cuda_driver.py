@@ -6,11 +6,13 @@ allocated here is valid in torch, and torch's later initialisation finds the con
 
 - `present()`: whether libcuda loads here (no initialisation).
 - `CudaDriver.open(ordinal)`: loads libcuda, initialises it, retains the primary context of device
-  `ordinal` (`DriverUnavailable`, one line, when any of that fails: no driver, no such device).
+  `ordinal` for the rest of the process (torch holds it too) (`DriverUnavailable`, one line, when
+  any of that fails: no driver, no such device).
 - `bind_thread()`: makes the context current in the calling thread (each thread that calls below).
-- `compute_capability()`, `as_tensor(torch, memory)`, `alloc` / `free` (device memory), `host_alloc` / `host_free` (pinned host
-  memory), `stream()`, `event()`, `copy_to_device(dst, src, nbytes, stream)` (async),
-  `record(event, stream)`, `wait_event(event)`, `wait_stream(stream)`.
+- `compute_capability()`, `as_tensor(torch, memory)`, `alloc` / `free` (device memory),
+  `host_alloc` / `host_free` (pinned host memory), `stream()` / `destroy_stream`, `event()` /
+  `destroy_event`, `copy_to_device(dst, src, nbytes, stream)` (async), `record(event, stream)`,
+  `wait_event(event)`, `wait_stream(stream)`.
 Each failing call raises `DriverError` naming the call and the driver's error name. ctypes releases
 the GIL during every call.
 """
@@ -73,12 +75,6 @@ class CudaDriver:
 
     def bind_thread(self) -> None:
         self._call("cuCtxSetCurrent", ctypes.c_void_p(self.context))
-
-    def release(self) -> None:
-        """Give back the primary context reference `open` took (the context lives on in torch)."""
-        if self.context:
-            self.context = 0
-            self._call("cuDevicePrimaryCtxRelease_v2", ctypes.c_int(self._device))
 
     def as_tensor(self, torch, memory):
         """The 1-D uint8 CUDA tensor of `memory` (an object with `__cuda_array_interface__`), which

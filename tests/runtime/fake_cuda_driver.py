@@ -26,9 +26,6 @@ class FakeDriver:
     def bind_thread(self) -> None:
         pass
 
-    def release(self) -> None:
-        pass
-
     def compute_capability(self) -> int:
         return self.sm
 
