@@ -40,6 +40,7 @@ from typing import Any, Callable
 import torch
 
 from .errors import PlanError, PlanMismatch
+from .switch_interval import ShortSwitchInterval
 from .weight_stream import pinned_upload_enabled
 
 
@@ -112,7 +113,7 @@ class KernelSetup:
         self._result: tuple[Any, str] | None = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
-        self._switch: tuple[float, float] | None = None  # (interval before, interval set) while overlapping
+        self._switch = ShortSwitchInterval(OVERLAP_SWITCH_INTERVAL_S)  # held while overlapping
         if not background:
             t = time.perf_counter()
             self._result = work()
@@ -128,29 +129,20 @@ class KernelSetup:
             finally:
                 self.seconds = time.perf_counter() - t
 
-        before = sys.getswitchinterval()
-        sys.setswitchinterval(min(before, OVERLAP_SWITCH_INTERVAL_S))
-        self._switch = (before, sys.getswitchinterval())
+        self._switch.acquire()
         self._thread = threading.Thread(target=run, name="ninfer-kernel-setup", daemon=True)
         try:
             self._thread.start()
         except BaseException:
             self._thread = None
-            self._restore_switch()
+            self._switch.release()
             raise
-
-    def _restore_switch(self) -> None:
-        if self._switch is not None:
-            before, mine = self._switch
-            if sys.getswitchinterval() == mine:  # unless someone else changed it meanwhile
-                sys.setswitchinterval(before)
-            self._switch = None
 
     def _wait(self) -> None:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        self._restore_switch()
+        self._switch.release()
 
     def join(self) -> tuple[Any, str]:
         """(binaries or None, note); the caller owns (and releases) the binaries from here on."""

@@ -32,6 +32,7 @@ STAGING_BUFFERS = 3
 # Pieces start on the device allocator's alignment in the staging buffer (aligned CPU copy and DMA source).
 STAGING_ALIGN = 512
 
+
 @dataclass(frozen=True)
 class Piece:
     """`nbytes` of an object from `src_offset` on, staged in buffer `buffer` at `buffer_offset`

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import ctypes
 import os
-import sys
 import threading
 import time
 from dataclasses import dataclass
 
 from .errors import NinferRuntimeError, PlanError
+from .switch_interval import ShortSwitchInterval
 
 READERS = 8  # threads reading the file: a page-cache copy runs at ~6 GB/s a thread (H100 host, 2026-12-07)
 BUFFERS = 16  # pinned staging buffers: two a reader, so a reader rarely waits on its own last copy
@@ -128,7 +128,8 @@ class WeightStream:
         self._buffers, self._chunk_bytes = buffers, chunk_bytes
         self._recorded = [threading.Event() for _ in self._chunks]
         self._lock, self._next, self._error, self._running = threading.Lock(), 0, None, 0
-        self.done_bytes, self.seconds, self._t0, self._switch = 0, 0.0, 0.0, None
+        self.done_bytes, self.seconds, self._t0 = 0, 0.0, 0.0
+        self._switch = ShortSwitchInterval(SWITCH_INTERVAL_S)  # held while the readers run
         self._threads: list[threading.Thread] = []
         self._memory = self._host = None
         self._streams: list[int] = []
@@ -148,9 +149,7 @@ class WeightStream:
         except BaseException:
             self.close()
             raise
-        before = sys.getswitchinterval()
-        sys.setswitchinterval(min(before, SWITCH_INTERVAL_S))
-        self._switch = (before, sys.getswitchinterval())
+        self._switch.acquire()
         self._running = self._readers
         self._threads = [threading.Thread(target=self._read, args=(r,), name=f"ninfer-weights-{r}", daemon=True)
                          for r in range(self._readers)]
@@ -192,14 +191,7 @@ class WeightStream:
                 self._running -= 1
                 last = self._running == 0
             if last:
-                self._restore_switch()
-
-    def _restore_switch(self) -> None:
-        if self._switch is not None:
-            before, mine = self._switch
-            self._switch = None
-            if sys.getswitchinterval() == mine:  # unless someone else changed it meanwhile
-                sys.setswitchinterval(before)
+                self._switch.release()
 
     def _fill(self, c: Chunk, dst: int) -> None:
         view = memoryview((ctypes.c_char * c.nbytes).from_address(dst)).cast("B")
@@ -262,7 +254,7 @@ class WeightStream:
         self._error = self._error or "closed"
         for t in self._threads:
             t.join()
-        self._restore_switch()
+        self._switch.release()
         self._release_staging()
         if self._memory is not None:
             self._memory.free()
@@ -281,8 +273,8 @@ class _Prestart:
 
 
 def cuda_ordinal(device) -> int | None:
-    """The CUDA device index a device spec names without torch (None: "cuda" / unset -> 0 unless
-    the spec is another device type)."""
+    """The CUDA device index a torch device spec names, read without torch: None or "cuda" -> 0,
+    "cuda:N" -> N, anything else (the CPU, another device type) -> None."""
     spec = "cuda" if device is None else str(device)
     if spec == "cuda":
         return 0

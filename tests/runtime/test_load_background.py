@@ -201,3 +201,33 @@ def test_plan_binaries_complete():
     stale = _preloaded()
     stale.stale.append("m:k1: NotInPlan")
     assert not stale.complete()
+
+
+def test_short_switch_intervals_nest_in_any_order():
+    """The kernel setup's and the weight stream's shorter switch intervals (switch_interval.py):
+    the shortest holds while any holder does; the last release brings back the interval from
+    before; an interval someone else set meanwhile is the one that comes back."""
+    from ninfer_runtime.switch_interval import ShortSwitchInterval
+
+    base = sys.getswitchinterval()
+
+    def now(x):
+        return abs(sys.getswitchinterval() - x) < 1e-7
+
+    a, b = ShortSwitchInterval(0.0005), ShortSwitchInterval(0.0002)
+    try:
+        a.acquire()
+        assert now(0.0005)
+        b.acquire()
+        assert now(0.0002)
+        a.release()  # not in reverse order
+        assert now(0.0002)
+        b.release()
+        b.release()  # idempotent
+        assert now(base)
+        a.acquire()
+        sys.setswitchinterval(0.01)
+        a.release()
+        assert now(0.01)
+    finally:
+        sys.setswitchinterval(base)
